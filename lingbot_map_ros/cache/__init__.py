@@ -1,0 +1,1 @@
+"""lingbot_map_ros.cache (see docs/architecture.md)."""

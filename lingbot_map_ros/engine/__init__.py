@@ -1,0 +1,1 @@
+"""lingbot_map_ros.engine (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lingbot_map_ros.model (see docs/architecture.md)."""

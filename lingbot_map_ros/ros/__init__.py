@@ -1,0 +1,1 @@
+"""lingbot_map_ros.ros (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""lingbot_map_ros.tools (see docs/architecture.md)."""
