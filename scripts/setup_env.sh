@@ -2,11 +2,12 @@
 # Build (or reuse) the project environment in .venv/ on a machine without a ROS install.
 #
 #   scripts/setup_env.sh            # idempotent: a second run only checks and exits (seconds)
-#   LINGBOT_TORCH_INDEX=... scripts/setup_env.sh   # e.g. a CUDA wheel index on a GPU machine
+#   LINGBOT_TORCH_INDEX=URL scripts/setup_env.sh   # torch from another wheel index (e.g. a CUDA build)
 #
 # What it installs: ROS 2 Kilted core from PyPI wheels (rclpy, Fast DDS, message packages), the
-# tf2_msgs interface built into the venv only when `import tf2_msgs` fails, torch (CPU build unless
-# LINGBOT_TORCH_INDEX points elsewhere), this package (editable) and the test tools.
+# tf2_msgs interface built into the venv only when `import tf2_msgs` fails, torch 2.13 (pip's default build for the
+# machine; the CPU wheel where a local wheel cache provides it), flashinfer-python where nvidia-smi exists,
+# this package (editable) and the test tools.
 # Facts and traps: docs/environment.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +51,11 @@ if ! "$VENV/bin/python" -c "import tf2_msgs.msg" 2>/dev/null; then
   log "building the tf2_msgs interface into the venv"
   "${PIP[@]}" "${TF2_BUILD_PKGS[@]}" empy lark
   "$VENV/bin/python" "$ROOT/scripts/build_tf2_msgs.py" "$VENV"
+fi
+
+if command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import flashinfer" 2>/dev/null; then
+  log "GPU found: installing flashinfer-python (optional; the torch backend works without it)"
+  "${PIP[@]}" flashinfer-python || log "flashinfer-python not installed; attention.backend=torch will be used"
 fi
 
 log "installing lingbot_map_ros (editable)"
