@@ -1,0 +1,153 @@
+"""Rotation and similarity-transform helpers (numpy, float64).
+
+Quaternions are scalar-last (x, y, z, w), as the model's pose encoding, ROS messages and the TUM format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def quat_xyzw_to_matrix(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices of (possibly non-unit) quaternions, as the reference's ``quat_to_mat``.
+
+    The reference divides by |q|² (``two_s = 2 / |q|²``), so a non-unit quaternion still yields a rotation.
+
+    Args:
+        q: [..., 4] quaternions (x, y, z, w).
+    Returns:
+        [..., 3, 3] float64 rotation matrices.
+    Raises:
+        ValueError: wrong last dimension or a zero quaternion.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    if q.shape[-1] != 4:
+        raise ValueError(f"expected quaternions of shape [..., 4] (x, y, z, w), got {q.shape}")
+    x, y, z, w = np.moveaxis(q, -1, 0)
+    norm2 = x * x + y * y + z * z + w * w
+    if np.any(norm2 <= 0.0):
+        raise ValueError("expected non-zero quaternions, got |q| = 0")
+    two_s = 2.0 / norm2
+    rot = np.stack(
+        [
+            1 - two_s * (y * y + z * z),
+            two_s * (x * y - z * w),
+            two_s * (x * z + y * w),
+            two_s * (x * y + z * w),
+            1 - two_s * (x * x + z * z),
+            two_s * (y * z - x * w),
+            two_s * (x * z - y * w),
+            two_s * (y * z + x * w),
+            1 - two_s * (x * x + y * y),
+        ],
+        axis=-1,
+    )
+    return rot.reshape(*q.shape[:-1], 3, 3)
+
+
+def matrix_to_quat_xyzw(rot: np.ndarray) -> np.ndarray:
+    """Unit quaternions (x, y, z, w) with w ≥ 0 of rotation matrices.
+
+    Args:
+        rot: [..., 3, 3] rotation matrices.
+    Returns:
+        [..., 4] float64.
+    """
+    rot = np.asarray(rot, dtype=np.float64)
+    if rot.shape[-2:] != (3, 3):
+        raise ValueError(f"expected rotation matrices of shape [..., 3, 3], got {rot.shape}")
+    m = rot.reshape(-1, 3, 3)
+    # Shepperd: pick the largest of 4w², 4x², 4y², 4z² for a well-conditioned square root.
+    diag = np.stack([m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]], axis=1)
+    trace = diag.sum(axis=1)
+    cand = np.stack(
+        [1 + trace, 1 + 2 * diag[:, 0] - trace, 1 + 2 * diag[:, 1] - trace, 1 + 2 * diag[:, 2] - trace],
+        axis=1,
+    )
+    s = 2.0 * np.sqrt(np.maximum(cand, 1e-300))  # [N, 4]
+    r = m
+    options = np.stack(
+        [
+            [
+                (r[:, 2, 1] - r[:, 1, 2]) / s[:, 0],
+                (r[:, 0, 2] - r[:, 2, 0]) / s[:, 0],
+                (r[:, 1, 0] - r[:, 0, 1]) / s[:, 0],
+                s[:, 0] / 4,
+            ],
+            [
+                s[:, 1] / 4,
+                (r[:, 0, 1] + r[:, 1, 0]) / s[:, 1],
+                (r[:, 0, 2] + r[:, 2, 0]) / s[:, 1],
+                (r[:, 2, 1] - r[:, 1, 2]) / s[:, 1],
+            ],
+            [
+                (r[:, 0, 1] + r[:, 1, 0]) / s[:, 2],
+                s[:, 2] / 4,
+                (r[:, 1, 2] + r[:, 2, 1]) / s[:, 2],
+                (r[:, 0, 2] - r[:, 2, 0]) / s[:, 2],
+            ],
+            [
+                (r[:, 0, 2] + r[:, 2, 0]) / s[:, 3],
+                (r[:, 1, 2] + r[:, 2, 1]) / s[:, 3],
+                s[:, 3] / 4,
+                (r[:, 1, 0] - r[:, 0, 1]) / s[:, 3],
+            ],
+        ]
+    )  # [4 candidates, 4 components, N]
+    best = cand.argmax(axis=1)
+    q = options[best, :, np.arange(m.shape[0])]  # [N, 4]
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    q[q[:, 3] < 0] *= -1.0
+    return q.reshape(*rot.shape[:-2], 4)
+
+
+def rotation_angle(rot: np.ndarray) -> np.ndarray:
+    """Rotation angle in radians of [..., 3, 3] rotation matrices."""
+    trace = np.trace(np.asarray(rot, dtype=np.float64), axis1=-2, axis2=-1)
+    return np.arccos(np.clip((trace - 1.0) / 2.0, -1.0, 1.0))
+
+
+@dataclass(frozen=True)
+class Sim3:
+    """Similarity transform ``x ↦ scale · rotation · x + translation`` (float64).
+
+    Attributes:
+        rotation: [3, 3].
+        translation: [3].
+        scale: > 0.
+    """
+
+    rotation: np.ndarray
+    translation: np.ndarray
+    scale: float = 1.0
+
+    @staticmethod
+    def identity() -> Sim3:
+        return Sim3(np.eye(3), np.zeros(3), 1.0)
+
+    def compose(self, other: Sim3) -> Sim3:
+        """``self ∘ other`` (apply ``other`` first)."""
+        return Sim3(
+            self.rotation @ other.rotation,
+            self.scale * self.rotation @ other.translation + self.translation,
+            self.scale * other.scale,
+        )
+
+    def apply_points(self, xyz: np.ndarray) -> np.ndarray:
+        """[N, 3] points → [N, 3] (same dtype as the input)."""
+        out = self.scale * (np.asarray(xyz, dtype=np.float64) @ self.rotation.T) + self.translation
+        return out.astype(np.asarray(xyz).dtype, copy=False)
+
+    def apply_pose(self, c2w: np.ndarray) -> np.ndarray:
+        """Carry a camera-to-world pose [..., 4, 4] into the target frame.
+
+        The camera keeps a rigid pose: R' = R_s·R, t' = s·R_s·t + t_s. Depths measured in the source frame
+        must be multiplied by ``scale`` to stay consistent with the transformed pose.
+        """
+        c2w = np.asarray(c2w, dtype=np.float64)
+        out = np.array(c2w, copy=True)
+        out[..., :3, :3] = self.rotation @ c2w[..., :3, :3]
+        out[..., :3, 3] = self.scale * (c2w[..., :3, 3] @ self.rotation.T) + self.translation
+        return out

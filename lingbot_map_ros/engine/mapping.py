@@ -1,0 +1,286 @@
+"""Map accumulation: a voxel-grid point map with a hard point budget, a bounded trajectory, file writers.
+
+Everything is in the map frame = the model's world frame (OpenCV optical axes of the first anchor frame); the
+ROS layer applies the REP-103 rotation when it publishes. numpy only.
+
+`VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
+(weight capped at ``max_weight`` so a voxel follows later, better-constrained observations). Voxels live in
+preallocated slot arrays of size ``max_points``; a two-level sorted index (a large ``main`` run plus a
+small ``pending`` run merged into it when it grows past ``merge_threshold``) finds a voxel's slot with
+``searchsorted``, so an insert costs O(n log n) in the frame's points plus an amortised linear merge. When
+every slot is taken the least-recently-observed ``evict_fraction`` of the voxels is dropped at once (budget
+policy: evict oldest, the map shows the most recently seen region at full resolution; the voxel size never
+changes).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .result import FrameResult
+from .writers import read_ply, read_tum, tum_rows, write_ply, write_tum
+
+__all__ = [
+    "Trajectory",
+    "VoxelMap",
+    "VoxelMapConfig",
+    "read_ply",
+    "read_tum",
+    "write_ply",
+    "write_tum",
+]
+
+_KEY_BITS = 21
+_KEY_OFFSET = 1 << (_KEY_BITS - 1)
+_KEY_MASK = (1 << _KEY_BITS) - 1
+
+
+@dataclass(frozen=True)
+class VoxelMapConfig:
+    """Parameters of :class:`VoxelMap` (lengths in map units: the model's up-to-scale depth unit).
+
+    Attributes:
+        voxel_size: edge of a voxel.
+        conf_threshold: keep pixels with depth confidence above this (reference viewer: 1.5).
+        pixel_stride: use every n-th row and column of a frame.
+        max_points: hard budget of voxels (= published points).
+        evict_fraction: share of the budget freed at once when it is full (least recently observed first).
+        max_weight: cap of the running-average weight of a voxel.
+        merge_threshold: size of the pending index run that triggers a merge into the main run.
+    """
+
+    voxel_size: float = 0.02
+    conf_threshold: float = 1.5
+    pixel_stride: int = 4
+    max_points: int = 1_000_000
+    evict_fraction: float = 0.1
+    max_weight: float = 32.0
+    merge_threshold: int = 65_536
+
+    def __post_init__(self) -> None:
+        if not self.voxel_size > 0:
+            raise ValueError(f"voxel_size must be > 0, got {self.voxel_size}")
+        if self.pixel_stride < 1:
+            raise ValueError(f"pixel_stride must be >= 1, got {self.pixel_stride}")
+        if self.max_points < 1:
+            raise ValueError(f"max_points must be >= 1, got {self.max_points}")
+        if not 0.0 < self.evict_fraction <= 1.0:
+            raise ValueError(f"evict_fraction must be in (0, 1], got {self.evict_fraction}")
+        if not self.max_weight >= 1.0:
+            raise ValueError(f"max_weight must be >= 1, got {self.max_weight}")
+
+
+class VoxelMap:
+    """Voxel-grid accumulation of coloured world points under a hard point budget."""
+
+    def __init__(self, config: VoxelMapConfig | None = None) -> None:
+        self.config = config or VoxelMapConfig()
+        cap = self.config.max_points
+        self._xyz = np.zeros((cap, 3), np.float32)
+        self._rgb = np.zeros((cap, 3), np.float32)
+        self._weight = np.zeros(cap, np.float32)
+        self._stamp = np.zeros(cap, np.int64)
+        self._key = np.zeros(cap, np.int64)
+        self._occupied = np.zeros(cap, bool)
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every voxel (e.g. after a session reset: the map frame changes)."""
+        self._occupied[:] = False
+        self._free = np.arange(self.config.max_points - 1, -1, -1, dtype=np.int64)  # stack, pop from the end
+        self._num_free = self.config.max_points
+        self._main_keys = np.zeros(0, np.int64)
+        self._main_slots = np.zeros(0, np.int64)
+        self._pending_keys = np.zeros(0, np.int64)
+        self._pending_slots = np.zeros(0, np.int64)
+        self._clock = 0
+        self.evicted_total = 0
+        self.dropped_out_of_range = 0
+
+    def __len__(self) -> int:
+        return self.config.max_points - self._num_free
+
+    def integrate(self, result: FrameResult) -> int:
+        """Add a frame's points above ``conf_threshold`` on the ``pixel_stride`` grid; returns N added."""
+        xyz, rgb = result.points(self.config.conf_threshold, self.config.pixel_stride)
+        self.insert(xyz, rgb)
+        return xyz.shape[0]
+
+    def insert(self, xyz: np.ndarray, rgb: np.ndarray) -> None:
+        """Accumulate points.
+
+        Args:
+            xyz: [N, 3] float32 map-frame points (non-finite rows ignored).
+            rgb: [N, 3] uint8 colours.
+        """
+        if xyz.ndim != 2 or xyz.shape[1] != 3 or rgb.shape != xyz.shape:
+            raise ValueError(f"expected xyz and rgb of shape [N, 3], got {xyz.shape} and {rgb.shape}")
+        self._clock += 1
+        cell = np.floor(xyz / np.float32(self.config.voxel_size))
+        ok = np.all(np.abs(cell) < _KEY_OFFSET, axis=1)  # NaN compares False: dropped as well
+        if not ok.all():
+            self.dropped_out_of_range += int((~ok).sum())
+            xyz, rgb, cell = xyz[ok], rgb[ok], cell[ok]
+        if xyz.shape[0] == 0:
+            return
+        c = cell.astype(np.int64) + _KEY_OFFSET
+        keys = (c[:, 0] << (2 * _KEY_BITS)) | (c[:, 1] << _KEY_BITS) | c[:, 2]
+        uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        n = uniq.shape[0]
+        sums = np.empty((n, 6), np.float64)
+        for j in range(3):
+            sums[:, j] = np.bincount(inverse, weights=xyz[:, j], minlength=n)
+            sums[:, 3 + j] = np.bincount(inverse, weights=rgb[:, j], minlength=n)
+        means = (sums / counts[:, None]).astype(np.float32)
+        cnt = counts.astype(np.float32)
+
+        slots = self._lookup(uniq)
+        hit = slots >= 0
+        if hit.any():
+            s = slots[hit]
+            w_old = self._weight[s]
+            w_new = cnt[hit]
+            total = w_old + w_new
+            a = (w_new / total)[:, None]
+            self._xyz[s] += a * (means[hit, :3] - self._xyz[s])
+            self._rgb[s] += a * (means[hit, 3:] - self._rgb[s])
+            self._weight[s] = np.minimum(total, self.config.max_weight)
+            self._stamp[s] = self._clock
+        miss = ~hit
+        if miss.any():
+            self._add_new(uniq[miss], means[miss], np.minimum(cnt[miss], self.config.max_weight))
+
+    def points(self, min_weight: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """The map: (xyz [M, 3] float32, rgb [M, 3] uint8), one point per voxel of weight ≥ ``min_weight``."""
+        keep = self._occupied & (self._weight >= min_weight)
+        rgb = np.clip(np.rint(self._rgb[keep]), 0, 255).astype(np.uint8)
+        return self._xyz[keep].copy(), rgb
+
+    def write_ply(self, path: str, min_weight: float = 0.0) -> None:
+        """Write the map as a binary PLY (atomic)."""
+        write_ply(path, *self.points(min_weight))
+
+    def stats(self) -> dict[str, float]:
+        """Occupancy and eviction counters (for diagnostics)."""
+        return {
+            "points": len(self),
+            "max_points": self.config.max_points,
+            "voxel_size": self.config.voxel_size,
+            "evicted_total": self.evicted_total,
+            "dropped_out_of_range": self.dropped_out_of_range,
+        }
+
+    def _lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Slots of sorted unique ``keys`` (-1 where absent)."""
+        slots = np.full(keys.shape[0], -1, np.int64)
+        for run_keys, run_slots in (
+            (self._main_keys, self._main_slots),
+            (self._pending_keys, self._pending_slots),
+        ):
+            if run_keys.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(run_keys, keys), run_keys.size - 1)
+            found = run_keys[pos] == keys
+            slots[found] = run_slots[pos[found]]
+        return slots
+
+    def _add_new(self, keys: np.ndarray, means: np.ndarray, weights: np.ndarray) -> None:
+        n = keys.shape[0]
+        if n > self.config.max_points:  # a single frame larger than the budget: keep a uniform subset
+            pick = np.linspace(0, n - 1, self.config.max_points).astype(np.int64)
+            keys, means, weights, n = keys[pick], means[pick], weights[pick], self.config.max_points
+        if n > self._num_free:
+            self._evict(max(n - self._num_free, int(self.config.evict_fraction * self.config.max_points)))
+        slots = self._free[self._num_free - n : self._num_free].copy()
+        self._num_free -= n
+        self._xyz[slots] = means[:, :3]
+        self._rgb[slots] = means[:, 3:]
+        self._weight[slots] = weights
+        self._stamp[slots] = self._clock
+        self._key[slots] = keys
+        self._occupied[slots] = True
+        pos = np.searchsorted(self._pending_keys, keys)
+        self._pending_keys = np.insert(self._pending_keys, pos, keys)
+        self._pending_slots = np.insert(self._pending_slots, pos, slots)
+        if self._pending_keys.size >= self.config.merge_threshold:
+            self._merge_pending()
+
+    def _merge_pending(self) -> None:
+        pos = np.searchsorted(self._main_keys, self._pending_keys)
+        self._main_keys = np.insert(self._main_keys, pos, self._pending_keys)
+        self._main_slots = np.insert(self._main_slots, pos, self._pending_slots)
+        self._pending_keys = np.zeros(0, np.int64)
+        self._pending_slots = np.zeros(0, np.int64)
+
+    def _evict(self, count: int) -> None:
+        """Free the ``count`` least-recently-observed voxels."""
+        occupied = np.flatnonzero(self._occupied)
+        count = min(count, occupied.size)
+        oldest = occupied[np.argpartition(self._stamp[occupied], count - 1)[:count]]
+        self._occupied[oldest] = False
+        self._merge_pending()
+        keep = self._occupied[self._main_slots]
+        self._main_keys = self._main_keys[keep]
+        self._main_slots = self._main_slots[keep]
+        self._free[self._num_free : self._num_free + count] = oldest
+        self._num_free += count
+        self.evicted_total += count
+
+
+class Trajectory:
+    """Camera-to-map pose history: a bounded recent window (for ``nav_msgs/Path``) and an optional full log.
+
+    The recent window holds at most ``max_length`` poses; the full log (``keep_full_history``) keeps one
+    [timestamp, tx, ty, tz, qx, qy, qz, qw] row per pose (64 bytes) for the TUM file.
+    """
+
+    def __init__(self, max_length: int = 1000, keep_full_history: bool = False) -> None:
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.max_length = max_length
+        self.keep_full_history = keep_full_history
+        self._recent: deque[tuple[float, np.ndarray]] = deque(maxlen=max_length)
+        self._full: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def append(self, stamp: float, pose_c2w: np.ndarray) -> None:
+        """Add a [4, 4] camera-to-map pose observed at ``stamp`` (seconds)."""
+        pose = np.asarray(pose_c2w, dtype=np.float64)
+        if pose.shape != (4, 4):
+            raise ValueError(f"expected a [4, 4] pose, got {pose.shape}")
+        self._recent.append((float(stamp), pose.copy()))
+        if self.keep_full_history:
+            self._full.append(np.concatenate([[float(stamp)], tum_rows(pose[None])[0]]))
+
+    def clear(self) -> None:
+        self._recent.clear()
+        self._full.clear()
+
+    def stamps(self) -> np.ndarray:
+        """[N] float64 timestamps of the recent window."""
+        return np.array([s for s, _ in self._recent], dtype=np.float64)
+
+    def poses(self) -> np.ndarray:
+        """[N, 4, 4] float64 poses of the recent window (oldest first)."""
+        if not self._recent:
+            return np.zeros((0, 4, 4))
+        return np.stack([p for _, p in self._recent])
+
+    def full_history(self) -> tuple[np.ndarray, np.ndarray]:
+        """(stamps [N], rows [N, 7] tx ty tz qx qy qz qw) of every pose since ``clear`` (full log)."""
+        if not self.keep_full_history:
+            raise ValueError("full history is off: construct Trajectory(keep_full_history=True)")
+        table = np.array(self._full).reshape(-1, 8)
+        return table[:, 0], table[:, 1:]
+
+    def write_tum(self, path: str) -> None:
+        """Write the full log if kept, else the recent window, as a TUM file (atomic)."""
+        if self.keep_full_history:
+            write_tum(path, *self.full_history())
+        else:
+            write_tum(path, self.stamps(), self.poses())

@@ -1,0 +1,69 @@
+"""`FrameResult`: what the engine reports for one input frame (docs/architecture.md, engine/ contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .decode import unproject_depth
+
+PHASE_ANCHOR = 1
+PHASE_STREAMING = 2
+
+
+@dataclass
+class FrameResult:
+    """Decoded outputs of one frame, in the map frame = the model's world frame (OpenCV optical axes).
+
+    Attributes:
+        index: frames pushed since the last reset (0-based; the anchor frames are 0..S0-1).
+        meta: whatever the caller passed to ``push`` (e.g. the ROS header), untouched.
+        is_keyframe: the frame was stored in the model's caches (anchor frames are keyframes).
+        phase: 1 = anchor phase, 2 = streaming.
+        pose_c2w: [4, 4] float64, camera (OpenCV optical) → map.
+        intrinsics: [3, 3] float64 pinhole matrix in pixels of the ORIGINAL image.
+        depth: [H, W] float32 z-depth at the original resolution (NaN where the centre crop removed rows).
+            Up to scale; consistent with ``pose_c2w``.
+        depth_conf: [H, W] float32 confidence ≥ 1 (0 where the crop removed rows).
+        rgb: [H, W, 3] uint8, the original image.
+        pose_enc: [9] float32, the pose encoding as the model returned it (before long-stream alignment).
+        epoch: number of resets before this frame (a new epoch starts a new map frame).
+        segment: long-stream re-anchors in this epoch before this frame (the trajectory stays continuous).
+        reset_reason: set on the first result(s) of an epoch that started with an automatic reset
+            (e.g. a change of resolution), else None.
+        timings_ms: per-stage wall time of the step that produced this frame (shared by the anchor frames).
+    """
+
+    index: int
+    meta: object
+    is_keyframe: bool
+    phase: int
+    pose_c2w: np.ndarray
+    intrinsics: np.ndarray
+    depth: np.ndarray
+    depth_conf: np.ndarray
+    rgb: np.ndarray
+    pose_enc: np.ndarray
+    epoch: int = 0
+    segment: int = 0
+    reset_reason: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def image_hw(self) -> tuple[int, int]:
+        """(H, W) of the original image."""
+        return self.rgb.shape[0], self.rgb.shape[1]
+
+    def points(self, conf_threshold: float = 1.5, stride: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """Coloured world points of this frame.
+
+        Args:
+            conf_threshold: keep pixels with ``depth_conf > conf_threshold`` (the reference viewer uses 1.5).
+            stride: keep every ``stride``-th row and column of the original image.
+        Returns:
+            (xyz [N, 3] float32 in the map frame, rgb [N, 3] uint8).
+        """
+        mask = self.depth_conf > conf_threshold
+        xyz, flat = unproject_depth(self.depth, self.intrinsics, self.pose_c2w, mask=mask, stride=stride)
+        return xyz, self.rgb.reshape(-1, 3)[flat]
