@@ -1,0 +1,80 @@
+"""Configuration and diagnostics records of the paged KV cache (see docs/cache.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: Frames whose special tokens stay visible by default: the reference keeps every frame's specials, and its
+#: RoPE table ends at 1,024 frames, so 1,024 + 8 anchors changes nothing for any stream the reference can run.
+DEFAULT_MAX_SPECIAL_FRAMES = 1032
+
+
+@dataclass(frozen=True)
+class KVCacheConfig:
+    """Geometry of the two-stream cache of the global-attention layers.
+
+    Token layout of one frame (``num_special + patches_per_frame`` tokens): the ``num_special`` special tokens
+    (camera, registers, scale) first, then the patch tokens in row-major order.
+    """
+
+    num_layers: int = 24
+    num_heads: int = 16
+    head_dim: int = 64
+    patches_per_frame: int = 999
+    num_special: int = 6
+    scale_frames: int = 8
+    sliding_window: int = 64
+    max_window: int = 128
+    max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
+    dtype: torch.dtype = torch.float32
+    device: torch.device = torch.device("cpu")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", torch.device(self.device))
+        for name in ("num_layers", "num_heads", "head_dim", "patches_per_frame", "max_window"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"KVCacheConfig.{name} must be an int >= 1, got {value!r}")
+        for name in ("num_special", "scale_frames"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"KVCacheConfig.{name} must be an int >= 0, got {value!r}")
+        if not 1 <= self.sliding_window <= self.max_window:
+            raise ValueError(
+                f"KVCacheConfig.sliding_window must be in [1, max_window={self.max_window}], "
+                f"got {self.sliding_window}"
+            )
+        if self.max_special_frames < self.scale_frames + self.max_window:
+            raise ValueError(
+                "KVCacheConfig.max_special_frames must be >= scale_frames + max_window "
+                f"({self.scale_frames + self.max_window}) so that no cached frame loses its specials, "
+                f"got {self.max_special_frames}"
+            )
+        if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"KVCacheConfig.dtype must be float32, bfloat16 or float16, got {self.dtype}")
+
+    @property
+    def tokens_per_frame(self) -> int:
+        """Tokens of one frame: specials then patches."""
+        return self.num_special + self.patches_per_frame
+
+
+@dataclass(frozen=True)
+class KVCacheStats:
+    """Snapshot of the cache for /diagnostics (committed state, between steps)."""
+
+    backend: str
+    frames_stored: int
+    anchor_frames: int
+    window_frames: int
+    sliding_window: int
+    max_window: int
+    free_window_slots: int
+    evicted_special_frames: int
+    special_frames_visible: int
+    max_special_frames: int
+    visible_tokens: int
+    pool_tokens_per_layer: int
+    pool_bytes: int

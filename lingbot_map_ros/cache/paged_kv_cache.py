@@ -1,0 +1,217 @@
+"""The two-stream paged KV cache of the global-attention layers.
+
+Contract: docs/architecture.md; design: docs/cache.md. Pools (allocated once, never resized): ``k_pool`` and
+``v_pool``, each ``[num_layers, pool_tokens, H, D]`` in the cache dtype on the cache device.
+:mod:`lingbot_map_ros.cache.layout` decides where every frame lives so that the visible keys of a step are
+one contiguous token range of the pool.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lingbot_map_ros.cache.backends import AttentionBackend, make_backend
+from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats
+from lingbot_map_ros.cache.layout import CacheLayout, LayoutState, StepPlan, TokenCopy
+
+
+class CacheStep:
+    """One frame step: the visible set, planned once, used by every layer's :meth:`attend`.
+
+    Made by :meth:`PagedKVCache.begin_step`, closed by :meth:`PagedKVCache.end_step`.
+    """
+
+    def __init__(self, cache: PagedKVCache, plan: StepPlan, committed: LayoutState) -> None:
+        self._cache = cache
+        self.plan = plan
+        self._committed = committed
+        self._attended = [False] * cache.config.num_layers
+        self.closed = False
+
+    @property
+    def num_frames(self) -> int:
+        return self.plan.num_frames
+
+    @property
+    def keyframe(self) -> bool:
+        return self.plan.keyframe
+
+    @property
+    def num_tokens(self) -> int:
+        """Query/new-key tokens of this step: ``num_frames * tokens_per_frame``."""
+        return self.plan.num_frames * self._cache.config.tokens_per_frame
+
+    @property
+    def visible_tokens(self) -> int:
+        """Keys every query of this step attends to (new frames included)."""
+        return self.plan.visible_tokens
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store ``k``/``v`` of the new frames for ``layer`` and attend ``q`` over the visible set.
+
+        q, k, v: ``[T, H, D]``, ``T = num_frames * (num_special + patches_per_frame)``, frame-major with each
+        frame's special tokens first, in the cache dtype and on the cache device. Returns ``[T, H, D]``.
+        """
+        cache = self._cache
+        if self.closed:
+            raise RuntimeError("attend() on a step that has ended; call begin_step() for a new one")
+        if not isinstance(layer, int) or not 0 <= layer < cache.config.num_layers:
+            raise ValueError(f"layer must be an int in [0, {cache.config.num_layers}), got {layer!r}")
+        if self._attended[layer]:
+            raise RuntimeError(f"layer {layer} already attended in this step")
+        for name, tensor in (("q", q), ("k", k), ("v", v)):
+            cache._check_tokens(name, tensor, self.num_tokens)
+        k_pool, v_pool = cache.k_pool[layer], cache.v_pool[layer]
+        _apply_copies(k_pool, v_pool, self.plan.copies)
+        write = slice(self.plan.write_start, self.plan.write_start + self.num_tokens)
+        k_pool[write].copy_(k)
+        v_pool[write].copy_(v)
+        self._attended[layer] = True
+        return cache.backend.run(q, k_pool, v_pool)
+
+    def layers_attended(self) -> int:
+        return sum(self._attended)
+
+
+class PagedKVCache:
+    """Bounded two-stream KV cache: anchors + a sliding window of patch pages + a capped special stream."""
+
+    def __init__(self, config: KVCacheConfig, backend: str = "auto") -> None:
+        if not isinstance(config, KVCacheConfig):
+            raise ValueError(f"config must be a KVCacheConfig, got {type(config).__name__}")
+        self.config = config
+        self.layout = CacheLayout(config)
+        shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
+        self.k_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        self.v_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        self.backend: AttentionBackend = make_backend(backend, config, self.layout.pool_tokens)
+        self._open_step: CacheStep | None = None
+
+    # --------------------------------------------------------------------------------------- properties
+    @property
+    def frames_stored(self) -> int:
+        """Frames appended since the last reset (= temporal RoPE index of the next frame)."""
+        return self.layout.state.frames_stored
+
+    @property
+    def sliding_window(self) -> int:
+        return self.layout.sliding_window
+
+    @property
+    def pool_bytes(self) -> int:
+        return 2 * self.k_pool.numel() * self.k_pool.element_size()
+
+    # --------------------------------------------------------------------------------------- steps
+    def begin_step(self, num_frames: int, keyframe: bool) -> CacheStep:
+        """Reserve slots for ``num_frames`` new frames, decide the visible set and plan the backend once.
+
+        Keyframe: append, then evict the oldest window frames so the window holds <= ``sliding_window`` frames
+        (the new one included), then attend. Non-keyframe: append with eviction deferred; rolled back at
+        :meth:`end_step`. On an empty cache (anchor phase) the visible set is exactly the new frames.
+        """
+        if self._open_step is not None:
+            raise RuntimeError("begin_step() while a step is open; call end_step() first")
+        if not isinstance(keyframe, bool):
+            raise ValueError(f"keyframe must be a bool, got {keyframe!r}")
+        plan, committed = self.layout.plan_step(num_frames, keyframe)
+        self.backend.plan(
+            plan.visible_start, plan.visible_stop, plan.num_frames * self.config.tokens_per_frame
+        )
+        step = CacheStep(self, plan, committed)
+        self._open_step = step
+        return step
+
+    def end_step(self, step: CacheStep) -> None:
+        """Keyframe: commit (deferred evictions done). Non-keyframe: roll back to the state before begin."""
+        if step is not self._open_step:
+            raise RuntimeError("end_step() with a step that is not the open step of this cache")
+        self._open_step = None
+        step.closed = True
+        if not step.keyframe:
+            return
+        attended = step.layers_attended()
+        if attended != self.config.num_layers:
+            self.reset()
+            raise RuntimeError(
+                f"keyframe step ended after {attended} of {self.config.num_layers} layers attended; "
+                "the cache was reset because its pool is only partly updated"
+            )
+        _apply_copies(self.k_pool, self.v_pool, step.plan.commit_copies, layer_dim=True)
+        self.layout.state = step._committed
+
+    def reset(self) -> None:
+        """Forget every frame (no reallocation); an open step is abandoned."""
+        if self._open_step is not None:
+            self._open_step.closed = True
+            self._open_step = None
+        self.layout.state = LayoutState()
+
+    def set_sliding_window(self, sliding_window: int) -> None:
+        """Live resize: shrinking evicts the oldest window frames at once; growing fills with later
+        keyframes."""
+        if self._open_step is not None:
+            raise RuntimeError("set_sliding_window() while a step is open")
+        limit = self.config.max_window
+        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= limit:
+            raise ValueError(
+                f"sliding_window must be an int in [1, max_window={limit}], got {sliding_window!r}"
+            )
+        copies, state = self.layout.plan_resize(sliding_window)
+        _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
+        self.layout.state = state
+        self.layout.sliding_window = sliding_window
+
+    def stats(self) -> KVCacheStats:
+        state, config = self.layout.state, self.config
+        start, stop = self.layout.visible_range(state)
+        return KVCacheStats(
+            backend=self.backend.name,
+            frames_stored=state.frames_stored,
+            anchor_frames=state.anchors,
+            window_frames=state.window_frames,
+            sliding_window=self.layout.sliding_window,
+            max_window=config.max_window,
+            free_window_slots=config.max_window - state.window_frames,
+            evicted_special_frames=len(state.special_frame),
+            special_frames_visible=state.committed_frames + len(state.special_frame),
+            max_special_frames=config.max_special_frames,
+            visible_tokens=stop - start,
+            pool_tokens_per_layer=self.layout.pool_tokens,
+            pool_bytes=self.pool_bytes,
+        )
+
+    # --------------------------------------------------------------------------------------- validation
+    def _check_tokens(self, name: str, tensor: torch.Tensor, num_tokens: int) -> None:
+        config = self.config
+        expected = (num_tokens, config.num_heads, config.head_dim)
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(
+                f"{name} must be a torch.Tensor of shape {expected}, got {type(tensor).__name__}"
+            )
+        if tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"{name} must have shape [T, H, D] = {expected} (T = num_frames x {config.tokens_per_frame} "
+                f"tokens), got {tuple(tensor.shape)}"
+            )
+        if tensor.dtype != config.dtype:
+            raise ValueError(f"{name} must have dtype {config.dtype} (the cache dtype), got {tensor.dtype}")
+        if tensor.device.type != config.device.type or (
+            config.device.index is not None and tensor.device.index != config.device.index
+        ):
+            raise ValueError(f"{name} must be on device {config.device}, got {tensor.device}")
+
+
+def _apply_copies(
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    copies: tuple[TokenCopy, ...] | list[TokenCopy],
+    layer_dim=False,
+) -> None:
+    """Run token copies in order on one layer's pools ``[N, H, D]`` or, with ``layer_dim``, on all layers."""
+    for c in copies:
+        if layer_dim:
+            k_pool[:, c.dst : c.dst + c.length].copy_(k_pool[:, c.src : c.src + c.length])
+            v_pool[:, c.dst : c.dst + c.length].copy_(v_pool[:, c.src : c.src + c.length])
+        else:
+            k_pool[c.dst : c.dst + c.length].copy_(k_pool[c.src : c.src + c.length])
+            v_pool[c.dst : c.dst + c.length].copy_(v_pool[c.src : c.src + c.length])
