@@ -1,0 +1,241 @@
+"""Message <-> numpy conversions for images, depth and point clouds (no cv_bridge needed).
+
+`cv_bridge` is used when importable (a ROS install ships it); otherwise the numpy views below do the same job
+for the encodings the node accepts. Every function raises `ValueError` naming what was expected when a
+message is malformed, so the node can count the rejection by cause and keep running.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import cv2
+import numpy as np
+from sensor_msgs.msg import CompressedImage, Image, PointCloud2, PointField
+from std_msgs.msg import Header
+
+try:  # pragma: no cover - only on a real ROS install
+    from cv_bridge import CvBridge
+
+    _BRIDGE: CvBridge | None = CvBridge()
+except ImportError:
+    _BRIDGE = None
+
+
+class ImageConversionError(ValueError):
+    """An input image the node cannot use; `cause` names the rejection counter in /diagnostics."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+#: Accepted input encodings -> (channels, channel order of the source relative to RGB(A)).
+IMAGE_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+#: Cloud layout RViz expects for xyz + colour: float32 x, y, z and the rgb bytes packed into a float32.
+CLOUD_POINT_STEP = 16
+
+
+def _message_bytes(data: object) -> np.ndarray:
+    """View a message `data` field (array.array('B'), bytes, list) as a flat uint8 array without copying."""
+    if isinstance(data, (bytes, bytearray, memoryview)) or hasattr(data, "buffer_info"):
+        return np.frombuffer(data, dtype=np.uint8)
+    return np.asarray(data, dtype=np.uint8)
+
+
+def image_to_rgb(msg: Image) -> np.ndarray:
+    """Convert a `sensor_msgs/Image` to an RGB array.
+
+    Accepts rgb8, bgr8, rgba8, bgra8 and mono8 (alpha dropped, mono replicated), rows padded to `msg.step`
+    bytes. `is_bigendian` does not matter for these 8-bit-per-channel encodings.
+
+    Returns:
+        `[H, W, 3]` uint8, C-contiguous, a copy independent of the message buffer.
+
+    Raises:
+        ImageConversionError (a ValueError): unknown encoding, zero size, `step` smaller than a
+            row, or too few data bytes.
+    """
+    encoding = msg.encoding.lower()
+    if encoding not in IMAGE_ENCODINGS:
+        raise ImageConversionError(
+            "unsupported_encoding",
+            f"unsupported image encoding '{msg.encoding}': expected one of {sorted(IMAGE_ENCODINGS)}",
+        )
+    channels = IMAGE_ENCODINGS[encoding]
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height <= 0 or width <= 0:
+        raise ImageConversionError("malformed_image", f"image size must be positive, got {width}x{height}")
+    row_bytes = width * channels
+    if step < row_bytes:
+        raise ImageConversionError(
+            "malformed_image",
+            f"image step {step} is smaller than a row ({width} px x {channels} B = {row_bytes} B)",
+        )
+    data = _message_bytes(msg.data)
+    needed = step * (height - 1) + row_bytes
+    if data.size < needed:
+        raise ImageConversionError(
+            "malformed_image",
+            f"image data has {data.size} bytes, expected at least {needed} ({height} rows of step {step})",
+        )
+    if _BRIDGE is not None:  # pragma: no cover - only on a real ROS install
+        return np.ascontiguousarray(_BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"))
+    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
+    pixels = rows.reshape(height, width, channels)
+    if encoding == "mono8":
+        return np.repeat(pixels, 3, axis=2)
+    if encoding in ("bgr8", "bgra8"):
+        return np.ascontiguousarray(pixels[:, :, 2::-1])
+    return np.ascontiguousarray(pixels[:, :, :3])
+
+
+def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+    """Decode a `sensor_msgs/CompressedImage` (jpeg or png, as image_transport's `compressed` plugin sends).
+
+    Returns:
+        `[H, W, 3]` uint8 RGB.
+
+    Raises:
+        ImageConversionError (a ValueError): empty payload or bytes OpenCV cannot decode as an image.
+    """
+    data = _message_bytes(msg.data)
+    if data.size == 0:
+        raise ImageConversionError(
+            "undecodable_image", "compressed image has no data: expected jpeg or png bytes"
+        )
+    if _BRIDGE is not None:  # pragma: no cover - only on a real ROS install
+        return np.ascontiguousarray(_BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"))
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ImageConversionError(
+            "undecodable_image",
+            f"cannot decode compressed image (format '{msg.format}'): expected jpeg or png",
+        )
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def rgb_to_image(rgb: np.ndarray, header: Header, encoding: str = "rgb8", row_padding: int = 0) -> Image:
+    """Build a `sensor_msgs/Image` from `[H, W, 3]` uint8 RGB in any accepted encoding.
+
+    `row_padding` extra zero bytes per row exercise `step` handling (cameras pad rows to alignment).
+    """
+    rgb = _check_rgb(rgb)
+    if encoding not in IMAGE_ENCODINGS:
+        raise ValueError(f"unsupported encoding '{encoding}': expected one of {sorted(IMAGE_ENCODINGS)}")
+    if encoding == "mono8":
+        pixels = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)[:, :, None]
+    else:
+        pixels = rgb[:, :, ::-1] if encoding.startswith("bgr") else rgb
+        if encoding.endswith("a8"):
+            alpha = np.full(rgb.shape[:2] + (1,), 255, np.uint8)
+            pixels = np.concatenate([pixels, alpha], axis=2)
+    height, width, channels = pixels.shape
+    rows = np.zeros((height, width * channels + row_padding), np.uint8)
+    rows[:, : width * channels] = pixels.reshape(height, -1)
+    return Image(
+        header=header,
+        height=height,
+        width=width,
+        encoding=encoding,
+        is_bigendian=0,
+        step=width * channels + row_padding,
+        data=rows.tobytes(),
+    )
+
+
+def rgb_to_compressed(
+    rgb: np.ndarray, header: Header, fmt: str = "jpeg", quality: int = 90
+) -> CompressedImage:
+    """Encode `[H, W, 3]` uint8 RGB as a `sensor_msgs/CompressedImage` (`fmt` is 'jpeg' or 'png')."""
+    rgb = _check_rgb(rgb)
+    if fmt not in ("jpeg", "png"):
+        raise ValueError(f"compressed format must be 'jpeg' or 'png', got '{fmt}'")
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality] if fmt == "jpeg" else []
+    ok, buf = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
+    if not ok:
+        raise ValueError(f"OpenCV could not encode the image as {fmt}")
+    return CompressedImage(header=header, format=fmt, data=buf.tobytes())
+
+
+def depth_to_image(depth: np.ndarray, header: Header) -> Image:
+    """Build a 32FC1 `sensor_msgs/Image` from `[H, W]` float32 depth (z along the optical axis, model units).
+
+    The header (stamp and frame_id) is the input image's, so depth aligns with the camera it came from.
+    """
+    if depth.ndim != 2:
+        raise ValueError(f"depth must be [H, W], got shape {depth.shape}")
+    depth = np.ascontiguousarray(depth, dtype=np.float32)
+    height, width = depth.shape
+    return Image(
+        header=header,
+        height=height,
+        width=width,
+        encoding="32FC1",
+        is_bigendian=int(sys.byteorder == "big"),
+        step=width * 4,
+        data=depth.tobytes(),
+    )
+
+
+def image_to_depth(msg: Image) -> np.ndarray:
+    """Inverse of `depth_to_image`: `[H, W]` float32 (honours `step` and `is_bigendian`)."""
+    if msg.encoding != "32FC1":
+        raise ValueError(f"depth image encoding must be '32FC1', got '{msg.encoding}'")
+    dtype = np.dtype(">f4" if msg.is_bigendian else "<f4")
+    data = _message_bytes(msg.data)
+    if msg.step < msg.width * 4 or data.size < msg.step * msg.height:
+        raise ValueError(f"depth step {msg.step} / {data.size} bytes too small for {msg.width}x{msg.height}")
+    rows = data[: msg.step * msg.height].reshape(msg.height, msg.step)[:, : msg.width * 4]
+    return np.ascontiguousarray(rows).view(dtype).astype(np.float32)
+
+
+def points_to_cloud(xyz: np.ndarray, rgb: np.ndarray, header: Header) -> PointCloud2:
+    """Pack points into an unorganised `PointCloud2` with fields x, y, z (float32) and rgb (float32-packed).
+
+    Args:
+        xyz: `[N, 3]` float32, metres-like model units, in `header.frame_id`.
+        rgb: `[N, 3]` uint8 colours; packed as 0x00RRGGBB into the 4 bytes of a float32, as RViz expects.
+    """
+    xyz = np.asarray(xyz)
+    rgb = np.asarray(rgb)
+    if xyz.ndim != 2 or xyz.shape[1] != 3 or rgb.shape != xyz.shape:
+        raise ValueError(f"expected xyz [N, 3] and rgb [N, 3], got {xyz.shape} and {rgb.shape}")
+    count = xyz.shape[0]
+    packed = np.empty((count, 4), np.float32)
+    packed[:, :3] = xyz
+    channels = rgb.astype(np.uint32)
+    colour = (channels[:, 0] << 16) | (channels[:, 1] << 8) | channels[:, 2]
+    packed[:, 3] = colour.view(np.float32)
+    fields = [
+        PointField(name=name, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+        for i, name in enumerate(("x", "y", "z", "rgb"))
+    ]
+    return PointCloud2(
+        header=header,
+        height=1,
+        width=count,
+        fields=fields,
+        is_bigendian=sys.byteorder == "big",
+        point_step=CLOUD_POINT_STEP,
+        row_step=CLOUD_POINT_STEP * count,
+        is_dense=True,
+        data=packed.tobytes(),
+    )
+
+
+def cloud_to_points(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of `points_to_cloud`: `(xyz [N, 3] float32, rgb [N, 3] uint8)`."""
+    names = [f.name for f in msg.fields]
+    if names[:4] != ["x", "y", "z", "rgb"] or msg.point_step != CLOUD_POINT_STEP:
+        raise ValueError(f"expected fields x, y, z, rgb with point_step 16, got {names} / {msg.point_step}")
+    packed = _message_bytes(msg.data).view(np.float32).reshape(-1, 4)
+    colour = packed[:, 3].copy().view(np.uint32)
+    rgb = np.stack([(colour >> 16) & 255, (colour >> 8) & 255, colour & 255], axis=1).astype(np.uint8)
+    return packed[:, :3].copy(), rgb
+
+
+def _check_rgb(rgb: np.ndarray) -> np.ndarray:
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+        raise ValueError(f"expected RGB [H, W, 3] uint8, got shape {rgb.shape} dtype {rgb.dtype}")
+    return np.ascontiguousarray(rgb)

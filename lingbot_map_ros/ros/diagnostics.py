@@ -1,0 +1,161 @@
+"""Runtime statistics of the node and their /diagnostics (diagnostic_msgs/DiagnosticArray) form.
+
+One `DiagnosticStatus` named `<node name>: mapping` carries throughput (FPS over a sliding window), latency
+(image receipt -> results published), queue drops, rejected frames by cause, failed inferences and the
+session's cache statistics (including the live `sliding_window`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Mapping
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from std_msgs.msg import Header
+
+from .worker import WorkerStats
+
+
+class RuntimeStats:
+    """Thread-safe counters updated by the callback and worker threads.
+
+    Args:
+        window_s: FPS and latency are averaged over outputs of the last `window_s` seconds.
+    """
+
+    def __init__(self, window_s: float = 5.0) -> None:
+        self._lock = threading.Lock()
+        self._window_s = window_s
+        self._outputs: deque[tuple[float, float]] = deque()  # (wall time, latency s) per published frame
+        self._rejected: Counter[str] = Counter()
+        self._failed: Counter[str] = Counter()
+        self.frames_published = 0
+        self.resets = 0
+
+    def record_output(self, latency_s: float) -> None:
+        """One frame's results were published `latency_s` after its image arrived."""
+        now = time.monotonic()
+        with self._lock:
+            self._outputs.append((now, latency_s))
+            self.frames_published += 1
+            self._trim(now)
+
+    def record_rejected(self, cause: str) -> int:
+        """Count an input frame rejected before inference; returns the count for that cause."""
+        with self._lock:
+            self._rejected[cause] += 1
+            return self._rejected[cause]
+
+    def record_failed(self, cause: str) -> int:
+        """Count a failed inference; returns the count for that cause."""
+        with self._lock:
+            self._failed[cause] += 1
+            return self._failed[cause]
+
+    def record_reset(self) -> None:
+        with self._lock:
+            self.resets += 1
+
+    def snapshot(self) -> dict[str, float | int | str]:
+        """Flat key -> value: fps, latency_ms_mean/max, frames_published, rejected_<cause>, failed_<cause>."""
+        now = time.monotonic()
+        with self._lock:
+            self._trim(now)
+            latencies = [lat for _, lat in self._outputs]
+            span = (now - self._outputs[0][0]) if len(self._outputs) > 1 else 0.0
+            fps = (len(self._outputs) - 1) / span if span > 0 else 0.0
+            out: dict[str, float | int | str] = {
+                "fps": round(fps, 3),
+                "latency_ms_mean": round(1e3 * sum(latencies) / len(latencies), 2) if latencies else 0.0,
+                "latency_ms_max": round(1e3 * max(latencies), 2) if latencies else 0.0,
+                "frames_published": self.frames_published,
+                "resets": self.resets,
+                "rejected_total": sum(self._rejected.values()),
+                "failed_total": sum(self._failed.values()),
+            }
+            out.update({f"rejected_{cause}": n for cause, n in sorted(self._rejected.items())})
+            out.update({f"failed_{cause}": n for cause, n in sorted(self._failed.items())})
+        return out
+
+    def _trim(self, now: float) -> None:
+        while self._outputs and now - self._outputs[0][0] > self._window_s:
+            self._outputs.popleft()
+
+
+class CauseThrottle:
+    """Log each cause (rejection or failure kind) once, then at most every `period_s` seconds."""
+
+    def __init__(self, period_s: float = 10.0) -> None:
+        self._period_s = period_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def should_log(self, cause: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(cause)
+            if last is not None and now - last < self._period_s:
+                return False
+            self._last[cause] = now
+            return True
+
+
+def diagnostic_array(
+    name: str,
+    hardware_id: str,
+    stamp: object,
+    runtime: Mapping[str, object],
+    worker: WorkerStats | None,
+    session: Mapping[str, object],
+    state: str,
+) -> DiagnosticArray:
+    """Build the /diagnostics message.
+
+    Level: OK, or WARN once frames were dropped, rejected or failed inference (the message gives the counts;
+    the node keeps mapping in every case). Keys: every `runtime` and `session` entry (session keys
+    prefixed `cache.` unless already namespaced), the worker counters, and `state` (lifecycle state).
+    """
+    values: dict[str, object] = {"state": state}
+    values.update(runtime)
+    if worker is not None:
+        values.update(
+            frames_received=worker.submitted,
+            frames_processed=worker.processed,
+            frames_dropped=worker.dropped,
+            queue_length=worker.queued,
+            queue_max_length=worker.max_queued,
+        )
+    for key, value in session.items():
+        values[key if "." in key else f"cache.{key}"] = value
+    problems = {key: int(values.get(key, 0)) for key in ("frames_dropped", "rejected_total", "failed_total")}
+    level, message = DiagnosticStatus.OK, "mapping"
+    if any(problems.values()):
+        level = DiagnosticStatus.WARN
+        message = "mapping; {frames_dropped} dropped, {rejected_total} rejected, {failed_total} failed"
+        message = message.format(**problems)
+    status = DiagnosticStatus(
+        level=level,
+        name=f"{name}: mapping",
+        message=message,
+        hardware_id=hardware_id,
+        values=[KeyValue(key=str(k), value=_format(v)) for k, v in values.items()],
+    )
+    return DiagnosticArray(header=Header(stamp=stamp), status=[status])
+
+
+def diagnostic_values(msg: DiagnosticArray, name_suffix: str = ": mapping") -> dict[str, str]:
+    """Key -> value of the first status whose name ends with `name_suffix` (empty if none)."""
+    for status in msg.status:
+        if status.name.endswith(name_suffix):
+            return {kv.key: kv.value for kv in status.values}
+    return {}
+
+
+def _format(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

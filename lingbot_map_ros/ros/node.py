@@ -1,0 +1,372 @@
+"""The `lingbot_map` lifecycle node: camera in; TF, odometry, path, depth and a point-cloud map out.
+
+Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py),
+activate creates the subscription, publishers (outputs.py), services and timers, deactivate/cleanup release
+them (and the GPU). The image callback converts and enqueues (worker.py) and never blocks; the inference
+thread pushes frames through the session under `_session_lock` and publishes every result in input order
+with the input stamp. `~/reset` and live `kv_cache.sliding_window` take the same lock, so they are safe while
+a frame is being inferred.
+
+Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
+`python -m lingbot_map_ros.ros.node --ros-args ...`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+from std_srvs.srv import Trigger
+
+from ..engine.mapping import write_ply, write_tum
+from .conversions import ImageConversionError, compressed_to_rgb, image_to_rgb
+from .diagnostics import CauseThrottle, RuntimeStats, diagnostic_array
+from .outputs import MappingOutputs, OutputConfig
+from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
+from .pipeline import ConfigureError, Pipeline, build_pipeline
+from .worker import InferenceWorker
+
+NODE_NAME = "lingbot_map"
+
+
+@dataclass(frozen=True)
+class InputFrame:
+    """A converted camera frame waiting for inference.
+
+    Attributes:
+        header: the input image header (stamp and frame_id reused by every output of this frame).
+        rgb: `[H, W, 3]` uint8 at the input resolution.
+        received: `time.monotonic()` at the callback (latency origin).
+        generation: reset counter when it arrived; frames from before a reset are discarded.
+    """
+
+    header: Header
+    rgb: np.ndarray
+    received: float
+    generation: int
+
+
+class LingBotMapNode(LifecycleNode):
+    """Lifecycle node `lingbot_map` (see module doc and docs/node.md for the interface).
+
+    Raises:
+        ValueError: at construction, when a parameter given on the command line is invalid.
+    """
+
+    def __init__(self, node_name: str = NODE_NAME, **kwargs: object) -> None:
+        super().__init__(node_name, **kwargs)
+        declare_parameters(self)
+        self.params: NodeParams = read_parameters(self)
+        self.add_on_set_parameters_callback(self._check_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self.stats = RuntimeStats()
+        self._throttle = CauseThrottle()
+        self._pipeline: Pipeline | None = None
+        self._session_lock = threading.Lock()
+        self._generation = 0
+        self._session_stats: dict[str, object] = {}
+        self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
+        self._worker: InferenceWorker[InputFrame] | None = None
+        self._outputs: MappingOutputs | None = None
+        self._entities: list[tuple[str, object]] = []  # (kind, handle) created in activate
+        self._diag_pub = None
+        self._saves = 0
+        self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
+        self._service_group = MutuallyExclusiveCallbackGroup()
+        self._timer_group = MutuallyExclusiveCallbackGroup()
+
+    # ----------------------------------------------------------------------------------------- lifecycle
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            self._pipeline = build_pipeline(self.params, self.get_logger().warning)
+        except ConfigureError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        except Exception as exc:  # noqa: BLE001 - any model/engine error is one clear configure failure
+            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self._refresh_session_stats()
+        self.get_logger().info(f"configured: {self._pipeline.description}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = self.params
+        self._outputs = MappingOutputs(self, self._output_config(p))
+        self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
+        qos = QoSProfile(
+            depth=p.qos_depth,
+            history=HistoryPolicy.KEEP_LAST,
+            reliability=ReliabilityPolicy.RELIABLE
+            if p.qos_reliability == "reliable"
+            else ReliabilityPolicy.BEST_EFFORT,
+        )
+        if p.image_transport == "compressed":
+            sub = self.create_subscription(
+                CompressedImage,
+                "image/compressed",
+                self._on_compressed,
+                qos,
+                callback_group=self._input_group,
+            )
+        else:
+            sub = self.create_subscription(
+                Image, "image", self._on_image, qos, callback_group=self._input_group
+            )
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._entities = [
+            ("subscription", sub),
+            (
+                "service",
+                self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._service_group),
+            ),
+            (
+                "service",
+                self.create_service(
+                    Trigger, "~/save_map", self._on_save_map, callback_group=self._service_group
+                ),
+            ),
+            (
+                "timer",
+                self.create_timer(
+                    1.0 / p.map_publish_rate, self._publish_map, callback_group=self._timer_group
+                ),
+            ),
+            (
+                "timer",
+                self.create_timer(
+                    1.0 / p.diagnostics_rate, self.publish_diagnostics, callback_group=self._timer_group
+                ),
+            ),
+        ]
+        topic = sub.topic_name
+        self.get_logger().info(f"active: listening on {topic} ({p.image_transport}, {p.qos_reliability})")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release_active()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release_configured()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release_active()
+        self._release_configured()
+        return TransitionCallbackReturn.SUCCESS
+
+    def autostart(self) -> bool:
+        """Configure then activate (the `autostart` parameter); False when a transition failed."""
+        if self.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            return False
+        return self.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def _release_active(self) -> None:
+        for kind, handle in self._entities:
+            getattr(self, f"destroy_{kind}")(handle)
+        self._entities = []
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._outputs is not None:
+            self._outputs.destroy()
+            self._outputs = None
+        if self._diag_pub is not None:
+            self.destroy_publisher(self._diag_pub)
+            self._diag_pub = None
+
+    def _release_configured(self) -> None:
+        with self._session_lock:
+            if self._pipeline is not None:
+                self._pipeline.release()
+                self._pipeline = None
+            self._session_stats = {}
+
+    # ---------------------------------------------------------------------------------------- frames in
+    def _on_image(self, msg: Image) -> None:
+        self._enqueue(msg, image_to_rgb)
+
+    def _on_compressed(self, msg: CompressedImage) -> None:
+        self._enqueue(msg, compressed_to_rgb)
+
+    def _enqueue(self, msg: Image | CompressedImage, convert: object) -> None:
+        received = time.monotonic()
+        try:
+            rgb = convert(msg)
+        except ImageConversionError as exc:
+            count = self.stats.record_rejected(exc.cause)
+            if self._throttle.should_log(exc.cause):
+                self.get_logger().warning(f"frame rejected ({exc.cause}, {count} so far): {exc}")
+            return
+        worker = self._worker
+        if worker is not None:
+            worker.submit(InputFrame(msg.header, rgb, received, self._generation))
+
+    def _process(self, frame: InputFrame) -> None:
+        """Inference thread: push one frame, publish whatever results the session returns, in order."""
+        with self._session_lock:
+            if frame.generation != self._generation or self._pipeline is None or self._outputs is None:
+                return
+            results = self._pipeline.session.push(frame.rgb, meta=frame)
+            for result in results:
+                self._outputs.publish(result, result.meta.header)
+                self.stats.record_output(time.monotonic() - result.meta.received)
+            self._refresh_session_stats(results[-1] if results else None)
+
+    def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
+        cause = type(exc).__name__
+        count = self.stats.record_failed(cause)
+        if self._throttle.should_log(f"failed:{cause}"):
+            self.get_logger().error(
+                f"inference failed ({cause}, {count} so far), frame skipped, map kept: {exc}"
+            )
+
+    # --------------------------------------------------------------------------------- services, timers
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self._generation += 1
+        discarded = self._worker.clear() if self._worker is not None else 0
+        with self._session_lock:
+            if self._pipeline is None or self._outputs is None:
+                response.success, response.message = False, "not active"
+                return response
+            self._pipeline.session.reset()
+            self._outputs.clear()
+            self._last_result = {}
+            self._refresh_session_stats()
+        self._outputs.publish_cleared(self.get_clock().now().to_msg())
+        self.stats.record_reset()
+        response.success = True
+        response.message = (
+            f"reset: cache, trajectory and map cleared, {discarded} queued frame(s) discarded; the next "
+            f"{self.params.kv_cache_scale_frames} frames form a new anchor phase"
+        )
+        self.get_logger().info(response.message)
+        return response
+
+    def _on_save_map(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self._outputs is None:
+            response.success, response.message = False, "not active"
+            return response
+        xyz, rgb, stamps, rows = self._outputs.snapshot()
+        out_dir = Path(self.params.output_dir).expanduser()
+        self._saves += 1
+        tag = f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
+            tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
+        except (OSError, ValueError) as exc:
+            response.success, response.message = False, f"save_map failed in '{out_dir}': {exc}"
+            self.get_logger().error(response.message)
+            return response
+        response.success = True
+        response.message = f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
+        self.get_logger().info(f"saved {response.message}")
+        return response
+
+    def _publish_map(self) -> None:
+        if self._outputs is not None:
+            self._outputs.publish_map(self._outputs.last_stamp or self.get_clock().now().to_msg())
+
+    def publish_diagnostics(self) -> None:
+        """Publish /diagnostics now (timer, and right after a live parameter change)."""
+        pub = self._diag_pub
+        if pub is None:
+            return
+        runtime = self.stats.snapshot()
+        if self._outputs is not None:
+            runtime["map_points"] = self._outputs.map_size()
+        worker = self._worker.stats() if self._worker is not None else None
+        msg = diagnostic_array(
+            self.get_name(),
+            str(self._pipeline.device) if self._pipeline else "none",
+            self.get_clock().now().to_msg(),
+            runtime,
+            worker,
+            dict(self._session_stats),
+            "active" if self._entities else ("inactive" if self._pipeline else "unconfigured"),
+        )
+        pub.publish(msg)
+
+    def _refresh_session_stats(self, last: object | None = None) -> None:
+        """Snapshot the session statistics (call with `_session_lock` held) for the diagnostics timer."""
+        stats = dict(self._pipeline.session.stats()) if self._pipeline is not None else {}
+        if last is not None:
+            self._last_result = {"last.index": last.index, "last.phase": last.phase, "last.epoch": last.epoch}
+        stats.update(self._last_result)
+        self._session_stats = stats
+
+    # ------------------------------------------------------------------------------------- parameters
+    def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        return check_update(params, self.params, configured=self._pipeline is not None)
+
+    def _apply_parameters(self, params: list[Parameter]) -> None:
+        old, self.params = self.params, apply_update(self.params, params)
+        if self._outputs is not None:
+            self._outputs.update_config(self._output_config(self.params))
+        if self.params.kv_cache_sliding_window != old.kv_cache_sliding_window and self._pipeline is not None:
+            with self._session_lock:
+                self._pipeline.session.set_sliding_window(self.params.kv_cache_sliding_window)
+                self._refresh_session_stats()
+            self.get_logger().info(f"kv_cache.sliding_window -> {self.params.kv_cache_sliding_window}")
+            self.publish_diagnostics()
+
+    @staticmethod
+    def _output_config(p: NodeParams) -> OutputConfig:
+        return OutputConfig(
+            map_frame=p.map_frame,
+            camera_frame=p.camera_frame,
+            path_max_length=p.path_max_length,
+            map_conf_threshold=p.map_conf_threshold,
+            map_stride=p.map_stride,
+            map_voxel_size=p.map_voxel_size,
+            map_max_points=p.map_max_points,
+            publish_depth=p.publish_depth,
+            publish_frame_cloud=p.publish_frame_cloud,
+        )
+
+
+def main(args: list[str] | None = None) -> int:
+    """Entry point of `lingbot_map_node`; exit code 0 on SIGINT, 1 when autostart fails, 2 on bad params."""
+    rclpy.init(args=args)
+    try:
+        node = LingBotMapNode()
+    except ValueError as exc:
+        print(f"[lingbot_map] {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    code = 0
+    try:
+        if node.params.autostart and not node.autostart():
+            node.get_logger().fatal("autostart failed (see the error above); exiting")
+            code = 1
+        else:
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.on_shutdown(None)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

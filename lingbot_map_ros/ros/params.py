@@ -1,0 +1,252 @@
+"""The node's ROS parameters: declaration (descriptors with ranges), validation, live vs reload.
+
+Every parameter is listed once in `PARAMETERS` with its default, range or choices, description and whether it
+applies live. Live parameters change the running node at once (e.g. `kv_cache.sliding_window` resizes the
+cache window through `StreamingSession.set_sliding_window`). The others are read at configure time; setting
+one while the node is configured is rejected with the reason (it needs a reload: deactivate, cleanup,
+set, configure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+ParamValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: ROS `name`, `default` (fixes the type), constraints, and whether it applies live."""
+
+    name: str
+    default: ParamValue
+    description: str
+    live: bool = False
+    int_range: tuple[int, int] | None = None
+    float_range: tuple[float, float] | None = None
+    choices: tuple[str, ...] | None = None
+
+    def descriptor(self) -> ParameterDescriptor:
+        """The rcl descriptor (ranges are enforced by rclpy itself; choices by `validate`)."""
+        text = self.description + ("" if self.live else " (read at configure; needs a reload to change)")
+        if self.choices:
+            text += f" One of: {', '.join(self.choices)}."
+        desc = ParameterDescriptor(description=text, read_only=False)
+        if self.int_range is not None:
+            desc.integer_range = [
+                IntegerRange(from_value=self.int_range[0], to_value=self.int_range[1], step=1)
+            ]
+        if self.float_range is not None:
+            desc.floating_point_range = [
+                FloatingPointRange(from_value=self.float_range[0], to_value=self.float_range[1], step=0.0)
+            ]
+        return desc
+
+    def validate(self, value: object) -> str | None:
+        """Reason the value is invalid, or None when it is acceptable."""
+        if type(value) is not type(self.default) and not (
+            isinstance(self.default, float) and type(value) is int
+        ):
+            return f"{self.name} must be a {type(self.default).__name__}, got {type(value).__name__}"
+        if self.choices is not None and value not in self.choices:
+            return f"{self.name} must be one of {list(self.choices)}, got '{value}'"
+        bounds = self.int_range or self.float_range
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            return f"{self.name} must be in [{bounds[0]}, {bounds[1]}], got {value}"
+        return None
+
+
+PARAMETERS: tuple[ParamSpec, ...] = (
+    ParamSpec("autostart", True, "Configure and activate on start-up, so a plain `ros2 run` maps at once."),
+    ParamSpec(
+        "model.checkpoint", "", "Checkpoint (.pt / .safetensors). Empty: synthetic weights of the preset."
+    ),
+    ParamSpec("model.preset", "lingbot-map", "Architecture preset.", choices=("lingbot-map", "tiny")),
+    ParamSpec("model.device", "auto", "Torch device: auto (cuda if available), cpu, cuda, cuda:N."),
+    ParamSpec(
+        "model.dtype",
+        "auto",
+        "Aggregator compute dtype (auto: bf16 on cuda, fp32 on cpu).",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),
+    ParamSpec(
+        "model.image_width",
+        518,
+        "Network input width in pixels (multiple of 14; 518 as released).",
+        int_range=(28, 1036),
+    ),
+    ParamSpec(
+        "attention.backend", "auto", "Global-attention backend.", choices=("auto", "flashinfer", "torch")
+    ),
+    ParamSpec(
+        "kv_cache.sliding_window",
+        64,
+        "Non-anchor frames kept in the KV cache (live).",
+        live=True,
+        int_range=(1, 1024),
+    ),
+    ParamSpec(
+        "kv_cache.max_window",
+        128,
+        "Cache pool capacity: upper bound of kv_cache.sliding_window.",
+        int_range=(1, 1024),
+    ),
+    ParamSpec("kv_cache.scale_frames", 8, "Anchor frames (phase 1), never evicted.", int_range=(1, 64)),
+    ParamSpec(
+        "keyframe.interval", 1, "Every N-th streaming frame is stored in the cache.", int_range=(1, 1000)
+    ),
+    ParamSpec("map_frame", "map", "Fixed frame of TF, odometry, path and map cloud (REP-105)."),
+    ParamSpec("camera_frame", "", "Camera optical frame; empty: the input image header's frame_id."),
+    ParamSpec(
+        "map.voxel_size", 0.02, "Voxel edge of the accumulated map, model units.", float_range=(1e-4, 100.0)
+    ),
+    ParamSpec(
+        "map.conf_threshold",
+        1.5,
+        "Keep pixels with depth confidence above this (conf >= 1; live).",
+        live=True,
+        float_range=(0.0, 1e6),
+    ),
+    ParamSpec("map.max_points", 500000, "Point budget of the map cloud.", int_range=(1000, 50_000_000)),
+    ParamSpec(
+        "map.stride", 2, "Pixel stride when unprojecting a frame (live).", live=True, int_range=(1, 64)
+    ),
+    ParamSpec("map_publish_rate", 1.0, "Rate of ~/map_cloud in Hz.", float_range=(0.01, 30.0)),
+    ParamSpec(
+        "path.max_length",
+        10000,
+        "Poses kept in ~/path (oldest dropped; live).",
+        live=True,
+        int_range=(1, 1_000_000),
+    ),
+    ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution)."),
+    ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points)."),
+    ParamSpec(
+        "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
+    ),
+    ParamSpec("output_dir", "~/.ros/lingbot_map", "Directory of ~/save_map (PLY map + TUM trajectory)."),
+    ParamSpec(
+        "image_transport",
+        "raw",
+        "raw: subscribe `image`; compressed: `image/compressed`.",
+        choices=("raw", "compressed"),
+    ),
+    ParamSpec(
+        "qos.reliability",
+        "best_effort",
+        "Image subscription reliability (best_effort = sensor data).",
+        choices=("best_effort", "reliable"),
+    ),
+    ParamSpec("qos.depth", 5, "Image subscription history depth.", int_range=(1, 1000)),
+    ParamSpec("diagnostics_rate", 1.0, "Rate of /diagnostics in Hz.", float_range=(0.1, 100.0)),
+)
+
+SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
+
+
+@dataclass(frozen=True)
+class NodeParams:
+    """Typed snapshot of all parameters (field = parameter name with '.' -> '_')."""
+
+    autostart: bool
+    model_checkpoint: str
+    model_preset: str
+    model_device: str
+    model_dtype: str
+    model_image_width: int
+    attention_backend: str
+    kv_cache_sliding_window: int
+    kv_cache_max_window: int
+    kv_cache_scale_frames: int
+    keyframe_interval: int
+    map_frame: str
+    camera_frame: str
+    map_voxel_size: float
+    map_conf_threshold: float
+    map_max_points: int
+    map_stride: int
+    map_publish_rate: float
+    path_max_length: int
+    publish_depth: bool
+    publish_frame_cloud: bool
+    queue_size: int
+    output_dir: str
+    image_transport: str
+    qos_reliability: str
+    qos_depth: int
+    diagnostics_rate: float
+
+
+def field_name(param_name: str) -> str:
+    """`kv_cache.sliding_window` -> `kv_cache_sliding_window`."""
+    return param_name.replace(".", "_")
+
+
+def declare_parameters(node: Node) -> None:
+    """Declare every parameter of `PARAMETERS` on `node` with its descriptor."""
+    for spec in PARAMETERS:
+        node.declare_parameter(spec.name, spec.default, spec.descriptor())
+
+
+def read_parameters(node: Node) -> NodeParams:
+    """Read and validate all parameters.
+
+    Raises:
+        ValueError: naming every invalid parameter (e.g. a bad `-p` on the command line).
+    """
+    values = {spec.name: node.get_parameter(spec.name).value for spec in PARAMETERS}
+    problems = [reason for name, value in values.items() if (reason := SPECS[name].validate(value))]
+    problems += cross_check(values)
+    if problems:
+        raise ValueError("invalid parameters: " + "; ".join(problems))
+    return NodeParams(**{field_name(name): _coerce(SPECS[name], value) for name, value in values.items()})
+
+
+def cross_check(values: dict[str, object]) -> list[str]:
+    """Constraints between parameters (`values` holds at least the two window parameters)."""
+    window, max_window = values["kv_cache.sliding_window"], values["kv_cache.max_window"]
+    if window > max_window:
+        return [f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})"]
+    if values.get("model.image_width", 14) % 14:
+        return [f"model.image_width must be a multiple of 14 (patch size), got {values['model.image_width']}"]
+    return []
+
+
+def check_update(params: list[Parameter], current: NodeParams, configured: bool) -> SetParametersResult:
+    """Accept or reject a parameter update with the reason (the node's on-set-parameters callback).
+
+    Reload-only parameters are accepted while the node is unconfigured (configure reads them) and rejected
+    once it is configured. Live parameters are validated against the current values of the others.
+    """
+    values = {spec.name: getattr(current, field_name(spec.name)) for spec in PARAMETERS}
+    for param in params:
+        spec = SPECS.get(param.name)
+        if spec is None:
+            continue  # e.g. use_sim_time, handled by rclpy
+        reason = spec.validate(param.value)
+        if reason is None and configured and not spec.live:
+            reason = (
+                f"{param.name} needs a reload (the model or the pipeline is built from it): "
+                "deactivate, cleanup, set it, then configure and activate again"
+            )
+        if reason is not None:
+            return SetParametersResult(successful=False, reason=reason)
+        values[param.name] = _coerce(spec, param.value)
+    problems = cross_check(values)
+    if problems:
+        return SetParametersResult(successful=False, reason="; ".join(problems))
+    return SetParametersResult(successful=True, reason="")
+
+
+def apply_update(current: NodeParams, params: list[Parameter]) -> NodeParams:
+    """The snapshot with accepted `params` applied."""
+    changes = {field_name(p.name): _coerce(SPECS[p.name], p.value) for p in params if p.name in SPECS}
+    return NodeParams(**{**current.__dict__, **changes})
+
+
+def _coerce(spec: ParamSpec, value: object) -> ParamValue:
+    return float(value) if isinstance(spec.default, float) else value

@@ -1,0 +1,100 @@
+"""Build the model and the streaming session from the node's parameters (the configure step).
+
+The only place where the ROS layer touches model/ and engine/ construction; everything after configure goes
+through `StreamingSession` (docs/architecture.md, engine/ contract).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..engine import SessionConfig, StreamingSession
+from ..model import CheckpointError, LingBotMap, ModelConfig, load_checkpoint
+from .params import NodeParams
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ConfigureError(RuntimeError):
+    """Configure failed; the message is the one clear error the node logs."""
+
+
+@dataclass
+class Pipeline:
+    """What configure builds: the model (on its device) and the session that streams frames through it."""
+
+    model: torch.nn.Module
+    session: StreamingSession
+    device: torch.device
+    description: str
+
+    def release(self) -> None:
+        """Drop the model and session and return cached GPU memory (cleanup)."""
+        cuda = self.device.type == "cuda"
+        del self.session
+        del self.model
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> cuda when available, else cpu; otherwise the named device (must exist)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigureError(f"model.device '{name}' is not a torch device: {exc}") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigureError(f"model.device '{name}' requested but CUDA is not available")
+    return device
+
+
+def build_pipeline(params: NodeParams, warn: callable) -> Pipeline:
+    """Construct the model (checkpoint or synthetic weights) and the session.
+
+    Args:
+        params: the node's parameters.
+        warn: logger callback for the synthetic-weights warning.
+    Raises:
+        ConfigureError: unreadable / mismatching checkpoint, unknown device, bad combination; one message.
+    """
+    device = resolve_device(params.model_device)
+    config = ModelConfig.preset(params.model_preset)
+    model = LingBotMap(config)
+    if params.model_checkpoint:
+        path = Path(params.model_checkpoint).expanduser()
+        try:
+            load_checkpoint(model, path)
+        except (CheckpointError, OSError) as exc:
+            raise ConfigureError(f"cannot load model.checkpoint '{path}': {exc}") from exc
+        weights = str(path)
+    else:
+        warn(
+            f"model.checkpoint is empty: using SYNTHETIC weights of preset '{params.model_preset}' "
+            "(outputs are not meaningful; set model.checkpoint to a released LingBot-Map checkpoint)"
+        )
+        weights = "synthetic"
+    dtype = None if params.model_dtype == "auto" else _DTYPES[params.model_dtype]
+    model = model.to(device).eval()
+    session_config = SessionConfig(
+        scale_frames=params.kv_cache_scale_frames,
+        sliding_window=params.kv_cache_sliding_window,
+        max_window=params.kv_cache_max_window,
+        keyframe_interval=params.keyframe_interval,
+        image_width=params.model_image_width,
+        backend=params.attention_backend,
+        dtype=dtype,
+    )
+    try:
+        session = StreamingSession(model, session_config)
+    except ValueError as exc:
+        raise ConfigureError(f"cannot start the streaming session: {exc}") from exc
+    description = (
+        f"preset {params.model_preset}, weights {weights}, device {device}, dtype {params.model_dtype}, "
+        f"backend {params.attention_backend}, image width {params.model_image_width}"
+    )
+    return Pipeline(model=model, session=session, device=device, description=description)

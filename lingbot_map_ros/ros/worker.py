@@ -1,0 +1,142 @@
+"""Bounded frame queue and the inference thread.
+
+The image callback only calls `InferenceWorker.submit` (O(1), never blocks the executor). When the model is
+slower than the camera the queue keeps the newest `queue_size` frames and drops the oldest, counting each
+drop. One thread takes frames in arrival order and calls `process(frame)`, which runs inference and publishes
+the results; output order is therefore input order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Counters since the worker started.
+
+    `processed` counts every frame the thread took (failed ones included), `failed` those whose processing
+    raised, `dropped` those evicted unprocessed from a full queue; `queued` is the current queue length and
+    `max_queued` its high-water mark (never above the capacity).
+    """
+
+    submitted: int
+    processed: int
+    dropped: int
+    failed: int
+    queued: int
+    max_queued: int
+
+
+class InferenceWorker(Generic[Item]):
+    """Drop-oldest bounded queue feeding one processing thread.
+
+    Args:
+        process: called on the worker thread with each frame, in arrival order.
+        queue_size: capacity (>= 1); a full queue drops its oldest frame to admit a new one.
+        on_error: called on the worker thread with `(frame, exception)` when `process` raises; the worker
+            counts the failure and carries on with the next frame.
+    """
+
+    def __init__(
+        self,
+        process: Callable[[Item], None],
+        queue_size: int,
+        on_error: Callable[[Item, Exception], None],
+        name: str = "lingbot_map_inference",
+    ) -> None:
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._process = process
+        self._on_error = on_error
+        self._queue: deque[Item] = deque()
+        self._capacity = queue_size
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._busy = False
+        self._submitted = self._processed = self._dropped = self._failed = self._max_queued = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, item: Item) -> bool:
+        """Enqueue a frame; returns False when the oldest queued frame had to be dropped for it."""
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("InferenceWorker is stopped")
+            dropped = len(self._queue) >= self._capacity
+            if dropped:
+                self._queue.popleft()
+                self._dropped += 1
+            self._queue.append(item)
+            self._submitted += 1
+            self._max_queued = max(self._max_queued, len(self._queue))
+            self._cond.notify()
+        return not dropped
+
+    def clear(self) -> int:
+        """Discard queued frames (not the one being processed); returns how many were discarded."""
+        with self._cond:
+            count = len(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+            return count
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until the queue is empty and no frame is being processed; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def stats(self) -> WorkerStats:
+        """A consistent snapshot of the counters."""
+        with self._cond:
+            return WorkerStats(
+                submitted=self._submitted,
+                processed=self._processed,
+                dropped=self._dropped,
+                failed=self._failed,
+                queued=len(self._queue),
+                max_queued=self._max_queued,
+            )
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Drop queued frames, let the current one finish and join the thread; False if it did not end."""
+        with self._cond:
+            self._stopping = True
+            self._queue.clear()
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                item = self._queue.popleft()
+                self._busy = True
+            try:
+                self._process(item)
+            except Exception as exc:  # noqa: BLE001 - a failed frame must not kill the node
+                with self._cond:
+                    self._failed += 1
+                self._on_error(item, exc)
+            finally:
+                with self._cond:
+                    self._processed += 1
+                    self._busy = False
+                    self._cond.notify_all()

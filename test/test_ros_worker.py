@@ -1,0 +1,125 @@
+"""Unit tests of the bounded drop-oldest inference worker, the parameter table and the diagnostics builder."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from builtin_interfaces.msg import Time
+from rclpy.parameter import Parameter
+
+from lingbot_map_ros.ros.diagnostics import CauseThrottle, RuntimeStats, diagnostic_array, diagnostic_values
+from lingbot_map_ros.ros.params import PARAMETERS, SPECS, NodeParams, apply_update, check_update, field_name
+from lingbot_map_ros.ros.worker import InferenceWorker
+
+
+def test_worker_processes_in_order_and_drops_oldest_when_slow() -> None:
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def process(item: int) -> None:
+        gate.wait(5)
+        seen.append(item)
+
+    worker = InferenceWorker(process, queue_size=3, on_error=lambda item, exc: None)
+    try:
+        assert worker.submit(0)
+        deadline = time.monotonic() + 5
+        while worker.stats().queued and time.monotonic() < deadline:  # thread takes frame 0, blocks on gate
+            time.sleep(0.005)
+        accepted = [worker.submit(i) for i in range(1, 11)]  # 10 frames into a queue of 3
+        assert accepted == [True] * 3 + [False] * 7
+        stats = worker.stats()
+        assert (stats.submitted, stats.dropped, stats.queued, stats.max_queued) == (11, 7, 3, 3)
+        gate.set()
+        assert worker.wait_idle(5)
+        assert seen == [0, 8, 9, 10]  # the newest frames survive, in arrival order
+        assert worker.stats().processed == 4
+    finally:
+        assert worker.stop()
+
+
+def test_worker_survives_failures_and_clear_discards_queue() -> None:
+    errors: list[tuple[int, str]] = []
+
+    def process(item: int) -> None:
+        if item == 1:
+            raise RuntimeError("boom")
+
+    worker = InferenceWorker(
+        process, queue_size=100, on_error=lambda item, exc: errors.append((item, str(exc)))
+    )
+    try:
+        for i in range(4):
+            worker.submit(i)
+        assert worker.wait_idle(5)
+        assert errors == [(1, "boom")]
+        stats = worker.stats()
+        assert (stats.processed, stats.failed, stats.dropped) == (4, 1, 0)
+    finally:
+        assert worker.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        worker.submit(5)
+    with pytest.raises(ValueError, match="queue_size"):
+        InferenceWorker(process, queue_size=0, on_error=lambda item, exc: None)
+
+
+def _defaults() -> NodeParams:
+    return NodeParams(**{field_name(s.name): s.default for s in PARAMETERS})
+
+
+def test_parameter_table_matches_dataclass_and_defaults_are_valid() -> None:
+    assert {field_name(s.name) for s in PARAMETERS} == set(NodeParams.__dataclass_fields__)
+    for spec in PARAMETERS:
+        assert spec.validate(spec.default) is None, spec.name
+        desc = spec.descriptor()
+        assert desc.description
+        if spec.int_range:
+            assert (desc.integer_range[0].from_value, desc.integer_range[0].to_value) == spec.int_range
+
+
+def test_parameter_updates_live_vs_reload() -> None:
+    current = _defaults()
+    ok = check_update([Parameter("kv_cache.sliding_window", value=16)], current, configured=True)
+    assert ok.successful
+    assert (
+        apply_update(current, [Parameter("kv_cache.sliding_window", value=16)]).kv_cache_sliding_window == 16
+    )
+    reload = check_update([Parameter("model.preset", value="tiny")], current, configured=True)
+    assert not reload.successful and "needs a reload" in reload.reason
+    assert check_update([Parameter("model.preset", value="tiny")], current, configured=False).successful
+    cases = {
+        ("kv_cache.sliding_window", 0): "in [1, 1024]",
+        ("kv_cache.sliding_window", 500): "<= kv_cache.max_window (128)",
+        ("kv_cache.sliding_window", "big"): "must be a int",
+        ("attention.backend", "cuda"): "one of",
+        ("model.image_width", 100): "multiple of 14",
+    }
+    for (name, value), reason in cases.items():
+        result = check_update([Parameter(name, value=value)], current, configured=False)
+        assert not result.successful and reason in result.reason, (name, result.reason)
+    assert SPECS["map.conf_threshold"].validate(2) is None  # an int for a float parameter is fine
+
+
+def test_runtime_stats_and_diagnostic_message() -> None:
+    stats = RuntimeStats(window_s=60)
+    for _ in range(3):
+        stats.record_output(0.05)
+        time.sleep(0.01)
+    assert stats.record_rejected("unsupported_encoding") == 1
+    assert stats.record_rejected("unsupported_encoding") == 2
+    snap = stats.snapshot()
+    assert snap["frames_published"] == 3 and snap["rejected_unsupported_encoding"] == 2
+    assert snap["fps"] > 0 and snap["latency_ms_mean"] == pytest.approx(50.0)
+    msg = diagnostic_array(
+        "lingbot_map", "cpu", Time(), snap, None, {"sliding_window": 16, "map.x": 1}, "active"
+    )
+    values = diagnostic_values(msg)
+    assert values["cache.sliding_window"] == "16" and values["map.x"] == "1" and values["state"] == "active"
+    assert msg.status[0].level == msg.status[0].WARN and "2 rejected" in msg.status[0].message
+
+
+def test_cause_throttle() -> None:
+    throttle = CauseThrottle(period_s=60)
+    assert throttle.should_log("a") and not throttle.should_log("a") and throttle.should_log("b")
