@@ -178,8 +178,8 @@ def open_bag(path: Path) -> Reader:
     path = Path(path)
     if not path.exists():
         raise BagError(f"bag {path} does not exist")
-    reader = Reader(path)
     try:
+        reader = Reader(path)
         reader.open()
     except (ReaderError, OSError, KeyError, ValueError) as err:
         raise BagError(f"bag {path} is not a readable rosbag2 bag (folder with metadata.yaml and "

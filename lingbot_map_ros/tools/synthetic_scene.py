@@ -18,9 +18,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from lingbot_map_ros.engine.writers import write_tum
 from lingbot_map_ros.tools.bag_io import STORAGE_PLUGINS
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, MakeBagResult, write_camera_bag
-from lingbot_map_ros.tools.trajectory_eval import write_tum_poses
 
 ROOM_MIN = np.array([-2.5, -1.3, -4.0])
 ROOM_MAX = np.array([2.5, 1.3, 4.0])
@@ -178,8 +178,8 @@ def write_scene_bag(config: SceneConfig, bag_path: Path, ground_truth: Path, sto
     k = intrinsics(config)
     bag_config = MakeBagConfig(output=bag_path, storage=storage, rate_hz=rate_hz, start_time_ns=start_time_ns)
     result = write_camera_bag(bag_config, frames, k, total=config.frames)
-    stamps = start_time_ns + np.arange(config.frames) * round(1e9 / rate_hz)
-    write_tum_poses(ground_truth, stamps, poses)
+    stamps_ns = start_time_ns + np.arange(config.frames, dtype=np.int64) * round(1e9 / rate_hz)
+    write_tum(ground_truth, stamps_ns / 1e9, poses)
     return SceneBag(result, ground_truth, k)
 
 
