@@ -1,0 +1,93 @@
+"""`SessionConfig`: streaming policy of a `StreamingSession` (anchors, window, keyframes, long streams)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .preprocess import PATCH_SIZE
+
+#: Length of the released model's 3D-RoPE table: the temporal index of a step must stay below it.
+ROPE_TABLE_FRAMES = 1024
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Streaming policy.
+
+    Attributes:
+        scale_frames: S0, anchor frames run together (bidirectionally) at a stream's start; never evicted.
+        sliding_window: live window of non-anchor keyframes in the global-attention cache (live-resizable).
+        max_window: capacity of the window pool; ``set_sliding_window`` accepts 1..max_window.
+        keyframe_interval: every N-th streaming frame is a keyframe (stored); the first streaming frame
+            always is. Non-keyframes attend to the cache and are rolled back.
+        image_width: network input width in pixels (multiple of 14; 518 for the released model).
+        device: where the images go; None = the device of the model's parameters.
+        dtype: dtype of the image tensor handed to the model (the model applies its own precision policy).
+        max_stored_frames: long-stream bound. When the cache holds this many frames (anchors + keyframes since
+            the last (re-)anchor), the stream is re-anchored on the most recent ``scale_frames`` keyframes and
+            the trajectory is carried over with a Sim(3) (docs/engine.md). At most 1,024 (the RoPE table);
+            default 320, the sequence length the model was trained on.
+        backend: attention backend of the global-attention cache ("auto", "torch", "flashinfer").
+        camera_history: camera-head keyframe history; None = ``max_stored_frames`` (exactly the reference's
+            full-history semantics, since a segment never stores more frames than that).
+        realign_conf_threshold: pixels used for the re-anchor depth-scale estimate need confidence above
+            this in both the old and the new prediction (falls back to all pixels when too few pass).
+        timing_window: number of recent steps the per-stage timing statistics average over.
+    """
+
+    scale_frames: int = 8
+    sliding_window: int = 64
+    max_window: int = 128
+    keyframe_interval: int = 1
+    image_width: int = 518
+    device: str | None = None
+    dtype: torch.dtype = torch.float32
+    max_stored_frames: int = 320
+    backend: str = "auto"
+    camera_history: int | None = None
+    realign_conf_threshold: float = 1.5
+    timing_window: int = 100
+
+    def __post_init__(self) -> None:
+        def _int_at_least(name: str, low: int) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"SessionConfig.{name} must be an int >= {low}, got {value!r}")
+
+        _int_at_least("scale_frames", 1)
+        _int_at_least("sliding_window", 1)
+        _int_at_least("max_window", 1)
+        _int_at_least("keyframe_interval", 1)
+        _int_at_least("image_width", PATCH_SIZE)
+        _int_at_least("timing_window", 1)
+        if self.sliding_window > self.max_window:
+            raise ValueError(
+                f"SessionConfig.sliding_window must be <= max_window={self.max_window}, "
+                f"got {self.sliding_window}"
+            )
+        if self.image_width % PATCH_SIZE:
+            raise ValueError(
+                f"SessionConfig.image_width must be a multiple of {PATCH_SIZE}, got {self.image_width}"
+            )
+        if not self.scale_frames < self.max_stored_frames <= ROPE_TABLE_FRAMES:
+            raise ValueError(
+                f"SessionConfig.max_stored_frames must be in ({self.scale_frames}, {ROPE_TABLE_FRAMES}] "
+                f"(more than scale_frames, at most the RoPE table), got {self.max_stored_frames}"
+            )
+        if self.camera_history is not None and self.camera_history <= self.scale_frames:
+            raise ValueError(
+                f"SessionConfig.camera_history must be > scale_frames={self.scale_frames}, "
+                f"got {self.camera_history}"
+            )
+        if self.backend not in ("auto", "torch", "flashinfer"):
+            raise ValueError(
+                f"SessionConfig.backend must be 'auto', 'torch' or 'flashinfer', got {self.backend!r}"
+            )
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"SessionConfig.dtype must be a float dtype, got {self.dtype}")
+
+    @property
+    def effective_camera_history(self) -> int:
+        return self.max_stored_frames if self.camera_history is None else self.camera_history

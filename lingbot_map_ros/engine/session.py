@@ -1,0 +1,280 @@
+"""`StreamingSession`: RGB frames in, decoded per-frame results out (docs/architecture.md, docs/engine.md).
+
+Stream policy (spec §3.2–3.3): the first ``scale_frames`` (S0) frames after a reset are buffered and run
+together (anchor phase, bidirectional attention) and their S0 results are returned at once; every later frame
+is one ``model.step`` with S = 1. Streaming frame j (0-based since the last (re-)anchor) is a keyframe iff
+``j % keyframe_interval == 0``; non-keyframes attend and are rolled back. A change of input resolution resets
+the session (logged, reported in the results and ``stats()``); once ``max_stored_frames`` are cached the
+stream is re-anchored (`reanchor.py`). Publish-and-drop: the session keeps only the S0 frames of a pending
+anchor phase and the last S0 keyframes for a re-anchor, never per-frame history.
+
+Thread safety: every public method takes one lock, so a ROS worker can ``push`` while a timer reads
+``stats()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import deque
+
+import numpy as np
+import torch
+
+from .config import SessionConfig
+from .decode import fov_to_intrinsics, pose_encoding_to_c2w
+from .geometry import Sim3
+from .preprocess import PreprocessGeometry, preprocess_geometry, resize_uint8, to_chw_float, validate_rgb
+from .reanchor import KeyframeRecord, estimate_alignment
+from .result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
+from .timing import StageTimer
+
+_LOG = logging.getLogger(__name__)
+
+
+class StreamingSession:
+    """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``)."""
+
+    def __init__(self, model: torch.nn.Module, config: SessionConfig | None = None) -> None:
+        from lingbot_map_ros.model import StreamConfig  # the model layer; imported here to keep engine light
+
+        self.config = config or SessionConfig()
+        cfg = self.config
+        max_frame_num = getattr(getattr(model, "config", None), "max_frame_num", None)
+        if max_frame_num is not None and cfg.max_stored_frames > max_frame_num:
+            raise ValueError(
+                f"SessionConfig.max_stored_frames={cfg.max_stored_frames} exceeds the model's RoPE table "
+                f"(max_frame_num={max_frame_num})"
+            )
+        self.model = model
+        self.device = torch.device(cfg.device) if cfg.device else next(model.parameters()).device
+        self._state = model.new_stream(
+            StreamConfig(
+                scale_frames=cfg.scale_frames,
+                sliding_window=cfg.sliding_window,
+                max_window=cfg.max_window,
+                max_special_frames=max(cfg.max_stored_frames, cfg.scale_frames + cfg.max_window),
+                camera_history=cfg.effective_camera_history,
+                backend=cfg.backend,
+            )
+        )
+        self._lock = threading.Lock()
+        self._timer = StageTimer(cfg.timing_window)
+        self._sliding_window = cfg.sliding_window
+        self._epoch = -1
+        self._frames_total = 0
+        self._reanchors_total = 0
+        self._resets_total = 0
+        self._last_reset_reason: str | None = None
+        self._clear(reason=None)
+
+    # ------------------------------------------------------------------ public API
+
+    def push(self, rgb: np.ndarray, meta: object = None) -> list[FrameResult]:
+        """Feed one frame.
+
+        Args:
+            rgb: [H, W, 3] uint8 RGB image (original resolution).
+            meta: passed through to the frame's ``FrameResult.meta`` (e.g. the ROS header).
+        Returns:
+            ``[]`` while the anchor phase collects frames, the S0 anchor results when it completes, then one
+            result per frame.
+        Raises:
+            ValueError: not an [H, W, 3] uint8 array, or an image too small for one patch row.
+        """
+        rgb = validate_rgb(rgb)
+        with self._lock:
+            if self._geometry is not None and rgb.shape[:2] != self._geometry.source_hw:
+                old, new = self._geometry.source_hw, rgb.shape[:2]
+                reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
+                _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
+                self._clear(reason)
+            if self._geometry is None:
+                self._geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
+            with self._timer.stage("preprocess"):
+                image_net = resize_uint8(rgb, self._geometry)
+            self._frames_total += 1
+            try:
+                if self._anchoring:
+                    self._pending.append((rgb, meta, image_net))
+                    if len(self._pending) < self.config.scale_frames:
+                        return []
+                    return self._run_anchor_phase()
+                return [self._run_streaming_frame(rgb, meta, image_net)]
+            except Exception as exc:
+                # A failed step may leave the caches between begin and end of a step: start over cleanly.
+                _LOG.error("StreamingSession reset after a model error: %s", exc)
+                self._clear(f"model error: {type(exc).__name__}: {exc}")
+                raise
+
+    def reset(self) -> None:
+        """Forget the stream: caches, anchor phase, trajectory alignment. The next frame starts a new anchor
+        phase in a new map frame (``FrameResult.epoch`` increments)."""
+        with self._lock:
+            self._clear(reason="reset requested")
+
+    def set_sliding_window(self, n: int) -> None:
+        """Resize the live window of the global-attention cache (1..max_window), from the next step on."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.config.max_window:
+            raise ValueError(f"sliding_window must be an int in [1, {self.config.max_window}], got {n!r}")
+        with self._lock:
+            self._state.set_sliding_window(n)
+            self._sliding_window = n
+
+    def stats(self) -> dict[str, object]:
+        """Counters, cache state and per-stage timings (ms) for diagnostics."""
+        with self._lock:
+            cache = self._state.stats()
+            return {
+                "epoch": self._epoch,
+                "frames": self._index,
+                "frames_total": self._frames_total,
+                "keyframes": self._keyframes,
+                "phase": PHASE_ANCHOR if self._anchoring else PHASE_STREAMING,
+                "pending_anchor_frames": len(self._pending),
+                "segment": self._segment,
+                "reanchors_total": self._reanchors_total,
+                "resets_total": self._resets_total,
+                "last_reset_reason": self._last_reset_reason,
+                "frames_stored": self._state.frames_stored,
+                "max_stored_frames": self.config.max_stored_frames,
+                "sliding_window": self._sliding_window,
+                "keyframe_interval": self.config.keyframe_interval,
+                "input_hw": self._geometry.source_hw if self._geometry else None,
+                "network_hw": self._geometry.out_hw if self._geometry else None,
+                "alignment_scale": self._align.scale,
+                "cache": dataclasses.asdict(cache) if dataclasses.is_dataclass(cache) else cache,
+                "timings_ms": self._timer.summary(),
+            }
+
+    # ------------------------------------------------------------------ internals
+
+    def _clear(self, reason: str | None) -> None:
+        """Return to the start of a stream (new epoch)."""
+        self._state.reset()
+        if self._sliding_window != self.config.sliding_window:
+            self._state.set_sliding_window(self._sliding_window)
+        self._epoch += 1
+        if reason is not None:
+            self._resets_total += 1
+            self._last_reset_reason = reason
+        self._epoch_reason = reason
+        self._geometry: PreprocessGeometry | None = None
+        self._anchoring = True
+        self._pending: list[tuple[np.ndarray, object, np.ndarray]] = []
+        self._records: deque[KeyframeRecord] = deque(maxlen=self.config.scale_frames)
+        self._align = Sim3.identity()
+        self._index = 0
+        self._keyframes = 0
+        self._segment = 0
+        self._streaming_count = 0  # streaming frames since the last (re-)anchor: keyframe policy
+
+    def _geometry_or_raise(self) -> PreprocessGeometry:
+        if self._geometry is None:
+            raise RuntimeError("StreamingSession: decoding before the input geometry is known")
+        return self._geometry
+
+    def _to_model(self, images_net: list[np.ndarray]) -> torch.Tensor:
+        """[S] × [h, w, 3] uint8 → [S, 3, h, w] tensor in [0, 1] on the model's device."""
+        batch = np.stack([to_chw_float(im) for im in images_net])
+        return torch.from_numpy(batch).to(self.device, self.config.dtype)
+
+    def _step(self, images_net: list[np.ndarray], keyframe: bool) -> tuple[np.ndarray, ...]:
+        """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w]) float32 numpy."""
+        images = self._to_model(images_net)
+        with torch.inference_mode():
+            out = self.model.step(images, self._state, keyframe=keyframe)
+            arrays = tuple(
+                t.detach().float().cpu().numpy() for t in (out.pose_enc, out.depth, out.depth_conf)
+            )
+        return arrays
+
+    def _run_anchor_phase(self) -> list[FrameResult]:
+        pending, self._pending = self._pending, []
+        with self._timer.stage("model"):
+            pose_enc, depth, conf = self._step([p[2] for p in pending], keyframe=True)
+        self._anchoring = False
+        results = []
+        with self._timer.stage("decode"):
+            for i, (rgb, meta, image_net) in enumerate(pending):
+                results.append(
+                    self._decode(rgb, meta, image_net, pose_enc[i], depth[i], conf[i], True, PHASE_ANCHOR)
+                )
+        self._timer.end_step()
+        for r in results:
+            r.timings_ms = self._timer.last()
+        return results
+
+    def _run_streaming_frame(self, rgb: np.ndarray, meta: object, image_net: np.ndarray) -> FrameResult:
+        if self._state.frames_stored >= self.config.max_stored_frames:
+            with self._timer.stage("reanchor"):
+                self._reanchor()
+        keyframe = self._streaming_count % self.config.keyframe_interval == 0
+        self._streaming_count += 1
+        with self._timer.stage("model"):
+            pose_enc, depth, conf = self._step([image_net], keyframe=keyframe)
+        with self._timer.stage("decode"):
+            result = self._decode(
+                rgb, meta, image_net, pose_enc[0], depth[0], conf[0], keyframe, PHASE_STREAMING
+            )
+        self._timer.end_step()
+        result.timings_ms = self._timer.last()
+        return result
+
+    def _reanchor(self) -> None:
+        """Restart the model stream on the last S0 keyframes and re-align its world frame (docs/engine.md)."""
+        records = list(self._records)
+        self._state.reset()
+        pose_enc, depth, conf = self._step([r.image_net for r in records], keyframe=True)
+        align = estimate_alignment(
+            records, pose_encoding_to_c2w(pose_enc), depth, conf, self.config.realign_conf_threshold
+        )
+        self._align = align
+        self._segment += 1
+        self._reanchors_total += 1
+        self._streaming_count = 0
+        _LOG.info(
+            "StreamingSession re-anchored on %d keyframes after %d stored frames (segment %d, scale %.4g)",
+            len(records),
+            self.config.max_stored_frames,
+            self._segment,
+            align.scale,
+        )
+
+    def _decode(
+        self,
+        rgb: np.ndarray,
+        meta: object,
+        image_net: np.ndarray,
+        pose_enc: np.ndarray,
+        depth_net: np.ndarray,
+        conf_net: np.ndarray,
+        keyframe: bool,
+        phase: int,
+    ) -> FrameResult:
+        """One frame's outputs (network grid, stream frame) → FrameResult (original grid, map frame)."""
+        geometry = self._geometry_or_raise()
+        pose = self._align.apply_pose(pose_encoding_to_c2w(pose_enc))
+        depth_net = depth_net * np.float32(self._align.scale)
+        k_net = fov_to_intrinsics(pose_enc, geometry.out_hw)
+        if keyframe:
+            self._keyframes += 1
+            self._records.append(KeyframeRecord(image_net, pose, depth_net, conf_net))
+        result = FrameResult(
+            index=self._index,
+            meta=meta,
+            is_keyframe=keyframe,
+            phase=phase,
+            pose_c2w=pose,
+            intrinsics=geometry.intrinsics_to_source(k_net),
+            depth=geometry.map_to_source(depth_net),
+            depth_conf=geometry.map_to_source(conf_net, fill=0.0),
+            rgb=rgb,
+            pose_enc=pose_enc.astype(np.float32),
+            epoch=self._epoch,
+            segment=self._segment,
+            reset_reason=self._epoch_reason if phase == PHASE_ANCHOR else None,
+        )
+        self._index += 1
+        return result
