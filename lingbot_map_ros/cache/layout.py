@@ -20,7 +20,6 @@ reused by every layer.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from lingbot_map_ros.cache.config import KVCacheConfig
@@ -65,6 +64,9 @@ class LayoutState:
     special_frame: dict[int, int] = field(default_factory=dict)  # special entry -> frame id (evicted frames)
     anchors: int = 0
     frames_stored: int = 0
+
+    def copy(self) -> LayoutState:
+        return LayoutState(list(self.slot_frame), dict(self.special_frame), self.anchors, self.frames_stored)
 
     @property
     def committed_frames(self) -> int:
@@ -146,7 +148,7 @@ class CacheLayout:
 
     def _plan_keyframe(self) -> tuple[StepPlan, LayoutState]:
         """One streaming keyframe: append, evict down to the window (reference order), then attend."""
-        new = copy.deepcopy(self.state)
+        new = self.state.copy()
         frame_id = new.frames_stored
         new.frames_stored += 1
         copies: list[TokenCopy] = []
@@ -167,7 +169,7 @@ class CacheLayout:
 
     def plan_resize(self, sliding_window: int) -> tuple[list[TokenCopy], LayoutState]:
         """Copies and new state for a live window resize (shrinking evicts at once)."""
-        new = copy.deepcopy(self.state)
+        new = self.state.copy()
         excess = max(0, new.window_frames - sliding_window)
         copies = self._evict_oldest(new, excess, fill_slots=0)[1] if excess else []
         return copies, new

@@ -52,22 +52,30 @@ class CacheStep:
         q, k, v: ``[T, H, D]``, ``T = num_frames * (num_special + patches_per_frame)``, frame-major with each
         frame's special tokens first, in the cache dtype and on the cache device. Returns ``[T, H, D]``.
         """
+        self._cache._check_tokens("q", q, self.num_tokens)
+        self.write(layer, k, v)
+        return self._cache.backend.run(q, self._cache.k_pool[layer], self._cache.v_pool[layer])
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``/``v`` (``[T, H, D]``) of the new frames for ``layer`` without attending.
+
+        :meth:`attend` is this plus the attention; on its own it fast-forwards a stream (benchmarks, warm-up).
+        """
         cache = self._cache
         if self.closed:
-            raise RuntimeError("attend() on a step that has ended; call begin_step() for a new one")
+            raise RuntimeError("attend()/write() on a step that has ended; call begin_step() for a new one")
         if not isinstance(layer, int) or not 0 <= layer < cache.config.num_layers:
             raise ValueError(f"layer must be an int in [0, {cache.config.num_layers}), got {layer!r}")
         if self._attended[layer]:
             raise RuntimeError(f"layer {layer} already attended in this step")
-        for name, tensor in (("q", q), ("k", k), ("v", v)):
-            cache._check_tokens(name, tensor, self.num_tokens)
+        cache._check_tokens("k", k, self.num_tokens)
+        cache._check_tokens("v", v, self.num_tokens)
         k_pool, v_pool = cache.k_pool[layer], cache.v_pool[layer]
         _apply_copies(k_pool, v_pool, self.plan.copies)
         write = slice(self.plan.write_start, self.plan.write_start + self.num_tokens)
         k_pool[write].copy_(k)
         v_pool[write].copy_(v)
         self._attended[layer] = True
-        return cache.backend.run(q, k_pool, v_pool)
 
     def layers_attended(self) -> int:
         return sum(self._attended)
