@@ -113,10 +113,14 @@ def test_runtime_stats_and_diagnostic_message() -> None:
     assert snap["frames_published"] == 3 and snap["rejected_unsupported_encoding"] == 2
     assert snap["fps"] > 0 and snap["latency_ms_mean"] == pytest.approx(50.0)
     msg = diagnostic_array(
-        "lingbot_map", "cpu", Time(), snap, None, {"sliding_window": 16, "map.x": 1}, "active"
+        "lingbot_map", "cpu", Time(), snap, None, {"sliding_window": 16, "cache": {"x": 1}}, "active"
     )
     values = diagnostic_values(msg)
-    assert values["cache.sliding_window"] == "16" and values["map.x"] == "1" and values["state"] == "active"
+    assert (
+        values["session.sliding_window"] == "16"
+        and values["session.cache.x"] == "1"
+        and values["state"] == "active"
+    )
     assert msg.status[0].level == msg.status[0].WARN and "2 rejected" in msg.status[0].message
 
 

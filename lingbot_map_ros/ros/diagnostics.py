@@ -114,8 +114,9 @@ def diagnostic_array(
     """Build the /diagnostics message.
 
     Level: OK, or WARN once frames were dropped, rejected or failed inference (the message gives the counts;
-    the node keeps mapping in every case). Keys: every `runtime` and `session` entry (session keys
-    prefixed `cache.` unless already namespaced), the worker counters, and `state` (lifecycle state).
+    the node keeps mapping in every case). Keys: every `runtime` entry, the worker counters, `state`
+    (lifecycle state) and the session statistics flattened under `session.` (e.g. `session.sliding_window`,
+    `session.cache.kv_cache.sliding_window`).
     """
     values: dict[str, object] = {"state": state}
     values.update(runtime)
@@ -127,8 +128,7 @@ def diagnostic_array(
             queue_length=worker.queued,
             queue_max_length=worker.max_queued,
         )
-    for key, value in session.items():
-        values[key if "." in key else f"cache.{key}"] = value
+    values.update(flatten(session, "session"))
     problems = {key: int(values.get(key, 0)) for key in ("frames_dropped", "rejected_total", "failed_total")}
     level, message = DiagnosticStatus.OK, "mapping"
     if any(problems.values()):
@@ -143,6 +143,18 @@ def diagnostic_array(
         values=[KeyValue(key=str(k), value=_format(v)) for k, v in values.items()],
     )
     return DiagnosticArray(header=Header(stamp=stamp), status=[status])
+
+
+def flatten(values: Mapping[str, object], prefix: str) -> dict[str, object]:
+    """Nested mappings to dotted keys: `{"a": {"b": 1}}` with prefix `p` -> `{"p.a.b": 1}`."""
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
 
 
 def diagnostic_values(msg: DiagnosticArray, name_suffix: str = ": mapping") -> dict[str, str]:

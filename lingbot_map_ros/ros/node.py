@@ -24,6 +24,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
@@ -306,8 +307,8 @@ class LingBotMapNode(LifecycleNode):
         """Snapshot the session statistics (call with `_session_lock` held) for the diagnostics timer."""
         stats = dict(self._pipeline.session.stats()) if self._pipeline is not None else {}
         if last is not None:
-            self._last_result = {"last.index": last.index, "last.phase": last.phase, "last.epoch": last.epoch}
-        stats.update(self._last_result)
+            self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
+        stats["last_frame"] = dict(self._last_result)
         self._session_stats = stats
 
     # ------------------------------------------------------------------------------------- parameters
@@ -345,8 +346,8 @@ def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
     try:
         node = LingBotMapNode()
-    except ValueError as exc:
-        print(f"[lingbot_map] {exc}", file=sys.stderr)
+    except (ValueError, ParameterException) as exc:
+        print(f"[lingbot_map] invalid parameter: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
     executor = MultiThreadedExecutor(num_threads=4)

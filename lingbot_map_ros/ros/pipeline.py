@@ -6,13 +6,15 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..engine import SessionConfig, StreamingSession
-from ..model import CheckpointError, LingBotMap, ModelConfig, load_checkpoint
+from ..engine.config import SessionConfig
+from ..engine.session import StreamingSession
+from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
 from .params import NodeParams
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,33 +55,30 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def build_pipeline(params: NodeParams, warn: callable) -> Pipeline:
+def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipeline:
     """Construct the model (checkpoint or synthetic weights) and the session.
 
     Args:
         params: the node's parameters.
         warn: logger callback for the synthetic-weights warning.
     Raises:
-        ConfigureError: unreadable / mismatching checkpoint, unknown device, bad combination; one message.
+        ConfigureError: unreadable / mismatching checkpoint, unavailable device, bad combination; one message.
     """
     device = resolve_device(params.model_device)
     config = ModelConfig.preset(params.model_preset)
-    model = LingBotMap(config)
-    if params.model_checkpoint:
-        path = Path(params.model_checkpoint).expanduser()
-        try:
-            load_checkpoint(model, path)
-        except (CheckpointError, OSError) as exc:
-            raise ConfigureError(f"cannot load model.checkpoint '{path}': {exc}") from exc
-        weights = str(path)
-    else:
+    precision = None
+    if params.model_dtype != "auto":
+        precision = PrecisionPolicy(aggregator_dtype=_DTYPES[params.model_dtype])
+    checkpoint = Path(params.model_checkpoint).expanduser() if params.model_checkpoint else None
+    if checkpoint is None:
         warn(
             f"model.checkpoint is empty: using SYNTHETIC weights of preset '{params.model_preset}' "
             "(outputs are not meaningful; set model.checkpoint to a released LingBot-Map checkpoint)"
         )
-        weights = "synthetic"
-    dtype = None if params.model_dtype == "auto" else _DTYPES[params.model_dtype]
-    model = model.to(device).eval()
+    try:
+        model = build_model(config, checkpoint, device=device, precision=precision)
+    except (CheckpointError, OSError) as exc:
+        raise ConfigureError(f"cannot load model.checkpoint '{checkpoint}': {exc}") from exc
     session_config = SessionConfig(
         scale_frames=params.kv_cache_scale_frames,
         sliding_window=params.kv_cache_sliding_window,
@@ -87,14 +86,14 @@ def build_pipeline(params: NodeParams, warn: callable) -> Pipeline:
         keyframe_interval=params.keyframe_interval,
         image_width=params.model_image_width,
         backend=params.attention_backend,
-        dtype=dtype,
     )
     try:
         session = StreamingSession(model, session_config)
     except ValueError as exc:
         raise ConfigureError(f"cannot start the streaming session: {exc}") from exc
     description = (
-        f"preset {params.model_preset}, weights {weights}, device {device}, dtype {params.model_dtype}, "
-        f"backend {params.attention_backend}, image width {params.model_image_width}"
+        f"preset {params.model_preset}, weights {checkpoint or 'synthetic'}, device {device}, "
+        f"dtype {params.model_dtype}, backend {params.attention_backend}, "
+        f"image width {params.model_image_width}"
     )
     return Pipeline(model=model, session=session, device=device, description=description)

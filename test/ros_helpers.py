@@ -1,0 +1,319 @@
+"""Test harness for real-DDS tests: DDS isolation, node subprocesses, and rclpy client helpers.
+
+* `configure_dds_environment()` (called by conftest.py at import, before any rclpy init): DDS stays on this
+  machine (`ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`), a `ROS_DOMAIN_ID` no other test session on the machine
+  holds (an flock per id), `ROS_LOG_DIR` in a temp dir, the repo's big-SHM Fast DDS profile.
+* `NodeProcess`: `python -m <module> --ros-args --params-file ... -p ... -r ...` with the inherited (venv)
+  environment, readiness = its services answer, stop = SIGINT and a clean exit code.
+* `RosClient`: an rclpy node in its own context spun by a background thread, with helpers to publish,
+  collect messages, call services and set parameters, every QoS explicit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FRAMES_DIR = SHARED / "data" / "loop"
+FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost_big_shm.xml"
+PYTHON = (
+    REPO / ".venv" / "bin" / "python"
+    if (REPO / ".venv" / "bin" / "python").exists()
+    else Path(sys.executable)
+)
+_DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "lingbot_ros_domains"
+_domain_lock_file = None  # kept open for the whole test session: holds the domain id
+
+
+def allocate_domain_id(low: int = 1, high: int = 100) -> int:
+    """A ROS_DOMAIN_ID in [low, high] that no other live process allocated (flock on a per-id file)."""
+    global _domain_lock_file
+    _DOMAIN_LOCK_DIR.mkdir(exist_ok=True)
+    ids = list(range(low, high + 1))
+    random.shuffle(ids)
+    for domain in ids:
+        handle = open(_DOMAIN_LOCK_DIR / f"{domain}.lock", "w")  # noqa: SIM115 - held until exit
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _domain_lock_file = handle
+        return domain
+    raise RuntimeError(f"every ROS_DOMAIN_ID in [{low}, {high}] is held by another test session")
+
+
+def configure_dds_environment() -> dict[str, str]:
+    """Set the DDS variables in os.environ (children inherit them); returns what was set.
+
+    A ROS_DOMAIN_ID already exported (e.g. by .ci/run) is kept; otherwise a free one is allocated.
+    """
+    if not FASTDDS_PROFILE.is_file():
+        raise RuntimeError(f"the Fast DDS profile {FASTDDS_PROFILE} is missing")
+    values = {
+        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+        "ROS_DOMAIN_ID": os.environ.get("ROS_DOMAIN_ID") or str(allocate_domain_id()),
+        "ROS_LOG_DIR": tempfile.mkdtemp(prefix="lingbot_test_roslog_"),
+        "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE),
+    }
+    os.environ.update(values)
+    return values
+
+
+def write_params_file(path: Path, params: dict[str, Any], node: str = "/**") -> Path:
+    """A ROS 2 parameters YAML (`<node>: ros__parameters: {...}`), dotted names nested as ROS expects."""
+    nested: dict[str, Any] = {}
+    for name, value in params.items():
+        *parents, leaf = name.split(".")
+        level = nested
+        for part in parents:
+            level = level.setdefault(part, {})
+        level[leaf] = value
+    path.write_text(yaml.safe_dump({node: {"ros__parameters": nested}}, sort_keys=False))
+    return path
+
+
+class NodeProcess:
+    """A ROS node running as a child process (stdout and stderr go to `log_path`)."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.args = args
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+    @classmethod
+    def start(
+        cls,
+        log_dir: Path,
+        module: str = "lingbot_map_ros.ros.node",
+        name: str | None = None,
+        namespace: str | None = None,
+        params_file: Path | None = None,
+        params: dict[str, Any] | None = None,
+        remaps: dict[str, str] | None = None,
+    ) -> NodeProcess:
+        """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`)."""
+        args = [str(PYTHON), "-m", module, "--ros-args"]
+        if name:
+            args += ["-r", f"__node:={name}"]
+        if namespace:
+            args += ["-r", f"__ns:={namespace}"]
+        if params_file is not None:
+            args += ["--params-file", str(params_file)]
+        for key, value in (params or {}).items():
+            args += ["-p", f"{key}:={json.dumps(value)}"]
+        for src, dst in (remaps or {}).items():
+            args += ["-r", f"{src}:={dst}"]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return cls(args, log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        """Everything the process wrote so far."""
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, client: RosClient, services: Iterable[str], timeout: float = 60.0) -> None:
+        """Wait until every (std_srvs/Trigger) service is available; fail fast if the process dies."""
+        from std_srvs.srv import Trigger
+
+        deadline = time.monotonic() + timeout
+        pending = list(services)
+        while pending:
+            if not self.alive():
+                raise AssertionError(
+                    f"node exited with {self.proc.returncode} before ready:\n{self.output()}"
+                )
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"node not ready after {timeout} s (waiting for {pending}):\n{self.output()}"
+                )
+            if client.client(Trigger, pending[0]).wait_for_service(timeout_sec=0.2):
+                pending.pop(0)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGINT, wait for the exit, return its code (kills and raises if it hangs)."""
+        try:
+            if self.alive():
+                self.proc.send_signal(signal.SIGINT)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+                    raise AssertionError(f"node ignored SIGINT for {timeout} s:\n{self.output()}") from None
+            return self.proc.returncode
+        finally:
+            self._log.close()
+
+
+class Collector:
+    """Messages received on one subscription, with blocking waits."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, msg: Any) -> None:
+        with self._cond:
+            self.messages.append(msg)
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self.messages)
+
+    def clear(self) -> None:
+        with self._cond:
+            self.messages.clear()
+
+    def wait_for(self, predicate: Callable[[list[Any]], bool] | int, timeout: float = 30.0) -> list[Any]:
+        """Wait until `predicate(messages)` (or `len(messages) >= n`); returns a copy.
+
+        Raises:
+            AssertionError: on timeout.
+        """
+        check = (lambda msgs: len(msgs) >= predicate) if isinstance(predicate, int) else predicate
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not check(self.messages):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"timed out after {timeout} s with {len(self.messages)} message(s)")
+                self._cond.wait(min(remaining, 0.1))
+            return list(self.messages)
+
+
+class RosClient:
+    """An rclpy node in a private context, spun by a background thread (use as a context manager)."""
+
+    def __init__(self, name: str = "lingbot_test_client") -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._clients: dict[tuple[type, str], Any] = {}
+        self._thread = threading.Thread(target=self._spin, name=f"{name}_spin", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            while self.context.ok():
+                self.executor.spin_once(timeout_sec=0.05)
+        except (ExternalShutdownException, RuntimeError):
+            return
+
+    def __enter__(self) -> RosClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def publisher(self, msg_type: type, topic: str, qos: Any) -> Any:
+        return self.node.create_publisher(msg_type, topic, qos)
+
+    def collect(self, msg_type: type, topic: str, qos: Any) -> Collector:
+        """Subscribe and collect every message of `topic` into a `Collector`."""
+        collector = Collector()
+        self.node.create_subscription(msg_type, topic, collector, qos)
+        return collector
+
+    def wait_for_subscribers(self, publisher: Any, count: int = 1, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while publisher.get_subscription_count() < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no subscriber matched {publisher.topic_name} within {timeout} s")
+            time.sleep(0.02)
+
+    def client(self, srv_type: type, name: str) -> Any:
+        key = (srv_type, name)
+        if key not in self._clients:
+            self._clients[key] = self.node.create_client(srv_type, name)
+        return self._clients[key]
+
+    def call(self, srv_type: type, name: str, request: Any = None, timeout: float = 30.0) -> Any:
+        """Call a service and return the response (AssertionError when it is unavailable or times out)."""
+        client = self.client(srv_type, name)
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise AssertionError(f"service {name} not available within {timeout} s")
+        future = client.call_async(request if request is not None else srv_type.Request())
+        return self._wait(future, timeout, f"service {name}")
+
+    def set_parameters(self, node_name: str, values: dict[str, Any], timeout: float = 20.0) -> list[Any]:
+        """Set parameters of a remote node (AsyncParameterClient); returns one SetParametersResult each."""
+        from rclpy.parameter import Parameter
+        from rclpy.parameter_client import AsyncParameterClient
+
+        client = AsyncParameterClient(self.node, node_name)
+        if not client.wait_for_services(timeout_sec=timeout):
+            raise AssertionError(f"parameter services of {node_name} not available within {timeout} s")
+        params = [Parameter(name, value=value) for name, value in values.items()]
+        return list(self._wait(client.set_parameters(params), timeout, "set_parameters").results)
+
+    def get_parameters(self, node_name: str, names: list[str], timeout: float = 20.0) -> dict[str, Any]:
+        from rclpy.parameter import parameter_value_to_python
+        from rclpy.parameter_client import AsyncParameterClient
+
+        client = AsyncParameterClient(self.node, node_name)
+        if not client.wait_for_services(timeout_sec=timeout):
+            raise AssertionError(f"parameter services of {node_name} not available within {timeout} s")
+        response = self._wait(client.get_parameters(names), timeout, "get_parameters")
+        return {n: parameter_value_to_python(v) for n, v in zip(names, response.values, strict=True)}
+
+    @staticmethod
+    def _wait(future: Any, timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} timed out after {timeout} s")
+            time.sleep(0.005)
+        if future.exception() is not None:
+            raise future.exception()
+        return future.result()
+
+    def close(self) -> None:
+        import rclpy
+
+        rclpy.try_shutdown(context=self.context)
+        self._thread.join(5)
+        self.node.destroy_node()
+
+
+def load_frames(count: int, step: int = 1) -> list[Any]:
+    """The first `count` frames of ../shared/data/loop (every `step`-th) as `[H, W, 3]` uint8 RGB arrays."""
+    import cv2
+
+    files = sorted(FRAMES_DIR.glob("*.png"))[::step][:count]
+    if len(files) < count:
+        raise AssertionError(f"expected {count} frames in {FRAMES_DIR}, found {len(files)}")
+    return [cv2.cvtColor(cv2.imread(str(f), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB) for f in files]
