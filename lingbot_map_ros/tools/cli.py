@@ -18,7 +18,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-_SUBCOMMAND_MODULES = ("make_bag", "replay", "record", "synthetic_scene")
+_SUBCOMMAND_MODULES = ("make_bag", "replay", "record", "run_bag", "synthetic_scene")
 _DISPATCHED = {"parity": "check the model against the reference parity fixtures",
                "convert": "convert a released checkpoint to this package's format"}
 

@@ -1,0 +1,104 @@
+"""Run reports: the PNG (trajectory from above + per-frame latency) and the JSON summary writer.
+
+Poses are camera-to-world [N, 4, 4] in the model's world frame (OpenCV axes: x right, y down, z forward),
+so "from above" is the x-z plane seen from -y.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
+import numpy as np  # noqa: E402
+
+from lingbot_map_ros.engine.writers import atomic_write  # noqa: E402
+
+
+def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np.ndarray, title: str,
+             reference: np.ndarray | None = None,
+             reference_label: str = "ground truth (Sim(3)-aligned)") -> Path:
+    """Write a two-panel PNG.
+
+    Args:
+        poses: [N, 4, 4] estimated camera-to-world poses.
+        latency_ms: [N] per-frame latency (ms) of the step that produced each pose.
+        keyframe: [N] bool, the frame was stored in the cache.
+        reference: optional [M, 3] camera centres already in the estimate's frame (e.g. aligned ground truth).
+    """
+    poses, latency_ms, keyframe = np.asarray(poses), np.asarray(latency_ms, float), np.asarray(keyframe, bool)
+    if poses.ndim != 3 or poses.shape[1:] != (4, 4) or not len(latency_ms) == len(poses) == len(keyframe):
+        raise ValueError(f"expected poses [N, 4, 4] and N latencies/keyframe flags, got {poses.shape}, "
+                         f"{latency_ms.shape}, {keyframe.shape}")
+    fig, (top, lat) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
+    centres = poses[:, :3, 3]
+    if reference is not None:
+        top.plot(reference[:, 0], reference[:, 2], color="0.6", lw=2.5, label=reference_label)
+    top.plot(centres[:, 0], centres[:, 2], color="tab:blue", lw=1.2, label="estimate")
+    top.scatter(centres[keyframe, 0], centres[keyframe, 2], s=6, color="tab:blue")
+    top.scatter(centres[:1, 0], centres[:1, 2], s=50, marker="*", color="tab:green", label="start", zorder=3)
+    heading = poses[:, :3, 2]  # optical axis
+    step = max(1, len(poses) // 20)
+    scale = 0.08 * max(float(np.ptp(centres[:, [0, 2]], axis=0).max()), 1e-6)
+    top.quiver(centres[::step, 0], centres[::step, 2], heading[::step, 0] * scale, heading[::step, 2] * scale,
+               angles="xy", scale_units="xy", scale=1, color="tab:orange", width=0.004)
+    top.set_xlabel("x (right of first camera)")
+    top.set_ylabel("z (forward of first camera)")
+    top.set_title("trajectory from above")
+    top.set_aspect("equal", adjustable="datalim")
+    top.legend(loc="best", fontsize=8)
+    top.grid(alpha=0.3)
+
+    index = np.arange(len(latency_ms))
+    lat.plot(index, latency_ms, color="tab:red", lw=1.0)
+    if not keyframe.all():
+        lat.scatter(index[~keyframe], latency_ms[~keyframe], s=8, color="tab:purple", label="non-keyframe",
+                    zorder=3)
+    finite = latency_ms[np.isfinite(latency_ms)]
+    if finite.size:
+        p50 = float(np.median(finite))
+        lat.axhline(p50, color="0.4", ls="--", lw=0.8, label=f"median {p50:.0f} ms")
+        lat.set_ylim(0, float(np.percentile(finite, 99)) * 1.15 + 1)
+    lat.set_xlabel("frame")
+    lat.set_ylabel("latency (ms)")
+    lat.set_title("per-frame latency (anchor frames share their step)")
+    lat.legend(loc="best", fontsize=8)
+    lat.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=90))
+    plt.close(fig)
+    return Path(path)
+
+
+def write_json(path: Path, data: dict[str, object]) -> Path:
+    """Write `data` as indented JSON (atomic); non-finite floats become null, unknown objects strings."""
+    text = json.dumps(_finite(data), indent=2, default=str) + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
+    """mean / p50 / p95 / max of the finite latencies (ms), rounded to 0.1 ms."""
+    finite = np.asarray(latency_ms, float)
+    finite = finite[np.isfinite(finite)]
+    if not finite.size:
+        return {}
+    return {name: round(float(value), 1) for name, value in (
+        ("mean", finite.mean()), ("p50", np.median(finite)), ("p95", np.percentile(finite, 95)),
+        ("max", finite.max()))}
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
