@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.decode import fov_to_intrinsics, pose_encoding_to_c2w, unproject_depth
+from lingbot_map_ros.engine.decode import (
+    MIN_FOV_RAD,
+    fov_to_intrinsics,
+    pose_encoding_to_c2w,
+    unproject_depth,
+)
 from lingbot_map_ros.engine.geometry import Sim3, matrix_to_quat_xyzw, quat_xyzw_to_matrix, rotation_angle
 
 RZ90 = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
@@ -31,6 +36,9 @@ def test_fov_to_intrinsics() -> None:
     enc[7], enc[8] = 2 * np.arctan(0.5), 2 * np.arctan(1.0)  # fov_h, fov_w
     k = fov_to_intrinsics(enc, (56, 98))
     np.testing.assert_allclose(k, [[49.0, 0.0, 49.0], [0.0, 56.0, 28.0], [0.0, 0.0, 1.0]])
+    enc[7] = 0.0  # the ReLU clips FoVs at 0: clamped to MIN_FOV_RAD, a finite focal length
+    fy = fov_to_intrinsics(enc, (56, 98))[1, 1]
+    assert np.isfinite(fy) and fy == pytest.approx(28.0 / np.tan(MIN_FOV_RAD / 2))
     with pytest.raises(ValueError, match=r"\[\.\.\., 9\]"):
         fov_to_intrinsics(np.zeros(8), (56, 98))
 

@@ -14,6 +14,9 @@ import numpy as np
 from .geometry import quat_xyzw_to_matrix
 
 POSE_ENC_DIM = 9
+#: FoVs are clamped to [MIN_FOV_RAD, π − MIN_FOV_RAD]: the model's ReLU can output exactly 0 (the reference
+#: then yields an infinite focal length and non-finite points); the clamp keeps intrinsics and points finite.
+MIN_FOV_RAD = 1e-3
 
 
 def _check_pose_enc(pose_enc: np.ndarray) -> np.ndarray:
@@ -46,15 +49,14 @@ def fov_to_intrinsics(pose_enc: np.ndarray, image_hw: tuple[int, int]) -> np.nda
         pose_enc: [..., 9]; entries 7, 8 are fov_h, fov_w in radians.
         image_hw: (H, W) of the model input (pre-processed image).
     Returns:
-        [..., 3, 3] float64 with fx, fy, cx = W/2, cy = H/2. A FoV of 0 (the ReLU clips it) gives an infinite
-        focal length, as the reference.
+        [..., 3, 3] float64 with fx, fy, cx = W/2, cy = H/2; FoVs clamped to [MIN_FOV_RAD, π − MIN_FOV_RAD].
     """
     pose_enc = _check_pose_enc(pose_enc)
     h, w = image_hw
+    fov = np.clip(pose_enc[..., 7:9], MIN_FOV_RAD, np.pi - MIN_FOV_RAD)
     k = np.zeros((*pose_enc.shape[:-1], 3, 3))
-    with np.errstate(divide="ignore"):
-        k[..., 0, 0] = (w / 2.0) / np.tan(pose_enc[..., 8] / 2.0)
-        k[..., 1, 1] = (h / 2.0) / np.tan(pose_enc[..., 7] / 2.0)
+    k[..., 0, 0] = (w / 2.0) / np.tan(fov[..., 1] / 2.0)
+    k[..., 1, 1] = (h / 2.0) / np.tan(fov[..., 0] / 2.0)
     k[..., 0, 2] = w / 2.0
     k[..., 1, 2] = h / 2.0
     k[..., 2, 2] = 1.0

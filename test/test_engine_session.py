@@ -1,0 +1,199 @@
+"""StreamingSession with the tiny preset on CPU: anchor phase, keyframe policy, reset, resolution change,
+live window, decoded geometry, error handling."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.preprocess import preprocess
+from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.model import LingBotMap, ModelConfig, StreamConfig
+
+S0 = 3
+WIDTH = 56  # 42×74 inputs → 28×56 network input (2×4 patches)
+
+
+@pytest.fixture(scope="module")
+def model() -> LingBotMap:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    return LingBotMap(ModelConfig.preset("tiny")).eval()
+
+
+def frames(n: int, hw: tuple[int, int] = (42, 74), seed: int = 0) -> list[np.ndarray]:
+    """A smooth horizontal pan over a random texture: n RGB uint8 frames of ``hw``."""
+    rng = np.random.default_rng(seed)
+    texture = rng.integers(0, 256, size=(hw[0], hw[1] + 2 * n, 3), dtype=np.uint8)
+    return [np.ascontiguousarray(texture[:, 2 * i : 2 * i + hw[1]]) for i in range(n)]
+
+
+def session(model: LingBotMap, **overrides: object) -> StreamingSession:
+    params: dict = dict(
+        scale_frames=S0, sliding_window=4, max_window=8, image_width=WIDTH, max_stored_frames=64
+    )
+    params.update(overrides)
+    return StreamingSession(model, SessionConfig(**params))
+
+
+def test_anchor_phase_returns_all_anchor_results_at_once(model: LingBotMap) -> None:
+    s = session(model)
+    inputs = frames(S0 + 2)
+    for i in range(S0 - 1):
+        assert s.push(inputs[i], meta=f"m{i}") == []
+        assert s.stats()["pending_anchor_frames"] == i + 1
+    results = s.push(inputs[S0 - 1], meta=f"m{S0 - 1}")
+    assert [r.index for r in results] == list(range(S0))
+    assert [r.meta for r in results] == [f"m{i}" for i in range(S0)]
+    assert all(r.phase == 1 and r.is_keyframe and r.epoch == 0 for r in results)
+    for r, rgb in zip(results, inputs, strict=False):
+        assert r.rgb is rgb
+        assert r.depth.shape == r.depth_conf.shape == (42, 74) and r.depth.dtype == np.float32
+        assert r.pose_c2w.shape == (4, 4) and r.pose_c2w.dtype == np.float64
+        np.testing.assert_allclose(r.pose_c2w[:3, :3] @ r.pose_c2w[:3, :3].T, np.eye(3), atol=1e-5)
+        assert r.intrinsics.shape == (3, 3) and np.all(r.depth_conf >= 1.0) and np.all(r.depth > 0)
+    (r,) = s.push(inputs[S0], meta="next")
+    assert (r.index, r.phase, r.is_keyframe, r.meta) == (S0, 2, True, "next")
+    assert s.stats()["frames_stored"] == S0 + 1
+
+
+def test_outputs_equal_the_reference_protocol_run_by_hand(model: LingBotMap) -> None:
+    """Session = preprocess + anchor step on S0 frames + one step per frame with keyframe j % 3 == 0."""
+    kf, n = 3, S0 + 8
+    s = session(model, keyframe_interval=kf)
+    inputs = frames(n, seed=1)
+    results = [r for f in inputs for r in s.push(f)]
+    assert [r.is_keyframe for r in results[S0:]] == [j % kf == 0 for j in range(n - S0)]
+    assert s.stats()["frames_stored"] == S0 + len(range(0, n - S0, kf))
+
+    cfg = s.config
+    state = model.new_stream(
+        StreamConfig(
+            scale_frames=S0, sliding_window=4, max_window=8,
+            max_special_frames=max(cfg.max_stored_frames, S0 + cfg.max_window),
+            camera_history=cfg.max_stored_frames,
+        )
+    )  # fmt: skip
+    images = torch.from_numpy(np.stack([preprocess(f, WIDTH)[0] for f in inputs]))
+    expected = [model.step(images[:S0], state, keyframe=True).pose_enc]
+    for j in range(n - S0):
+        expected.append(model.step(images[S0 + j : S0 + j + 1], state, keyframe=j % kf == 0).pose_enc)
+    np.testing.assert_array_equal(np.stack([r.pose_enc for r in results]), torch.cat(expected).numpy())
+
+
+def test_points_reproject_onto_their_pixels(model: LingBotMap) -> None:
+    s = session(model)
+    results = [r for f in frames(S0 + 1) for r in s.push(f)]
+    r = results[-1]
+    xyz, rgb = r.points(conf_threshold=0.0, stride=1)
+    assert xyz.shape == (42 * 74, 3) and rgb.dtype == np.uint8
+    np.testing.assert_array_equal(rgb, r.rgb.reshape(-1, 3))
+    w2c = np.linalg.inv(r.pose_c2w)
+    cam = xyz.astype(np.float64) @ w2c[:3, :3].T + w2c[:3, 3]
+    uv = cam @ r.intrinsics.T
+    uv = uv[:, :2] / uv[:, 2:]
+    v, u = np.mgrid[0:42, 0:74]
+    np.testing.assert_allclose(uv, np.stack([u.ravel(), v.ravel()], 1), atol=0.05)  # float32 xyz, large f
+    np.testing.assert_allclose(cam[:, 2], r.depth.ravel(), rtol=1e-5)
+    high = np.percentile(r.depth_conf, 50)
+    assert 0 < r.points(conf_threshold=high, stride=2)[0].shape[0] < xyz.shape[0] // 4 + 1
+
+
+def test_non_keyframes_leave_the_cache_unchanged(model: LingBotMap) -> None:
+    s = session(model, keyframe_interval=4)
+    inputs = frames(S0 + 4, seed=2)
+    for f in inputs[: S0 + 1]:
+        s.push(f)
+    stored = s.stats()["frames_stored"]
+    for f in inputs[S0 + 1 :]:
+        (r,) = s.push(f)
+        assert not r.is_keyframe
+        assert s.stats()["frames_stored"] == stored
+    assert s.stats()["cache"]["camera_frames"] == stored
+
+
+def test_reset_restarts_the_anchor_phase(model: LingBotMap) -> None:
+    s = session(model)
+    inputs = frames(S0 + 2)
+    first = [r for f in inputs for r in s.push(f)]
+    s.reset()
+    stats = s.stats()
+    assert (stats["frames"], stats["frames_stored"], stats["phase"], stats["epoch"]) == (0, 0, 1, 1)
+    assert [s.push(f) for f in inputs[: S0 - 1]] == [[]] * (S0 - 1)
+    again = s.push(inputs[S0 - 1])
+    assert [r.index for r in again] == list(range(S0))
+    assert all(r.epoch == 1 and r.reset_reason == "reset requested" for r in again)
+    # a fresh stream on the same frames reproduces the first epoch exactly
+    np.testing.assert_array_equal(
+        np.stack([r.pose_enc for r in again]), np.stack([r.pose_enc for r in first[:S0]])
+    )
+
+
+def test_resolution_change_is_a_clean_reset(model: LingBotMap, caplog: pytest.LogCaptureFixture) -> None:
+    s = session(model)
+    for f in frames(S0 + 2):
+        s.push(f)
+    bigger = frames(S0, hw=(60, 112), seed=3)
+    with caplog.at_level(logging.WARNING, logger="lingbot_map_ros.engine.session"):
+        assert s.push(bigger[0]) == []
+    assert "input resolution changed from 42x74 to 60x112" in caplog.text
+    stats = s.stats()
+    assert stats["epoch"] == 1 and stats["resets_total"] == 1 and stats["phase"] == 1
+    assert "resolution" in stats["last_reset_reason"] and stats["frames_stored"] == 0
+    for f in bigger[1 : S0 - 1]:
+        assert s.push(f) == []
+    results = s.push(bigger[S0 - 1])
+    assert len(results) == S0 and all(r.depth.shape == (60, 112) and r.epoch == 1 for r in results)
+    assert "resolution" in results[0].reset_reason
+    assert s.stats()["network_hw"] == (28, 56)  # 60×112 → 56 wide, round(30/14)·14 = 28 rows
+
+
+def test_set_sliding_window_changes_the_cache_window(model: LingBotMap) -> None:
+    s = session(model, sliding_window=2, max_window=8)
+    inputs = frames(S0 + 12, seed=4)
+    for f in inputs[: S0 + 5]:
+        s.push(f)
+    assert s.stats()["cache"]["kv_cache"]["window_frames"] == 2
+    s.set_sliding_window(6)
+    for f in inputs[S0 + 5 :]:
+        s.push(f)
+    kv = s.stats()["cache"]["kv_cache"]
+    assert (kv["sliding_window"], kv["window_frames"]) == (6, 6)
+    assert s.stats()["sliding_window"] == 6
+    for bad in (0, 9, 2.5, True):
+        with pytest.raises(ValueError, match="sliding_window"):
+            s.set_sliding_window(bad)  # type: ignore[arg-type]
+
+
+def test_bad_frames_are_rejected_without_touching_the_stream(model: LingBotMap) -> None:
+    s = session(model)
+    s.push(frames(1)[0])
+    with pytest.raises(ValueError, match="uint8"):
+        s.push(np.zeros((42, 74, 3), np.float32))
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        s.push(np.zeros((42, 74), np.uint8))
+    assert s.stats()["pending_anchor_frames"] == 1 and s.stats()["epoch"] == 0
+
+
+def test_model_error_resets_the_session_and_is_raised(
+    model: LingBotMap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = session(model)
+    inputs = frames(S0 + 2)
+    for f in inputs[: S0 + 1]:
+        s.push(f)
+
+    def failing_step(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(model, "step", failing_step)
+    with pytest.raises(RuntimeError, match="simulated"):
+        s.push(inputs[S0 + 1])
+    monkeypatch.undo()
+    stats = s.stats()
+    assert stats["phase"] == 1 and stats["frames_stored"] == 0 and "model error" in stats["last_reset_reason"]
+    assert s.push(inputs[0]) == []
