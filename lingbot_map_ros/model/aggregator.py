@@ -1,0 +1,129 @@
+"""Aggregator: DINOv2 patch tokens + 6 special tokens per frame, then alternating frame / global blocks.
+
+Frame blocks attend within each frame (2D RoPE); global blocks attend across frames through the paged KV cache
+(`CacheStep.attend`, 3D video RoPE with the frame's temporal index). The outputs of the block pairs in
+`config.intermediate_layers` are returned as concat(frame-block output, global-block output) on channels.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from lingbot_map_ros.model.config import ModelConfig
+from lingbot_map_ros.model.layers import AttendFn, Block, RotaryEmbedding2D, VideoRotaryEmbedding3D
+from lingbot_map_ros.model.layers.rope2d import patch_positions_2d
+from lingbot_map_ros.model.layers.rope3d import video_positions
+from lingbot_map_ros.model.patch_embed import DinoVisionTransformer
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class GlobalAttentionStep(Protocol):
+    """What the aggregator needs from `cache.CacheStep`: q/k/v `[T, H, D]` -> `[T, H, D]` per global layer."""
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class Aggregator(nn.Module):
+    """State-dict prefix `aggregator.`: `patch_embed`, `camera_token` [1,2,1,C], `register_token` [1,2,R,C],
+    `scale_token` [1,2,1,C] (index 0 = "first" variant, 1 = "rest"), `frame_blocks.i`, `global_blocks.i`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        c = config
+        self.config = c
+        self.patch_embed = DinoVisionTransformer(
+            c.img_size, c.patch_size, c.embed_dim, c.dino_depth, c.dino_num_heads, c.mlp_ratio,
+            c.dino_num_register_tokens,
+        )
+        self.camera_token = nn.Parameter(torch.zeros(1, 2, 1, c.embed_dim))
+        self.register_token = nn.Parameter(torch.zeros(1, 2, c.num_register_tokens, c.embed_dim))
+        self.scale_token = nn.Parameter(torch.zeros(1, 2, 1, c.embed_dim))
+        self.frame_blocks = nn.ModuleList(
+            Block(c.embed_dim, c.num_heads, c.mlp_ratio, qk_norm=True) for _ in range(c.depth)
+        )
+        self.global_blocks = nn.ModuleList(
+            Block(c.embed_dim, c.num_heads, c.mlp_ratio, qk_norm=True) for _ in range(c.depth)
+        )
+        self.rope2d = RotaryEmbedding2D(c.head_dim, c.rope2d_base)
+        self.rope3d = VideoRotaryEmbedding3D(c.head_dim, c.rope3d_theta)
+
+    def backbone_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """images `[S, 3, H, W]` RGB in [0, 1] -> normalised -> DINOv2 patch tokens `[S, (H/p)(W/p), C]`."""
+        mean = images.new_tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+        std = images.new_tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        return self.patch_embed((images - mean) / std)
+
+    def special_tokens(self, frame_indices: torch.Tensor, num_scale_frames: int) -> torch.Tensor:
+        """The 6 special tokens of frames with global indices `frame_indices` `[S]` -> `[S, 6, C]`.
+
+        Camera and register tokens use variant 0 for global frame 0 only; the scale token uses variant 0 for
+        the first `num_scale_frames` frames (the anchors), variant 1 afterwards.
+        """
+        first = (frame_indices == 0).long()
+        scale_first = (frame_indices < num_scale_frames).long()
+        camera = self.camera_token[0, 1 - first]
+        registers = self.register_token[0, 1 - first]
+        scale = self.scale_token[0, 1 - scale_first]
+        return torch.cat((camera, registers, scale), dim=1)
+
+    def forward(
+        self,
+        images: torch.Tensor,
+        step: GlobalAttentionStep,
+        first_frame_index: int,
+        num_scale_frames: int,
+    ) -> list[torch.Tensor]:
+        """Run S frames through the aggregator.
+
+        Args:
+            images: `[S, 3, H, W]` RGB in [0, 1], H and W multiples of the patch size.
+            step: the KV-cache step planned for these S frames (`cache.begin_step(S, keyframe)`).
+            first_frame_index: global / temporal index of the first frame (= frames stored in the cache).
+            num_scale_frames: number of anchor frames (scale-token variant 0 below this index).
+
+        Returns:
+            4 tensors `[S, P, 2C]`, P = 6 + (H/p)(W/p), for the block pairs `config.intermediate_layers`.
+        """
+        c = self.config
+        frames, _, height, width = images.shape
+        grid_h, grid_w = height // c.patch_size, width // c.patch_size
+        patches = self.backbone_tokens(images)
+        indices = torch.arange(frames, device=images.device) + first_frame_index
+        special = self.special_tokens(indices, num_scale_frames).to(patches.dtype)
+        x = torch.cat((special, patches), dim=1)
+        tokens_per_frame = x.shape[1]
+
+        rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)
+        rotation_3d = self.rope3d(video_positions(indices, grid_h, grid_w, c.num_special_tokens))
+
+        outputs = []
+        for layer in range(c.depth):
+            x = self.frame_blocks[layer](x, rotate=rotation_2d.rotate)
+            frame_out = x
+            x = x.reshape(1, frames * tokens_per_frame, -1)
+            x = self.global_blocks[layer](x, rotate=rotation_3d.rotate, attend=_cache_attend(step, layer))
+            x = x.reshape(frames, tokens_per_frame, -1)
+            if layer in c.intermediate_layers:
+                outputs.append(torch.cat((frame_out, x), dim=-1))
+        return outputs
+
+
+def _cache_attend(step: GlobalAttentionStep, layer: int) -> AttendFn:
+    """Adapt `CacheStep.attend` (`[T, H, D]`) to the block's `[1, H, T, D]` layout."""
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        dtype = v.dtype
+        out = step.attend(
+            layer,
+            q[0].transpose(0, 1).to(dtype).contiguous(),
+            k[0].transpose(0, 1).to(dtype).contiguous(),
+            v[0].transpose(0, 1).contiguous(),
+        )
+        return out.transpose(0, 1).unsqueeze(0)
+
+    return attend

@@ -1,0 +1,103 @@
+"""Bounded causal K/V history of the camera head: one camera token per keyframe, per pass and trunk block.
+
+The reference keeps every keyframe's fp32 K/V forever and concatenates + clones the whole history each step.
+Here one buffer per (pass, block) is preallocated with `capacity + 1` slots:
+
+* slots `[0, anchors)` hold the anchor frames (phase 1), never overwritten;
+* slots `[anchors, capacity)` hold later keyframes; once full, a keyframe overwrites the oldest one (ring);
+* the last slot is scratch for a non-keyframe when the history is full.
+
+The visible set is always a contiguous prefix `[0, visible)`, so attention needs no gather and no copy.
+While fewer than `capacity` keyframes are stored, the semantics are exactly the reference's (attention over
+all cached camera tokens plus the new ones). Slot order is irrelevant: the trunk has no mask and no positional
+encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class CameraStep:
+    """Slots reserved for the new tokens of one step and the visible prefix length.
+
+    `write` is the first slot of `count` consecutive slots; `visible` is the prefix the new tokens attend to;
+    `overwrite` marks a keyframe that replaces the oldest non-anchor keyframe of a full history.
+    """
+
+    write: int
+    count: int
+    visible: int
+    keyframe: bool
+    overwrite: bool = False
+
+
+class CameraHistory:
+    """Preallocated K/V ring per (pass, block): k/v `[passes, blocks, heads, capacity + 1, head_dim]`."""
+
+    def __init__(
+        self,
+        num_passes: int,
+        num_blocks: int,
+        num_heads: int,
+        head_dim: int,
+        capacity: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"camera_history must be >= 1, got {capacity}")
+        shape = (num_passes, num_blocks, num_heads, capacity + 1, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.capacity = capacity
+        self.stored = 0
+        self.anchors = 0
+        self._ring_next = 0
+
+    def reset(self) -> None:
+        """Forget every stored token (buffers are kept)."""
+        self.stored = 0
+        self.anchors = 0
+        self._ring_next = 0
+
+    def begin(self, num_new: int, keyframe: bool) -> CameraStep:
+        """Reserve slots for `num_new` tokens (the first step on an empty history sets the anchors)."""
+        if self.stored + num_new <= self.capacity:
+            return CameraStep(self.stored, num_new, self.stored + num_new, keyframe)
+        if num_new != 1:
+            raise ValueError(
+                f"camera history of {self.capacity} slots cannot take {num_new} new frames "
+                f"({self.stored} stored); raise camera_history"
+            )
+        if not keyframe:
+            return CameraStep(self.capacity, 1, self.capacity + 1, keyframe)
+        if self.anchors >= self.capacity:
+            raise ValueError(f"camera_history {self.capacity} leaves no room next to {self.anchors} anchors")
+        return CameraStep(self.anchors + self._ring_next, 1, self.capacity, keyframe, overwrite=True)
+
+    def end(self, step: CameraStep) -> None:
+        """Commit a keyframe step (non-keyframe steps leave the history exactly as before `begin`)."""
+        if not step.keyframe:
+            return
+        if self.stored == 0:
+            self.anchors = step.count
+        if step.overwrite:
+            self._ring_next = (self._ring_next + 1) % (self.capacity - self.anchors)
+        else:
+            self.stored += step.count
+
+    def attend(
+        self, step: CameraStep, pass_index: int, block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """Write k/v of the new tokens and attend: q/k/v `[1, H, S, D]` -> `[1, H, S, D]`."""
+        end = step.write + step.count
+        self.k[pass_index, block, :, step.write : end] = k[0].to(self.k.dtype)
+        self.v[pass_index, block, :, step.write : end] = v[0].to(self.v.dtype)
+        keys = self.k[pass_index, block, :, : step.visible].unsqueeze(0)
+        values = self.v[pass_index, block, :, : step.visible].unsqueeze(0)
+        return F.scaled_dot_product_attention(q.to(keys.dtype), keys, values)

@@ -1,0 +1,137 @@
+"""`LingBotMap`: the streaming LingBot-Map network (aggregator + causal camera head + DPT depth head).
+
+State-dict names equal the released checkpoints' (`aggregator.*`, `camera_head.*`, `depth_head.*`).
+The streaming API (`new_stream`, `step`) is the model contract of docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from lingbot_map_ros.model.aggregator import Aggregator
+from lingbot_map_ros.model.camera_head import CameraHead
+from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
+from lingbot_map_ros.model.dpt_head import DPTHead
+from lingbot_map_ros.model.stream import StepOutput, StreamConfig, StreamState
+
+
+class LingBotMap(nn.Module):
+    """The network; build it with `build_model` (checkpoint.py) or `LingBotMap(ModelConfig.preset(...))`."""
+
+    def __init__(self, config: ModelConfig, precision: PrecisionPolicy | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.precision = precision or PrecisionPolicy()
+        self.aggregator = Aggregator(config)
+        self.camera_head = CameraHead(
+            2 * config.embed_dim, config.camera_num_heads, config.camera_trunk_depth
+        )
+        self.depth_head = DPTHead(
+            2 * config.embed_dim,
+            config.patch_size,
+            config.dpt_features,
+            config.dpt_out_channels,
+            config.dpt_head_features,
+            config.dpt_frames_chunk,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.aggregator.camera_token.device
+
+    def set_precision(self, precision: PrecisionPolicy) -> LingBotMap:
+        """Cast the aggregator to `precision.aggregator_dtype` and the heads to `precision.heads_dtype`.
+
+        A reduced-precision aggregator also runs under autocast of that dtype (LayerNorm and softmax in fp32),
+        as the reference does. Streams made before the change must be recreated (their cache dtype is fixed).
+        """
+        self.precision = precision
+        self.aggregator.to(precision.aggregator_dtype)
+        self.camera_head.to(precision.heads_dtype)
+        self.depth_head.to(precision.heads_dtype)
+        return self
+
+    def new_stream(self, config: StreamConfig | None = None) -> StreamState:
+        """Fresh caches for one stream (camera history allocated now, the KV cache on the first step)."""
+        dtype = self.precision.aggregator_dtype
+        return StreamState(self.config, config or StreamConfig(), self.device, dtype)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        dtype = self.precision.aggregator_dtype
+        if dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def _check_images(self, images: torch.Tensor, state: StreamState) -> None:
+        if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != 3:
+            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+            raise ValueError(f"images must be a tensor [S, 3, H, W] (RGB in [0, 1]), got {shape}")
+        if not images.is_floating_point():
+            raise ValueError(f"images must be floating point in [0, 1], got {images.dtype}")
+        patch = self.config.patch_size
+        height, width = images.shape[-2:]
+        if height % patch or width % patch or height < patch or width < patch:
+            raise ValueError(
+                f"image height and width must be positive multiples of {patch}, got {height}x{width}"
+            )
+        if images.device != self.device:
+            raise ValueError(f"images must be on the model's device {self.device}, got {images.device}")
+        expected = state.config.scale_frames if state.in_anchor_phase else 1
+        if images.shape[0] != expected:
+            phase = "the anchor step" if state.in_anchor_phase else "a streaming step"
+            raise ValueError(f"{phase} takes S = {expected} frames, got {images.shape[0]}")
+
+    @torch.inference_mode()
+    def step(
+        self, images: torch.Tensor, state: StreamState, keyframe: bool = True, keep_tokens: bool = False
+    ) -> StepOutput:
+        """Run S frames of the stream.
+
+        Args:
+            images: `[S, 3, H, W]` float RGB in [0, 1] on the model's device. The first step after
+                `new_stream`/`reset` is the anchor phase (S = scale_frames, bidirectional among them, all
+                cached as never-evicted anchors); later steps take S = 1.
+            state: the stream's caches.
+            keyframe: keep the frames in the caches (False: attend, then roll back; anchors must be True).
+            keep_tokens: also return the 4 aggregator outputs (debugging / parity).
+        """
+        self._check_images(images, state)
+        if state.in_anchor_phase and not keyframe:
+            raise ValueError("the anchor step must be a keyframe")
+        image_hw = (int(images.shape[-2]), int(images.shape[-1]))
+        cache = state.cache_for(image_hw)
+        first_index = cache.frames_stored
+        cache_step = cache.begin_step(images.shape[0], keyframe)
+        try:
+            with self._autocast():
+                layers = self.aggregator(
+                    images.to(self.precision.aggregator_dtype),
+                    cache_step,
+                    first_index,
+                    state.config.scale_frames,
+                )
+        except BaseException:
+            if keyframe:
+                state.reset()  # a keyframe interrupted mid-way leaves the pools partly written
+            else:
+                cache.end_step(cache_step)
+            raise
+        cache.end_step(cache_step)
+
+        heads_dtype = self.precision.heads_dtype
+        layers_heads = [layer.to(heads_dtype) for layer in layers]
+        pose_list, raw_list = self.camera_head(
+            layers_heads[-1][:, 0], state.camera, keyframe, self.config.camera_num_iterations
+        )
+        depth, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
+        return StepOutput(
+            pose_enc=pose_list[:, -1].float(),
+            pose_enc_list=pose_list.float(),
+            pose_enc_raw_list=raw_list.float(),
+            depth=depth.float(),
+            depth_conf=conf.float(),
+            aggregated_tokens=layers if keep_tokens else None,
+        )

@@ -1,0 +1,167 @@
+"""Streaming state of one camera stream: the global-attention KV cache and the camera-head history.
+
+`StreamConfig` sizes both; `StreamState` owns them (made by `LingBotMap.new_stream`); `StepOutput` is what
+`LingBotMap.step` returns. See docs/architecture.md (model contract) and docs/model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
+from lingbot_map_ros.model.camera_history import CameraHistory
+from lingbot_map_ros.model.config import ModelConfig
+
+DEFAULT_CAMERA_HISTORY = 1024
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Per-stream cache sizes.
+
+    scale_frames: anchor frames of the first step (S0), never evicted; also the scale-token boundary.
+    sliding_window / max_window: live window of non-anchor keyframes in global attention (resizable).
+    max_special_frames: cap on frames whose 6 special tokens stay visible in global attention.
+    camera_history: camera-head keyframes kept per refinement pass (anchors included; reference: all).
+    backend: global-attention backend of the cache ("auto", "torch", "flashinfer").
+    """
+
+    scale_frames: int = 8
+    sliding_window: int = 64
+    max_window: int = 128
+    max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
+    camera_history: int = DEFAULT_CAMERA_HISTORY
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.scale_frames < 1:
+            raise ValueError(f"scale_frames must be >= 1, got {self.scale_frames}")
+        if not 1 <= self.sliding_window <= self.max_window:
+            raise ValueError(
+                f"sliding_window must be in [1, max_window={self.max_window}], got {self.sliding_window}"
+            )
+        if self.camera_history <= self.scale_frames:
+            raise ValueError(
+                f"camera_history ({self.camera_history}) must exceed scale_frames ({self.scale_frames})"
+            )
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """Predictions for the S frames of one step (tensors on the model's device, float32).
+
+    pose_enc `[S, 9]` (translation, quaternion xyzw, fov_h, fov_w; camera-to-world), pose_enc_list
+    `[S, iters, 9]` (after each camera refinement pass), pose_enc_raw_list `[S, iters, 9]` (before the output
+    activation), depth `[S, H, W]`, depth_conf `[S, H, W]`, and the 4 aggregator outputs `[S, P, 2C]` when
+    `step(..., keep_tokens=True)` (else None).
+    """
+
+    pose_enc: torch.Tensor
+    pose_enc_list: torch.Tensor
+    pose_enc_raw_list: torch.Tensor
+    depth: torch.Tensor
+    depth_conf: torch.Tensor
+    aggregated_tokens: list[torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Snapshot for /diagnostics: frames stored, camera-history fill, and the KV cache's own stats."""
+
+    frames_stored: int
+    image_hw: tuple[int, int] | None
+    camera_frames: int
+    camera_capacity: int
+    kv_cache: KVCacheStats | None
+
+
+class StreamState:
+    """Caches of one stream. The KV cache is allocated on the first step, when the token count is known."""
+
+    def __init__(
+        self, model_config: ModelConfig, config: StreamConfig, device: torch.device, kv_dtype: torch.dtype
+    ) -> None:
+        self.model_config = model_config
+        self.config = config
+        self.device = device
+        self.kv_dtype = kv_dtype
+        self.kv_cache: PagedKVCache | None = None
+        self.image_hw: tuple[int, int] | None = None
+        self._sliding_window = config.sliding_window
+        camera_dim = 2 * model_config.embed_dim
+        self.camera = CameraHistory(
+            model_config.camera_num_iterations,
+            model_config.camera_trunk_depth,
+            model_config.camera_num_heads,
+            camera_dim // model_config.camera_num_heads,
+            config.camera_history,
+            device,
+        )
+
+    @property
+    def frames_stored(self) -> int:
+        """Frames committed to the KV cache since the last reset (the next frame's temporal RoPE index)."""
+        return 0 if self.kv_cache is None else self.kv_cache.frames_stored
+
+    @property
+    def in_anchor_phase(self) -> bool:
+        """True until the first (anchor) step has been committed."""
+        return self.frames_stored == 0
+
+    def reset(self) -> None:
+        """Forget all frames; the next step is an anchor step and may use a new resolution."""
+        if self.kv_cache is not None:
+            self.kv_cache.reset()
+        self.camera.reset()
+        self.image_hw = None
+
+    def set_sliding_window(self, sliding_window: int) -> None:
+        """Resize the live window of global attention (1..max_window) without a reset."""
+        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= self.config.max_window:
+            raise ValueError(
+                f"sliding_window must be an int in [1, {self.config.max_window}], got {sliding_window!r}"
+            )
+        if self.kv_cache is not None:
+            self.kv_cache.set_sliding_window(sliding_window)
+        self._sliding_window = sliding_window
+
+    def stats(self) -> StreamStats:
+        return StreamStats(
+            frames_stored=self.frames_stored,
+            image_hw=self.image_hw,
+            camera_frames=self.camera.stored,
+            camera_capacity=self.camera.capacity,
+            kv_cache=None if self.kv_cache is None else self.kv_cache.stats(),
+        )
+
+    def cache_for(self, image_hw: tuple[int, int]) -> PagedKVCache:
+        """The KV cache for frames of `image_hw`; fixes the resolution until `reset()` (else ValueError)."""
+        if self.image_hw is not None and self.image_hw != image_hw:
+            raise ValueError(
+                f"stream resolution is fixed at {self.image_hw} (H, W) until reset(); got {image_hw}"
+            )
+        patch = self.model_config.patch_size
+        patches = (image_hw[0] // patch) * (image_hw[1] // patch)
+        if self.kv_cache is None or self.kv_cache.config.patches_per_frame != patches:
+            c, m = self.config, self.model_config
+            self.kv_cache = None  # release the old pools before allocating new ones
+            self.kv_cache = PagedKVCache(
+                KVCacheConfig(
+                    num_layers=m.depth,
+                    num_heads=m.num_heads,
+                    head_dim=m.head_dim,
+                    patches_per_frame=patches,
+                    num_special=m.num_special_tokens,
+                    scale_frames=c.scale_frames,
+                    sliding_window=self._sliding_window,
+                    max_window=c.max_window,
+                    max_special_frames=c.max_special_frames,
+                    dtype=self.kv_dtype,
+                    device=self.device,
+                ),
+                backend=c.backend,
+            )
+        self.image_hw = image_hw
+        return self.kv_cache
