@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
+import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -313,18 +314,26 @@ class LingBotMapNode(LifecycleNode):
 
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        return check_update(params, self.params, configured=self._pipeline is not None)
+        """Validate; a new `kv_cache.sliding_window` is applied to the cache here, so a refusal rejects it."""
+        result = check_update(params, self.params, configured=self._pipeline is not None)
+        window = {p.name: p.value for p in params}.get("kv_cache.sliding_window")
+        if not result.successful or window is None or self._pipeline is None:
+            return result
+        try:
+            with self._session_lock, torch.inference_mode():  # the cache pools are inference tensors
+                self._pipeline.session.set_sliding_window(window)
+                self._refresh_session_stats()
+        except (ValueError, RuntimeError) as exc:
+            return SetParametersResult(successful=False, reason=f"kv_cache.sliding_window refused: {exc}")
+        self.get_logger().info(f"kv_cache.sliding_window -> {window}")
+        return result
 
     def _apply_parameters(self, params: list[Parameter]) -> None:
-        old, self.params = self.params, apply_update(self.params, params)
+        """After a successful set: update the snapshot and the outputs, report the change at once."""
+        self.params = apply_update(self.params, params)
         if self._outputs is not None:
             self._outputs.update_config(self._output_config(self.params))
-        if self.params.kv_cache_sliding_window != old.kv_cache_sliding_window and self._pipeline is not None:
-            with self._session_lock:
-                self._pipeline.session.set_sliding_window(self.params.kv_cache_sliding_window)
-                self._refresh_session_stats()
-            self.get_logger().info(f"kv_cache.sliding_window -> {self.params.kv_cache_sliding_window}")
-            self.publish_diagnostics()
+        self.publish_diagnostics()
 
     @staticmethod
     def _output_config(p: NodeParams) -> OutputConfig:

@@ -1,0 +1,286 @@
+"""The node over real DDS (subprocess, tiny preset on CPU, frames of ../shared/data/loop): outputs, reset,
+live sliding window, parameter rejection, save_map, rejected frames.
+
+One node serves the whole module; every test starts with `~/reset`, so the order of the tests does not matter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry
+from nav_msgs.msg import Path as PathMsg
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import NodeProcess, RosClient, load_frames, write_params_file
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from std_msgs.msg import Header
+from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
+
+from lingbot_map_ros.engine.mapping import read_ply, read_tum
+from lingbot_map_ros.ros.conversions import cloud_to_points, image_to_depth, rgb_to_image
+from lingbot_map_ros.ros.diagnostics import diagnostic_values
+from lingbot_map_ros.ros.tf import TF_QOS
+
+pytestmark = pytest.mark.dds
+
+NS = "/outputs_test"
+NODE = f"{NS}/lingbot_map"
+IMAGE_TOPIC = "/outputs_cam/image_raw"
+CAMERA_FRAME = "loop_cam"
+SCALE_FRAMES = 4
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(
+    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+)
+PARAMS = {
+    "model.preset": "tiny",
+    "model.device": "cpu",
+    "model.image_width": 56,
+    "kv_cache.scale_frames": SCALE_FRAMES,
+    "kv_cache.sliding_window": 8,
+    "kv_cache.max_window": 16,
+    "qos.reliability": "reliable",
+    "qos.depth": 50,
+    "queue_size": 50,
+    "map_publish_rate": 10.0,
+    "diagnostics_rate": 20.0,
+    "map.stride": 4,
+    "map.conf_threshold": 0.0,
+}
+
+
+class Streams:
+    """Every output of the node, collected from the start of the module."""
+
+    def __init__(self, client: RosClient) -> None:
+        self.tf = client.collect(TFMessage, "/tf", TF_QOS)
+        self.odometry = client.collect(Odometry, f"{NODE}/odometry", RELIABLE)
+        self.path = client.collect(PathMsg, f"{NODE}/path", RELIABLE)
+        self.depth = client.collect(Image, f"{NODE}/depth", RELIABLE)
+        self.camera_info = client.collect(CameraInfo, f"{NODE}/camera_info", RELIABLE)
+        self.frame_cloud = client.collect(PointCloud2, f"{NODE}/frame_cloud", RELIABLE)
+        self.map_cloud = client.collect(PointCloud2, f"{NODE}/map_cloud", LATCHED)
+        self.diagnostics = client.collect(DiagnosticArray, "/diagnostics", RELIABLE)
+        self.image_pub = client.publisher(Image, IMAGE_TOPIC, RELIABLE)
+
+    def clear(self) -> None:
+        for collector in (
+            self.tf,
+            self.odometry,
+            self.path,
+            self.depth,
+            self.camera_info,
+            self.frame_cloud,
+            self.map_cloud,
+            self.diagnostics,
+        ):
+            collector.clear()
+
+    def latest_diagnostics(self, predicate: object = None, timeout: float = 10.0) -> dict[str, str]:
+        """Values of the newest /diagnostics message (that satisfies `predicate`, if given)."""
+
+        def match(msgs: list[DiagnosticArray]) -> bool:
+            values = [diagnostic_values(m) for m in msgs]
+            return any(v and (predicate is None or predicate(v)) for v in values)
+
+        msgs = self.diagnostics.wait_for(match, timeout)
+        values = [diagnostic_values(m) for m in msgs if diagnostic_values(m)]
+        return [v for v in values if predicate is None or predicate(v)][-1]
+
+
+@pytest.fixture(scope="module")
+def node(ros_client: RosClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    tmp = tmp_path_factory.mktemp("node_outputs")
+    params_file = write_params_file(tmp / "params.yaml", PARAMS)
+    proc = NodeProcess.start(
+        tmp,
+        name="lingbot_map",
+        namespace=NS,
+        params_file=params_file,
+        params={"output_dir": str(tmp / "maps")},
+        remaps={"image": IMAGE_TOPIC},
+    )
+    proc.wait_ready(ros_client, [f"{NODE}/reset", f"{NODE}/save_map"])
+    yield proc
+    code = proc.stop()
+    assert code == 0, proc.output()
+
+
+@pytest.fixture(scope="module")
+def streams(ros_client: RosClient, node: NodeProcess) -> Streams:
+    streams = Streams(ros_client)
+    ros_client.wait_for_subscribers(streams.image_pub)
+    return streams
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[np.ndarray]:
+    return load_frames(24, step=3)
+
+
+@pytest.fixture
+def fresh(ros_client: RosClient, streams: Streams) -> Streams:
+    """Reset the node and the collectors before a test."""
+    response = ros_client.call(Trigger, f"{NODE}/reset")
+    assert response.success, response.message
+    time.sleep(0.2)  # the reset's empty path/map are in flight
+    streams.clear()
+    return streams
+
+
+def stamp(i: int) -> Time:
+    return Time(sec=1000 + i // 10, nanosec=(i % 10) * 100_000_000)
+
+
+def publish(streams: Streams, frames: list[np.ndarray], indices: range) -> None:
+    for i in indices:
+        streams.image_pub.publish(rgb_to_image(frames[i], Header(stamp=stamp(i), frame_id=CAMERA_FRAME)))
+        time.sleep(0.01)
+
+
+def stamps(msgs: list[object]) -> list[tuple[int, int]]:
+    return [(m.header.stamp.sec, m.header.stamp.nanosec) for m in msgs]
+
+
+def as_pairs(indices: range) -> list[tuple[int, int]]:
+    return [(stamp(i).sec, stamp(i).nanosec) for i in indices]
+
+
+def test_outputs_arrive_in_order_with_input_stamps(fresh: Streams, frames: list[np.ndarray]) -> None:
+    count = 10
+    publish(fresh, frames, range(count))
+    odom = fresh.odometry.wait_for(count)
+    expected = as_pairs(range(count))
+    assert stamps(odom) == expected
+    assert stamps(fresh.depth.wait_for(count)) == expected
+    assert stamps(fresh.camera_info.wait_for(count)) == expected
+    assert stamps(fresh.frame_cloud.wait_for(count)) == expected
+    tfs = [t for m in fresh.tf.wait_for(count) for t in m.transforms]
+    assert stamps(tfs) == expected
+    assert {(t.header.frame_id, t.child_frame_id) for t in tfs} == {("map", CAMERA_FRAME)}
+    assert {(o.header.frame_id, o.child_frame_id) for o in odom} == {("map", CAMERA_FRAME)}
+    for o, t in zip(odom, tfs, strict=True):  # TF and odometry carry the same pose
+        assert o.pose.pose.position.x == pytest.approx(t.transform.translation.x)
+        assert o.pose.pose.orientation.w == pytest.approx(t.transform.rotation.w)
+    assert any(abs(o.twist.twist.linear.x) + abs(o.twist.twist.angular.z) > 0 for o in odom[1:])
+
+    depth = fresh.depth.messages[-1]
+    assert (depth.encoding, depth.height, depth.width, depth.header.frame_id) == (
+        "32FC1",
+        294,
+        518,
+        CAMERA_FRAME,
+    )
+    values = image_to_depth(depth)
+    assert np.isfinite(values).any() and (values[np.isfinite(values)] > 0).all()
+    info = fresh.camera_info.messages[-1]
+    assert (info.width, info.height) == (518, 294) and info.k[0] > 0 and info.k[8] == 1.0
+
+    path = fresh.path.wait_for(lambda msgs: msgs and len(msgs[-1].poses) == count)[-1]
+    assert path.header.frame_id == "map" and stamps(path.poses) == expected
+    cloud = fresh.frame_cloud.messages[-1]
+    xyz, _ = cloud_to_points(cloud)
+    assert cloud.header.frame_id == "map" and len(xyz) > 0 and np.isfinite(xyz).all()
+    map_cloud = fresh.map_cloud.wait_for(lambda msgs: msgs and msgs[-1].width > 0)[-1]
+    assert map_cloud.header.frame_id == "map" and map_cloud.header.stamp.sec >= 1000
+
+
+def test_anchor_phase_publishes_its_frames_together(fresh: Streams, frames: list[np.ndarray]) -> None:
+    publish(fresh, frames, range(SCALE_FRAMES - 1))
+    diag = fresh.latest_diagnostics(lambda v: v.get("session.pending_anchor_frames") == str(SCALE_FRAMES - 1))
+    assert diag["session.phase"] == "1"
+    assert len(fresh.odometry) == 0  # nothing until the anchor phase is complete
+    publish(fresh, frames, range(SCALE_FRAMES - 1, SCALE_FRAMES))
+    odom = fresh.odometry.wait_for(SCALE_FRAMES)
+    assert stamps(odom) == as_pairs(range(SCALE_FRAMES))
+
+
+def test_reset_clears_and_starts_a_new_anchor_phase(
+    ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    publish(fresh, frames, range(6))
+    fresh.odometry.wait_for(6)
+    epoch = int(fresh.latest_diagnostics(lambda v: v.get("session.last_frame.index") == "5")["session.epoch"])
+    response = ros_client.call(Trigger, f"{NODE}/reset")
+    assert response.success and f"next {SCALE_FRAMES} frames form a new anchor phase" in response.message
+    fresh.path.wait_for(lambda msgs: msgs and len(msgs[-1].poses) == 0)
+    fresh.map_cloud.wait_for(lambda msgs: msgs and msgs[-1].width == 0)
+    after = fresh.latest_diagnostics(lambda v: v.get("session.epoch") == str(epoch + 1))
+    assert after["session.frames_stored"] == "0" and after["session.phase"] == "1"
+    fresh.odometry.clear()
+    publish(fresh, frames, range(10, 10 + SCALE_FRAMES))
+    odom = fresh.odometry.wait_for(SCALE_FRAMES)
+    assert stamps(odom) == as_pairs(range(10, 10 + SCALE_FRAMES))
+    path = fresh.path.wait_for(lambda msgs: msgs and len(msgs[-1].poses) == SCALE_FRAMES)[-1]
+    assert stamps(path.poses) == as_pairs(range(10, 10 + SCALE_FRAMES))  # the old trajectory is gone
+
+
+def test_sliding_window_is_live_and_bad_values_are_rejected(
+    ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    publish(fresh, frames, range(SCALE_FRAMES + 6))
+    fresh.odometry.wait_for(SCALE_FRAMES + 6)
+    fresh.latest_diagnostics(lambda v: v.get("session.cache.kv_cache.window_frames") == "6")
+    (result,) = ros_client.set_parameters(NODE, {"kv_cache.sliding_window": 3})
+    assert result.successful, result.reason
+    diag = fresh.latest_diagnostics(lambda v: v.get("session.sliding_window") == "3", timeout=5)
+    assert diag["session.cache.kv_cache.sliding_window"] == "3"
+    publish(fresh, frames, range(SCALE_FRAMES + 6, SCALE_FRAMES + 8))
+    fresh.odometry.wait_for(SCALE_FRAMES + 8)
+    diag = fresh.latest_diagnostics(lambda v: v.get("session.last_frame.index") == str(SCALE_FRAMES + 7))
+    assert int(diag["session.cache.kv_cache.window_frames"]) <= 3
+
+    rejected = {
+        "kv_cache.sliding_window": (0, "out of range"),
+        "model.preset": ("lingbot-map", "needs a reload"),
+        "attention.backend": ("cudnn", "must be one of"),
+    }
+    for name, (value, reason) in rejected.items():
+        (result,) = ros_client.set_parameters(NODE, {name: value})
+        assert not result.successful and reason in result.reason, (name, result.reason)
+    (result,) = ros_client.set_parameters(NODE, {"kv_cache.sliding_window": 17})
+    assert not result.successful and "kv_cache.max_window (16)" in result.reason
+    assert ros_client.get_parameters(NODE, ["kv_cache.sliding_window"]) == {"kv_cache.sliding_window": 3}
+    (result,) = ros_client.set_parameters(NODE, {"kv_cache.sliding_window": 8})
+    assert result.successful
+
+
+def test_save_map_writes_ply_and_tum(ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]) -> None:
+    publish(fresh, frames, range(SCALE_FRAMES + 2))
+    fresh.odometry.wait_for(SCALE_FRAMES + 2)
+    fresh.latest_diagnostics(lambda v: v.get("session.last_frame.index") == str(SCALE_FRAMES + 1))
+    response = ros_client.call(Trigger, f"{NODE}/save_map")
+    assert response.success, response.message
+    ply = Path(response.message.split("map: ")[1].split(" (")[0])
+    tum = Path(response.message.split("trajectory: ")[1].split(" (")[0])
+    xyz, rgb = read_ply(ply)
+    assert len(xyz) > 0 and xyz.shape == rgb.shape and f"({len(xyz)} points)" in response.message
+    tum_stamps, rows = read_tum(tum)
+    np.testing.assert_allclose(tum_stamps, [s + 1e-9 * ns for s, ns in as_pairs(range(SCALE_FRAMES + 2))])
+    assert rows.shape == (SCALE_FRAMES + 2, 7)
+    assert not list(ply.parent.glob("*.tmp*"))  # atomic writes leave no temp files
+
+
+def test_bad_frames_are_counted_logged_once_and_skipped(
+    node: NodeProcess, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    received = fresh.latest_diagnostics()["frames_received"]
+    header = Header(stamp=stamp(0), frame_id=CAMERA_FRAME)
+    unknown = Image(header=header, height=2, width=2, encoding="16UC1", step=4, data=bytes(8))
+    short = Image(header=header, height=4, width=4, encoding="rgb8", step=12, data=bytes(20))
+    for msg in (unknown, unknown, short):
+        fresh.image_pub.publish(msg)
+    diag = fresh.latest_diagnostics(
+        lambda v: v.get("rejected_unsupported_encoding") == "2" and v.get("rejected_malformed_image") == "1"
+    )
+    assert diag["frames_received"] == received and node.alive()  # rejected before the queue
+    assert node.output().count("frame rejected (unsupported_encoding") == 1  # throttled: logged once
+    publish(fresh, frames, range(SCALE_FRAMES))  # the node keeps mapping
+    fresh.odometry.wait_for(SCALE_FRAMES)
