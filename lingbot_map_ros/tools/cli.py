@@ -8,7 +8,8 @@
     lingbot-map-ros synthetic-scene -o BAG    # render the demo's scene with ground truth
     lingbot-map-ros parity | convert ...      # the model's parity check and checkpoint converter
 
-A ValueError (bad input) is printed as `error: ...` with exit status 2, without a traceback.
+Bad input (ValueError) is printed as `error: ...` with exit status 2, a failed run (RuntimeError,
+TimeoutError) with exit status 1, both without a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-_SUBCOMMAND_MODULES = ("make_bag", "replay", "record", "run_bag", "synthetic_scene")
+_SUBCOMMAND_MODULES = ("demo", "make_bag", "replay", "record", "run_bag", "synthetic_scene")
 _DISPATCHED = {"parity": "check the model against the reference parity fixtures",
                "convert": "convert a released checkpoint to this package's format"}
 
@@ -60,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (RuntimeError, TimeoutError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

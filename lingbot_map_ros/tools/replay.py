@@ -52,9 +52,11 @@ class ReplayConfig:
 
 @dataclass
 class ReplayStats:
-    """Messages published per (published) topic, wall time of the playback, and whether all were acked."""
+    """Messages published per (published) topic, when each went out (system time, ns, in order), wall
+    time of the playback, and whether every reliable subscriber acknowledged everything."""
 
     published: dict[str, int]
+    publish_times_ns: dict[str, list[int]]
     wall_s: float
     all_acked: bool
 
@@ -84,10 +86,13 @@ def replay(node: Node, config: ReplayConfig) -> ReplayStats:
             name = config.remap.get(conn.topic, conn.topic)
             if name not in publishers:
                 publishers[name] = node.create_publisher(message_class(conn.msgtype), name, qos)
-        _wait_for_subscribers(node, publishers, config.wait_for_subscribers_s)
+        images = {config.remap.get(c.topic, c.topic) for c in connections if c.msgtype in CAMERA_TYPES}
+        awaited = {name: pub for name, pub in publishers.items() if name in images} or publishers
+        _wait_for_subscribers(node, awaited, config.wait_for_subscribers_s)
         bag_start = reader.start_time + round(config.start_s * 1e9)
         per_pass = sum(c.msgcount for c in connections)
         published = dict.fromkeys(publishers, 0)
+        publish_times: dict[str, list[int]] = {name: [] for name in publishers}
         wall_start = time.monotonic()
         progress = tqdm(total=None if config.loop else per_pass, desc="replay", unit="msg", file=sys.stderr,
                         disable=not config.progress)
@@ -100,13 +105,14 @@ def replay(node: Node, config: ReplayConfig) -> ReplayStats:
                         time.sleep(delay)
                     name = config.remap.get(conn.topic, conn.topic)
                     publishers[name].publish(bytes(raw))
+                    publish_times[name].append(time.time_ns())
                     published[name] += 1
                     progress.update()
                 if not config.loop:
                     break
         all_acked = all(p.wait_for_all_acked(Duration(seconds=config.ack_timeout_s))
                         for p in publishers.values())
-        return ReplayStats(published, time.monotonic() - wall_start, all_acked)
+        return ReplayStats(published, publish_times, time.monotonic() - wall_start, all_acked)
     finally:
         reader.close()
         for pub in publishers.values():
@@ -114,7 +120,7 @@ def replay(node: Node, config: ReplayConfig) -> ReplayStats:
 
 
 def _wait_for_subscribers(node: Node, publishers: dict[str, Publisher], timeout_s: float) -> None:
-    """Block until every publisher has a subscriber or `timeout_s` passed (0: do not wait)."""
+    """Block until every publisher in `publishers` has a subscriber or `timeout_s` passed (0: no wait)."""
     deadline = time.monotonic() + timeout_s
     while timeout_s > 0 and time.monotonic() < deadline:
         if all(p.get_subscription_count() > 0 for p in publishers.values()):
@@ -138,7 +144,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--qos", choices=QOS_CHOICES, default="reliable",
                    help="reliable (default; waits for acks at the end) or sensor (best effort)")
     p.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="SECONDS",
-                   help="wait up to this long for a subscriber on every topic before playing")
+                   help="wait up to this long for a subscriber on every image topic (if none are played: "
+                   "every topic) before playing")
     p.add_argument("--ack-timeout", type=float, default=10.0, metavar="SECONDS")
     p.set_defaults(func=main_args)
 

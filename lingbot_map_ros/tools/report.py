@@ -1,7 +1,8 @@
 """Run reports: the PNG (trajectory from above + per-frame latency) and the JSON summary writer.
 
-Poses are camera-to-world [N, 4, 4] in the model's world frame (OpenCV axes: x right, y down, z forward),
-so "from above" is the x-z plane seen from -y.
+Poses are camera-to-world [N, 4, 4] either in the model's world frame (`frame="optical"`, OpenCV axes:
+x right, y down, z forward; "from above" is the x-z plane) or in the node's `map` frame (`frame="ros"`,
+REP-103: x forward, y left, z up; "from above" is the x-y plane).
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import numpy as np  # noqa: E402
 
 from lingbot_map_ros.engine.writers import atomic_write  # noqa: E402
 
+# frame -> (horizontal axis, vertical axis, their labels) of the view from above
+TOP_VIEW = {"optical": (0, 2, "x (right of first camera)", "z (forward of first camera)"),
+            "ros": (0, 1, "x (forward of first camera)", "y (left of first camera)")}
+
 
 def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np.ndarray, title: str,
              reference: np.ndarray | None = None,
-             reference_label: str = "ground truth (Sim(3)-aligned)") -> Path:
+             reference_label: str = "ground truth (Sim(3)-aligned)", frame: str = "optical") -> Path:
     """Write a two-panel PNG.
 
     Args:
@@ -29,7 +34,11 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
         latency_ms: [N] per-frame latency (ms) of the step that produced each pose.
         keyframe: [N] bool, the frame was stored in the cache.
         reference: optional [M, 3] camera centres already in the estimate's frame (e.g. aligned ground truth).
+        frame: "optical" or "ros", the axes convention of `poses` (see the module docstring).
     """
+    if frame not in TOP_VIEW:
+        raise ValueError(f"frame must be one of {sorted(TOP_VIEW)}, got {frame!r}")
+    h, v, h_label, v_label = TOP_VIEW[frame]
     poses, latency_ms, keyframe = np.asarray(poses), np.asarray(latency_ms, float), np.asarray(keyframe, bool)
     if poses.ndim != 3 or poses.shape[1:] != (4, 4) or not len(latency_ms) == len(poses) == len(keyframe):
         raise ValueError(f"expected poses [N, 4, 4] and N latencies/keyframe flags, got {poses.shape}, "
@@ -37,17 +46,18 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
     fig, (top, lat) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
     centres = poses[:, :3, 3]
     if reference is not None:
-        top.plot(reference[:, 0], reference[:, 2], color="0.6", lw=2.5, label=reference_label)
-    top.plot(centres[:, 0], centres[:, 2], color="tab:blue", lw=1.2, label="estimate")
-    top.scatter(centres[keyframe, 0], centres[keyframe, 2], s=6, color="tab:blue")
-    top.scatter(centres[:1, 0], centres[:1, 2], s=50, marker="*", color="tab:green", label="start", zorder=3)
-    heading = poses[:, :3, 2]  # optical axis
+        top.plot(reference[:, h], reference[:, v], color="0.6", lw=2.5, label=reference_label)
+    top.plot(centres[:, h], centres[:, v], color="tab:blue", lw=1.2, label="estimate")
+    top.scatter(centres[keyframe, h], centres[keyframe, v], s=6, color="tab:blue")
+    top.scatter(centres[:1, h], centres[:1, v], s=50, marker="*", color="tab:green", label="start", zorder=3)
+    heading = poses[:, :3, 2]  # the camera's optical axis
     step = max(1, len(poses) // 20)
-    scale = 0.08 * max(float(np.ptp(centres[:, [0, 2]], axis=0).max()), 1e-6)
-    top.quiver(centres[::step, 0], centres[::step, 2], heading[::step, 0] * scale, heading[::step, 2] * scale,
-               angles="xy", scale_units="xy", scale=1, color="tab:orange", width=0.004)
-    top.set_xlabel("x (right of first camera)")
-    top.set_ylabel("z (forward of first camera)")
+    scale = 0.08 * max(float(np.ptp(centres[:, [h, v]], axis=0).max()), 1e-6)
+    top.quiver(centres[::step, h], centres[::step, v], heading[::step, h] * scale, heading[::step, v] * scale,
+               angles="xy", scale_units="xy", scale=1, color="tab:orange", width=0.004,
+               label="view direction")
+    top.set_xlabel(h_label)
+    top.set_ylabel(v_label)
     top.set_title("trajectory from above")
     top.set_aspect("equal", adjustable="datalim")
     top.legend(loc="best", fontsize=8)

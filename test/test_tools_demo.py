@@ -1,0 +1,74 @@
+"""End to end over real DDS: make-bag on the corridor frames -> replay into the node subprocess (tiny preset,
+CPU) -> record its outputs -> ~/save_map -> SIGINT. Every published frame is posed or counted as dropped,
+output stamps equal input stamps, the TUM has one line per posed frame and the PLY has points."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rosbags.rosbag2 import Reader
+
+from lingbot_map_ros.engine.writers import read_ply, read_tum
+from lingbot_map_ros.tools.bag_io import iter_frames, ros2_typestore
+from lingbot_map_ros.tools.demo import DemoConfig, run_demo
+from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
+from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+LOOP = SHARED / "data" / "loop"
+FRAMES = 30
+
+pytestmark = [pytest.mark.dds, pytest.mark.skipif(not LOOP.is_dir(), reason="../shared/data/loop is missing")]
+
+
+def _header_stamps(bag: Path, topic: str) -> list[int]:
+    ts = ros2_typestore()
+    with Reader(bag) as reader:
+        conns = [c for c in reader.connections if c.topic == topic]
+        return [(m := ts.deserialize_cdr(raw, c.msgtype)).header.stamp.sec * 10**9 + m.header.stamp.nanosec
+                for c, _, raw in reader.messages(connections=conns)]
+
+
+@pytest.mark.parametrize(("storage", "compressed"), [("mcap", None), ("sqlite3", "jpeg")])
+def test_bag_replayed_into_the_node_comes_back_posed_or_counted(
+        tmp_path: Path, dds_env: dict[str, str], storage: str, compressed: str | None) -> None:
+    bag = tmp_path / "loop"
+    topic = "/front/image_raw" + ("/compressed" if compressed else "")
+    write_camera_bag(MakeBagConfig(output=bag, storage=storage, rate_hz=10.0, topic=topic,
+                                   info_topic="/front/camera_info", compressed=compressed,
+                                   start_time_ns=1_700_000_000_000_000_000),
+                     read_images(image_files(LOOP)[:FRAMES], 160), total=FRAMES)
+    config = DemoConfig(output_dir=tmp_path / "demo", bag=bag, image_width=112, queue_size=2, timeout_s=150.0)
+    outcome = run_demo(config, {**os.environ, **dds_env})
+
+    assert outcome.sent == outcome.received == FRAMES
+    assert outcome.posed > 0 and outcome.accounted, outcome  # posed + dropped (+ rejected, ...) == sent
+    assert outcome.node_exit_code == 0
+
+    run_dir = Path(outcome.files["run"])
+    input_stamps = [f.stamp_ns for f in iter_frames(bag)]
+    odometry = _header_stamps(run_dir / "outputs", "/lingbot_map/odometry")
+    assert len(odometry) == outcome.posed
+    assert set(odometry) <= set(input_stamps) and odometry == sorted(odometry)  # stamps kept, in order
+    assert _header_stamps(run_dir / "outputs", "/lingbot_map/path")[-1] == odometry[-1]
+
+    stamps, rows = read_tum(outcome.files["trajectory"])
+    assert len(stamps) == outcome.posed  # one TUM line per posed frame
+    np.testing.assert_allclose(stamps, np.array(odometry) / 1e9, atol=1e-6)
+    xyz, rgb = read_ply(outcome.files["map"])
+    assert len(xyz) == outcome.map_points > 0 and np.isfinite(xyz).all()
+    assert Path(outcome.files["plot"]).read_bytes()[:4] == b"\x89PNG"
+    assert outcome.ok
+
+
+def test_demo_reports_a_missing_topic_before_starting_anything(tmp_path: Path,
+                                                               dds_env: dict[str, str]) -> None:
+    bag = tmp_path / "loop"
+    write_camera_bag(MakeBagConfig(output=bag), read_images(image_files(LOOP)[:2], 64), total=2)
+    config = DemoConfig(output_dir=tmp_path / "demo", bag=bag, topic="/nope", scene=SceneConfig(frames=2))
+    with pytest.raises(ValueError, match="topic /nope not in bag"):
+        run_demo(config, {**os.environ, **dds_env})
+    assert not list((tmp_path / "demo").glob("run_*/node.log"))
