@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from rosbags.rosbag2 import Reader
 
-from lingbot_map_ros.tools.dds import isolated_dds_env
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -53,9 +52,9 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
     return out, err
 
 
-def test_replay_into_record_keeps_every_message_byte_exact_at_the_scaled_timing(bag: Path,
-                                                                                tmp_path: Path) -> None:
-    env = isolated_dds_env(dict(os.environ, ROS_LOG_DIR=str(tmp_path / "log")))
+def test_replay_into_record_keeps_every_message_byte_exact_at_the_scaled_timing(
+        bag: Path, tmp_path: Path, dds_env: dict[str, str]) -> None:
+    env = {**os.environ, **dds_env}
     recorded = tmp_path / "recorded"
     recorder = _cli("record", "-o", str(recorded), "--topics", "/camera/image_raw", "/camera/camera_info",
                     "--until-idle", "3", env=env)
@@ -73,8 +72,9 @@ def test_replay_into_record_keeps_every_message_byte_exact_at_the_scaled_timing(
     assert np.median(spacing) == pytest.approx(0.05, abs=0.015)  # 10 Hz bag played at rate 2
 
 
-def test_replay_start_topics_remap_and_record_stops_on_sigint(bag: Path, tmp_path: Path) -> None:
-    env = isolated_dds_env(dict(os.environ, ROS_LOG_DIR=str(tmp_path / "log")))
+def test_replay_start_topics_remap_and_record_stops_on_sigint(bag: Path, tmp_path: Path,
+                                                               dds_env: dict[str, str]) -> None:
+    env = {**os.environ, **dds_env}
     recorded = tmp_path / "recorded"
     recorder = _cli("record", "-o", str(recorded), "--topics", "/front/image", "/camera/camera_info", env=env)
     player = _cli("replay", str(bag), "--start", "1.0", "--topics", "/camera/image_raw", "--remap",
@@ -89,8 +89,9 @@ def test_replay_start_topics_remap_and_record_stops_on_sigint(bag: Path, tmp_pat
     assert [raw for _, raw in received] == [raw for _, raw in _messages(bag, "/camera/image_raw")[10:]]
 
 
-def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_path: Path) -> None:
-    env = isolated_dds_env(dict(os.environ, ROS_LOG_DIR=str(tmp_path / "log")))
+def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_path: Path,
+                                                              dds_env: dict[str, str]) -> None:
+    env = {**os.environ, **dds_env}
     proc = _cli("replay", str(bag), "--topics", "/nope", env=env)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "topics ['/nope'] not in bag" in err

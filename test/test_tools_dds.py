@@ -1,0 +1,49 @@
+"""DDS helpers of the tools: isolated environments for child processes, QoS matching, message classes."""
+
+from __future__ import annotations
+
+import pytest
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+from lingbot_map_ros.tools.dds import (
+    FASTDDS_PROFILE,
+    isolated_dds_env,
+    matching_subscription_qos,
+    message_class,
+    publisher_qos,
+)
+
+
+def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> None:
+    env = isolated_dds_env({"PATH": "/bin", "ROS_DOMAIN_ID": "0", "LD_LIBRARY_PATH": "/x"}, domain_id=42)
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert env["ROS_DOMAIN_ID"] == "42"
+    assert env["PATH"] == "/bin" and env["LD_LIBRARY_PATH"] == "/x"
+    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE) and FASTDDS_PROFILE.is_file()
+    assert env["ROS_LOG_DIR"]
+    domains = {int(isolated_dds_env({})["ROS_DOMAIN_ID"]) for _ in range(50)}
+    assert all(1 <= d <= 100 for d in domains) and len(domains) > 1
+
+
+def test_subscription_qos_matches_every_offered_publisher() -> None:
+    reliable_latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    best_effort = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+    qos = matching_subscription_qos([reliable_latched])
+    assert (qos.reliability, qos.durability) == (ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL)
+    qos = matching_subscription_qos([reliable_latched, best_effort])
+    assert (qos.reliability, qos.durability) == (ReliabilityPolicy.BEST_EFFORT, DurabilityPolicy.VOLATILE)
+    assert publisher_qos("sensor").reliability == ReliabilityPolicy.BEST_EFFORT
+    assert publisher_qos("reliable", depth=7).depth == 7
+    with pytest.raises(ValueError, match="QoS must be one of"):
+        publisher_qos("fast")
+
+
+def test_message_class_resolves_installed_types_and_names_bad_ones() -> None:
+    from sensor_msgs.msg import Image
+
+    assert message_class("sensor_msgs/msg/Image") is Image
+    with pytest.raises(ValueError, match="pkg/msg/Name"):
+        message_class("sensor_msgs/Image")
+    with pytest.raises(ValueError, match="not installed"):
+        message_class("no_such_msgs/msg/Thing")
