@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -13,6 +13,8 @@ class ModelConfig:
 
     The aggregator runs `depth` (frame block, global block) pairs of width `embed_dim`; each frame carries
     `num_special_tokens` = 1 camera + `num_register_tokens` + 1 scale token before its patches.
+    `max_frame_num` is the reference's 3D-RoPE table length (1,024): this model has no table and runs past it,
+    but the engine bounds the frames stored per anchor segment by it (docs/model.md).
     """
 
     img_size: int = 518
@@ -65,14 +67,6 @@ class ModelConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
         return PRESETS[name]
-
-    def with_overrides(self, **overrides: object) -> ModelConfig:
-        """A copy with some fields replaced (unknown names raise `ValueError`)."""
-        names = {f.name for f in fields(self)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields {unknown}; expected some of {sorted(names)}")
-        return replace(self, **overrides)
 
 
 PRESETS: dict[str, ModelConfig] = {
