@@ -112,6 +112,24 @@ def time_steps(
     return statistics.median(step_ms), statistics.median(attn_ms), visible
 
 
+def time_dense_contiguous(config: KVCacheConfig, keys: int, repeats: int, timer: Timer) -> float:
+    """All-layer ms of cuDNN-first SDPA over fresh contiguous ``[1, H, keys, D]`` K/V (the layout floor)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    h, d = config.num_heads, config.head_dim
+    q = torch.randn(1, h, config.tokens_per_frame, d, device=config.device, dtype=config.dtype)
+    k, v = torch.randn(2, 1, h, keys, d, device=config.device, dtype=config.dtype).unbind(0)
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    times = []
+    with sdpa_kernel(order, set_priority=True):
+        for _ in range(repeats + 2):
+            begin = timer.start()
+            for _ in range(config.num_layers):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            times.append(timer.elapsed_ms(begin))
+    return statistics.median(times[2:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -151,7 +169,8 @@ def main() -> None:
             rows.append(Row(name, cache.backend.name, frames, visible, step_ms, attn_ms, cache.pool_bytes))
             print(
                 f"{name:>10} frames {frames:>6} (fast-forward {fill_s:5.1f} s): visible {visible:>6} keys, "
-                f"step {step_ms:7.2f} ms, attention {attn_ms:7.2f} ms",
+                f"step {step_ms:7.2f} ms, attention {attn_ms:7.2f} ms "
+                f"(frames kernel: {getattr(cache.backend, 'frames_kernel', cache.backend.name)})",
                 flush=True,
             )
         del cache
@@ -174,6 +193,10 @@ def main() -> None:
         name = row.backend if row.backend == row.resolved else f"{row.backend} ({row.resolved})"
         cells = [name, row.frames, row.visible_keys, f"{row.step_ms:.2f}", f"{row.attn_ms:.2f}"]
         print("| " + " | ".join(str(c) for c in cells) + f" | {row.pool_bytes / 2**30:.2f} |")
+    if device.type == "cuda":
+        keys = rows[-1].visible_keys
+        dense = time_dense_contiguous(config, keys, args.repeats, timer)
+        print(f"floor: cuDNN SDPA over contiguous [1, H, {keys}, D] K/V, all layers: {dense:.2f} ms")
     for name in args.backends.split(","):
         mine = [row for row in rows if row.backend == name]
         ratio = mine[-1].step_ms / mine[0].step_ms

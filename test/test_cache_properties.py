@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
+from lingbot_map_ros.cache.backends import merge_partial_attention
 
 
 @dataclass
@@ -224,3 +225,26 @@ def test_random_operations_match_dense_reference(
         assert stats.evicted_special_frames == (len(ref.specials) if num_special else 0)
         assert stats.special_frames_visible <= config.max_special_frames
         assert (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.k_pool.numel()) == pointers
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    keys_a=st.integers(1, 40),
+    keys_b=st.integers(1, 40),
+    shift=st.floats(-8, 8),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_merge_partial_attention_equals_attention_over_the_union(keys_a, keys_b, shift, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(5, 2, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(keys_a + keys_b, 2, 4, generator=gen, dtype=torch.float64)
+    k[:keys_a] += shift  # one part dominates the softmax for large |shift|
+    v = torch.randn(keys_a + keys_b, 2, 4, generator=gen, dtype=torch.float64)
+    partial = []
+    for part in (slice(0, keys_a), slice(keys_a, None)):
+        scores = torch.einsum("thd,nhd->htn", q, k[part]) / math.sqrt(4)
+        out = torch.einsum("htn,nhd->htd", scores.softmax(-1), v[part])
+        partial += [out, scores.logsumexp(-1)]
+    merged = merge_partial_attention(*partial).transpose(0, 1)
+    expected = DenseReference._attend(q, k, v)
+    assert float((merged - expected).norm() / expected.norm()) < 1e-5

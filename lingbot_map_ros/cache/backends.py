@@ -23,52 +23,87 @@ class AttentionBackend(Protocol):
 
     name: str
 
-    def plan(self, start: int, stop: int, num_queries: int) -> None:
-        """Fix the visible pool tokens ``[start, stop)`` and the query count for all layers of one step."""
+    def plan(self, start: int, stop: int, num_queries: int, frames_start: int) -> None:
+        """Fix the visible pool tokens ``[start, stop)`` and the query count for all layers of one step.
+
+        Tokens ``[start, frames_start)`` are the special stream, ``[frames_start, stop)`` the frame slots.
+        """
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
         """Attention of ``q`` ``[T, H, D]`` over the planned keys of one layer's pools; ``[T, H, D]``."""
 
 
-class TorchAttention:
-    """``scaled_dot_product_attention`` over a view of the pool: no gather, no concatenation.
+def merge_partial_attention(
+    out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
+) -> torch.Tensor:
+    """Attention over the union of two disjoint key sets from the two partial results.
 
-    On CUDA the cuDNN kernel is preferred (fastest measured for this shape: 1,005 queries x ~75k keys,
-    16 x 64, bf16, ../shared/gpu/README.md); on CPU torch picks its own kernel, float32 inputs in float32
-    math.
+    out_*: ``[H, T, D]``, lse_* (natural log-sum-exp of the scaled scores): ``[H, T]`` float32. Returns
+    ``[H, T, D]`` in out_a's dtype: ``w * out_a + (1 - w) * out_b`` with ``w = sigmoid(lse_a - lse_b)``.
+    """
+    weight = torch.sigmoid(lse_a.float() - lse_b.float()).unsqueeze(-1)
+    return torch.lerp(out_b.float(), out_a.float(), weight).to(out_a.dtype)
+
+
+class TorchAttention:
+    """``scaled_dot_product_attention`` over views of the pool: no gather, no concatenation.
+
+    CPU: one SDPA call over the whole visible range (float32 inputs in float32 math: the parity path).
+
+    CUDA: cuDNN is the fastest kernel for this shape (1,005 queries x ~75k keys, 16 x 64, bf16;
+    ../shared/gpu/README.md), but it builds an execution graph for every new key count (~60 ms), and the
+    special stream grows by 6 keys per keyframe for the first ~1,000 frames. So the frame slots (a key count
+    that changes only while the window fills) go through cuDNN, the special stream (any count, <= ~6k keys)
+    through the flash kernel, and the two partial results are merged with their log-sum-exp
+    (:func:`merge_partial_attention`). Measurements: docs/benchmarks.md.
     """
 
     name = "torch"
 
     def __init__(self, config: KVCacheConfig) -> None:
-        self._range = (0, 0)
-        self._cuda_backends: list | None = None
-        if config.device.type == "cuda":
-            from torch.nn.attention import SDPBackend
+        self._range = (0, 0, 0)
+        self._split = config.device.type == "cuda" and config.dtype in (torch.bfloat16, torch.float16)
+        self.frames_kernel = "cudnn" if self._split else "sdpa"
 
-            self._cuda_backends = [
-                SDPBackend.CUDNN_ATTENTION,
-                SDPBackend.FLASH_ATTENTION,
-                SDPBackend.EFFICIENT_ATTENTION,
-                SDPBackend.MATH,
-            ]
-
-    def plan(self, start: int, stop: int, num_queries: int) -> None:
-        self._range = (start, stop)
+    def plan(self, start: int, stop: int, num_queries: int, frames_start: int) -> None:
+        self._range = (start, max(start, min(frames_start, stop)), stop)
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-        start, stop = self._range
+        start, frames_start, stop = self._range
         qh = q.transpose(0, 1).unsqueeze(0)
-        kh = k_pool[start:stop].transpose(0, 1).unsqueeze(0)
-        vh = v_pool[start:stop].transpose(0, 1).unsqueeze(0)
-        if self._cuda_backends is None:
-            out = F.scaled_dot_product_attention(qh, kh, vh)
-        else:
-            from torch.nn.attention import sdpa_kernel
-
-            with sdpa_kernel(self._cuda_backends, set_priority=True):
-                out = F.scaled_dot_product_attention(qh, kh, vh)
+        if not self._split:  # CPU, or float32 on CUDA (parity): one call, torch picks the kernel
+            out = F.scaled_dot_product_attention(qh, *_heads_first(k_pool, v_pool, start, stop))
+            return out[0].transpose(0, 1).contiguous()
+        out, lse = self._frames_attention(qh, *_heads_first(k_pool, v_pool, frames_start, stop))
+        if frames_start > start:
+            specials = _heads_first(k_pool, v_pool, start, frames_start)
+            out_s, lse_s = torch.ops.aten._scaled_dot_product_flash_attention(qh, *specials)[:2]
+            heads, tokens = q.shape[1], q.shape[0]
+            out = merge_partial_attention(
+                out[0], lse.reshape(heads, tokens), out_s[0], lse_s.reshape(heads, tokens)
+            ).unsqueeze(0)
         return out[0].transpose(0, 1).contiguous()
+
+    def _frames_attention(
+        self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cuDNN attention with its log-sum-exp; the flash kernel where cuDNN is unavailable."""
+        if self.frames_kernel == "cudnn":
+            try:
+                return torch.ops.aten._scaled_dot_product_cudnn_attention(qh, kh, vh, None, True)[:2]
+            except RuntimeError:
+                self.frames_kernel = "flash"
+        return torch.ops.aten._scaled_dot_product_flash_attention(qh, kh, vh)[:2]
+
+
+def _heads_first(
+    k_pool: torch.Tensor, v_pool: torch.Tensor, start: int, stop: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views ``[1, H, stop - start, D]`` of pool tokens ``[start, stop)``."""
+    return (
+        k_pool[start:stop].transpose(0, 1).unsqueeze(0),
+        v_pool[start:stop].transpose(0, 1).unsqueeze(0),
+    )
 
 
 def make_backend(name: str, config: KVCacheConfig, pool_tokens: int) -> AttentionBackend:

@@ -122,9 +122,8 @@ class PagedKVCache:
         if not isinstance(keyframe, bool):
             raise ValueError(f"keyframe must be a bool, got {keyframe!r}")
         plan, committed = self.layout.plan_step(num_frames, keyframe)
-        self.backend.plan(
-            plan.visible_start, plan.visible_stop, plan.num_frames * self.config.tokens_per_frame
-        )
+        tokens = plan.num_frames * self.config.tokens_per_frame
+        self.backend.plan(plan.visible_start, plan.visible_stop, tokens, self.layout.frame_base)
         step = CacheStep(self, plan, committed)
         self._open_step = step
         return step
