@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from rosbags.rosbag2 import Reader
 
 from lingbot_map_ros.engine.writers import read_ply, read_tum
+from lingbot_map_ros.model import ModelConfig, build_model
+from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.bag_io import iter_frames, ros2_typestore
 from lingbot_map_ros.tools.demo import DemoConfig, run_demo
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
@@ -72,3 +75,26 @@ def test_demo_reports_a_missing_topic_before_starting_anything(tmp_path: Path,
     with pytest.raises(ValueError, match="topic /nope not in bag"):
         run_demo(config, {**os.environ, **dds_env})
     assert not list((tmp_path / "demo").glob("run_*/node.log"))
+
+
+def test_node_over_dds_and_offline_run_agree_and_ate_is_reported(tmp_path: Path,
+                                                                  dds_env: dict[str, str]) -> None:
+    """Same checkpoint, every frame processed (deep queue): the node's trajectory equals `run`'s."""
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "tiny.pt"
+    torch.save(build_model(ModelConfig.preset("tiny")).state_dict(), checkpoint)
+    scene = SceneConfig(width=128, height=96, frames=16, supersample=1)
+    config = DemoConfig(output_dir=tmp_path / "demo", checkpoint=checkpoint, image_width=112, scene=scene,
+                        queue_size=100, timeout_s=150.0)
+    outcome = run_demo(config, {**os.environ, **dds_env})
+    assert outcome.ok and outcome.posed == outcome.sent == scene.frames and outcome.dropped == 0
+    assert outcome.ate is not None and outcome.ate["matched"] == scene.frames and outcome.ate["rmse"] >= 0
+
+    bag = next((tmp_path / "demo").glob("scene_*f_10hz"))
+    assert cli.main(["run", str(bag), "-o", str(tmp_path / "offline"), "--checkpoint", str(checkpoint),
+                     "--width", "112"]) == 0
+    online_stamps, online = read_tum(outcome.files["trajectory"])
+    offline_stamps, offline = read_tum(tmp_path / "offline" / "trajectory.tum")
+    np.testing.assert_array_equal(online_stamps, offline_stamps)
+    np.testing.assert_allclose(online[:, :3], offline[:, :3], atol=1e-4)
+    np.testing.assert_allclose(np.abs(np.sum(online[:, 3:] * offline[:, 3:], axis=1)), 1.0, atol=1e-5)

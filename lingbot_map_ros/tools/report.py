@@ -26,12 +26,13 @@ TOP_VIEW = {"optical": (0, 2, "x (right of first camera)", "z (forward of first 
 
 def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np.ndarray, title: str,
              reference: np.ndarray | None = None,
-             reference_label: str = "ground truth (Sim(3)-aligned)", frame: str = "optical") -> Path:
+             reference_label: str = "ground truth (Sim(3)-aligned)", frame: str = "optical",
+             latency_title: str = "per-frame latency (anchor frames share their step)") -> Path:
     """Write a two-panel PNG.
 
     Args:
         poses: [N, 4, 4] estimated camera-to-world poses.
-        latency_ms: [N] per-frame latency (ms) of the step that produced each pose.
+        latency_ms: [N] per-frame latency (ms), NaN where unknown; `latency_title` says which latency.
         keyframe: [N] bool, the frame was stored in the cache.
         reference: optional [M, 3] camera centres already in the estimate's frame (e.g. aligned ground truth).
         frame: "optical" or "ros", the axes convention of `poses` (see the module docstring).
@@ -73,9 +74,9 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
         p50 = float(np.median(finite))
         lat.axhline(p50, color="0.4", ls="--", lw=0.8, label=f"median {p50:.0f} ms")
         lat.set_ylim(0, float(np.percentile(finite, 99)) * 1.15 + 1)
-    lat.set_xlabel("frame")
+    lat.set_xlabel("posed frame")
     lat.set_ylabel("latency (ms)")
-    lat.set_title("per-frame latency (anchor frames share their step)")
+    lat.set_title(latency_title)
     lat.legend(loc="best", fontsize=8)
     lat.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)

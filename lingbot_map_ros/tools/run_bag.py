@@ -1,7 +1,8 @@
 """`lingbot-map-ros run BAG -o OUT`: the mapping engine directly on a bag, without DDS.
 
 Deterministic (fixed seed for synthetic weights, fixed thread count, frames in bag order, none dropped
-for lack of time) and as fast as the model allows. Writes into OUT:
+for lack of time) and as fast as the model allows. Writes into OUT, in the node's `map` frame (REP-103:
+the first camera's position, x forward, y left, z up; the same convention as the node's `~/save_map`):
 `trajectory.tum` (one line per posed frame, header stamps), `map.ply` (voxel map, xyz + rgb),
 `summary.json` (frames, keyframes, drops, FPS, latency, session and cache statistics) and `run.png`
 (trajectory from above + per-frame latency).
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
 from lingbot_map_ros.engine.writers import write_ply, write_tum
+from lingbot_map_ros.ros.geometry import world_to_map_points, world_to_map_pose
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 
@@ -53,8 +55,8 @@ class RunConfig:
 
 @dataclass
 class RunResult:
-    """What a run produced. Arrays: `stamps_s` [N] float64, `poses` [N, 4, 4] float64 (camera -> map,
-    OpenCV axes), `latency_ms` [N], `keyframe` [N] bool, for the N posed frames in order."""
+    """What a run produced. Arrays: `stamps_s` [N] float64, `poses` [N, 4, 4] float64 (camera optical
+    frame -> `map`, REP-103), `latency_ms` [N], `keyframe` [N] bool, for the N posed frames in order."""
 
     frames: int
     stamps_s: np.ndarray
@@ -113,7 +115,7 @@ def run_bag(config: RunConfig) -> RunResult:
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
             stamps.append(result.meta / 1e9)
-            poses.append(result.pose_c2w)
+            poses.append(world_to_map_pose(result.pose_c2w))
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
             voxels.integrate(result)
@@ -132,13 +134,13 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     result.files = {"trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
-                    "map": write_ply(out / "map.ply", *voxels.points())}
+                    "map": write_ply(out / "map.ply", *_map_points(voxels))}
     weights = f"synthetic (seed {config.seed})" if config.checkpoint is None else str(config.checkpoint)
     if len(result.poses):
         result.files["plot"] = plot_run(
             out / "run.png", result.poses, result.latency_ms, result.keyframe,
             f"{config.bag.name}: {result.frames} frames, preset {config.preset}, weights {weights}, "
-            f"width {config.image_width}, {result.fps:.1f} FPS on {config.device}")
+            f"width {config.image_width}, {result.fps:.1f} FPS on {config.device}", frame="ros")
     summary = {
         "bag": str(config.bag), "topic": topic, "preset": config.preset, "weights": weights,
         "device": config.device, "image_width": config.image_width, "frames": result.frames,
@@ -149,6 +151,12 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
         "files": {k: str(v) for k, v in result.files.items()},
     }
     result.files["summary"] = write_json(out / "summary.json", summary)
+
+
+def _map_points(voxels: VoxelMap) -> tuple[np.ndarray, np.ndarray]:
+    """The voxel map (model world frame) in `map` coordinates: xyz [N, 3] float32, rgb [N, 3] uint8."""
+    xyz, rgb = voxels.points()
+    return world_to_map_points(xyz), rgb
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
