@@ -127,6 +127,7 @@ def diagnostic_array(
             frames_dropped=worker.dropped,
             queue_length=worker.queued,
             queue_max_length=worker.max_queued,
+            frames_in_flight=worker.in_flight,
         )
     values.update(flatten(session, "session"))
     problems = {key: int(values.get(key, 0)) for key in ("frames_dropped", "rejected_total", "failed_total")}

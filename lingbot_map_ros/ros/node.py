@@ -35,6 +35,7 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from ..engine.mapping import write_ply, write_tum
+from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
 from .conversions import ImageConversionError, compressed_to_rgb, image_to_rgb
 from .diagnostics import CauseThrottle, RuntimeStats, diagnostic_array
 from .outputs import MappingOutputs, OutputConfig
@@ -43,6 +44,8 @@ from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .worker import InferenceWorker
 
 NODE_NAME = "lingbot_map"
+#: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
+SHUTDOWN_STEP_WAIT_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,13 @@ class LingBotMapNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release_active()
+        """Release everything; a step still running after `SHUTDOWN_STEP_WAIT_S` is left to the exit."""
+        if not self._release_active(SHUTDOWN_STEP_WAIT_S):
+            self.get_logger().warning(
+                f"shutdown: an inference step is still running after {SHUTDOWN_STEP_WAIT_S} s; "
+                "exiting without waiting for it"
+            )
+            return TransitionCallbackReturn.SUCCESS
         self._release_configured()
         return TransitionCallbackReturn.SUCCESS
 
@@ -177,12 +186,14 @@ class LingBotMapNode(LifecycleNode):
             return False
         return self.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
-    def _release_active(self) -> None:
+    def _release_active(self, step_wait_s: float = 30.0) -> bool:
+        """Destroy what activate created; False when the inference thread did not end within `step_wait_s`."""
         for kind, handle in self._entities:
             getattr(self, f"destroy_{kind}")(handle)
         self._entities = []
+        stopped = True
         if self._worker is not None:
-            self._worker.stop()
+            stopped = self._worker.stop(step_wait_s)
             self._worker = None
         if self._outputs is not None:
             self._outputs.destroy()
@@ -190,6 +201,7 @@ class LingBotMapNode(LifecycleNode):
         if self._diag_pub is not None:
             self.destroy_publisher(self._diag_pub)
             self._diag_pub = None
+        return stopped
 
     def _release_configured(self) -> None:
         with self._session_lock:
@@ -209,32 +221,69 @@ class LingBotMapNode(LifecycleNode):
         received = time.monotonic()
         try:
             rgb = convert(msg)
+            self._check_size(rgb)
         except ImageConversionError as exc:
-            count = self.stats.record_rejected(exc.cause)
-            if self._throttle.should_log(exc.cause):
-                self.get_logger().warning(f"frame rejected ({exc.cause}, {count} so far): {exc}")
+            self._reject(exc.cause, str(exc))
             return
         worker = self._worker
         if worker is not None:
             worker.submit(InputFrame(msg.header, rgb, received, self._generation))
+
+    def _check_size(self, rgb: np.ndarray) -> None:
+        """Reject a decoded image the network cannot use (it would otherwise reset the stream as a new
+        resolution): a side under one patch, or so flat that the resized input has no patch row."""
+        height, width = rgb.shape[:2]
+        try:
+            if min(height, width) < PATCH_SIZE:
+                raise ValueError(
+                    f"an image of {width}x{height} px has a side under one {PATCH_SIZE} px patch"
+                )
+            preprocess_geometry((height, width), self.params.model_image_width)
+        except ValueError as exc:
+            raise ImageConversionError(
+                "unsupported_size", f"{exc}; expected at least {PATCH_SIZE}x{PATCH_SIZE} px and one patch row"
+            ) from exc
+
+    def _reject(self, cause: str, reason: str) -> None:
+        count = self.stats.record_rejected(cause)
+        if self._throttle.should_log(cause):
+            self.get_logger().warning(f"frame rejected ({cause}, {count} so far): {reason}")
 
     def _process(self, frame: InputFrame) -> None:
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
         with self._session_lock:
             if frame.generation != self._generation or self._pipeline is None or self._outputs is None:
                 return
+            epoch = self._session_stats.get("epoch")
             results = self._pipeline.session.push(frame.rgb, meta=frame)
             for result in results:
                 self._outputs.publish(result, result.meta.header)
                 self.stats.record_output(time.monotonic() - result.meta.received)
             self._refresh_session_stats(results[-1] if results else None)
+            stats = self._session_stats
+            if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
+                self.get_logger().warning(
+                    f"mapping restarted (epoch {stats['epoch']}): {stats['last_reset_reason']}; the map and "
+                    f"path are cleared and the next {self.params.kv_cache_scale_frames} frames form a new "
+                    "anchor phase"
+                )
 
     def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
         cause = type(exc).__name__
         count = self.stats.record_failed(cause)
+        with self._session_lock:
+            epoch = self._session_stats.get("epoch")
+            if self._pipeline is not None:
+                self._refresh_session_stats()
+            restarted = self._session_stats.get("epoch") != epoch
         if self._throttle.should_log(f"failed:{cause}"):
+            recovery = (
+                "the stream restarts with a new anchor phase"
+                if restarted
+                else "caches reset, the next frame re-anchors on the kept keyframes, map kept"
+            )
             self.get_logger().error(
-                f"inference failed ({cause}, {count} so far), frame skipped, map kept: {exc}"
+                f"inference failed ({cause}, {count} so far), frame skipped, {recovery}: {exc}"
             )
 
     # --------------------------------------------------------------------------------- services, timers

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..engine.config import SessionConfig
+from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
 from .params import NodeParams
@@ -28,7 +29,7 @@ class ConfigureError(RuntimeError):
 class Pipeline:
     """What configure builds: the model (on its device) and the session that streams frames through it."""
 
-    model: torch.nn.Module
+    model: torch.nn.Module | FaultInjectingModel
     session: StreamingSession
     device: torch.device
     description: str
@@ -79,6 +80,13 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         model = build_model(config, checkpoint, device=device, precision=precision)
     except (CheckpointError, OSError) as exc:
         raise ConfigureError(f"cannot load model.checkpoint '{checkpoint}': {exc}") from exc
+    try:
+        faults = faults_from_env()
+    except ValueError as exc:
+        raise ConfigureError(str(exc)) from exc
+    if faults:
+        warn(f"{FAULTS_ENV} is set: injecting faults into model.step for testing: {faults}")
+        model = FaultInjectingModel(model, faults)
     session_config = SessionConfig(
         scale_frames=params.kv_cache_scale_frames,
         sliding_window=params.kv_cache_sliding_window,

@@ -24,7 +24,8 @@ class WorkerStats:
 
     `processed` counts every frame the thread took (failed ones included), `failed` those whose processing
     raised, `dropped` those evicted unprocessed from a full queue; `queued` is the current queue length and
-    `max_queued` its high-water mark (never above the capacity).
+    `max_queued` its high-water mark (never above the capacity), `in_flight` 1 while a frame is being
+    processed. Invariant: submitted == processed + dropped + queued + in_flight.
     """
 
     submitted: int
@@ -33,6 +34,7 @@ class WorkerStats:
     failed: int
     queued: int
     max_queued: int
+    in_flight: int
 
 
 class InferenceWorker(Generic[Item]):
@@ -109,6 +111,7 @@ class InferenceWorker(Generic[Item]):
                 failed=self._failed,
                 queued=len(self._queue),
                 max_queued=self._max_queued,
+                in_flight=int(self._busy),
             )
 
     def stop(self, timeout: float = 30.0) -> bool:
