@@ -80,6 +80,7 @@ def test_flashinfer_matches_torch_and_fp32_reference(keyframe):
         (3, config.num_layers, TOKENS, 16, 64), generator=gen, device="cuda", dtype=torch.bfloat16
     )
     steps = [cache.begin_step(1, keyframe=keyframe) for cache in caches]
+    assert caches[0].backend.fused == keyframe  # capped stream: a keyframe's key count recurs, fused cuDNN
     assert (
         steps[0].visible_tokens
         == steps[1].visible_tokens
@@ -179,6 +180,7 @@ def test_torch_split_merge_with_a_large_special_stream(keyframe):
     step = cache.begin_step(1, keyframe=keyframe)
     q, k, v = torch.randn((3, tokens, 16, 64), generator=gen, device="cuda", dtype=torch.bfloat16)
     out = step.attend(0, q, k, v)
+    assert not cache.backend.fused  # the special stream grew: split path
     plan = step.plan
     assert cache.layout.frame_base - plan.visible_start == (596 + keyframe) * 6
     visible = slice(plan.visible_start, plan.visible_stop)

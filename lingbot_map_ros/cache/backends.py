@@ -8,6 +8,7 @@ token-major); queries are ``[T, num_heads, head_dim]``. Attention is non-causal 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
 import torch
@@ -51,28 +52,39 @@ class TorchAttention:
     CPU: one SDPA call over the whole visible range (float32 inputs in float32 math: the parity path).
 
     CUDA: cuDNN is the fastest kernel for this shape (1,005 queries x ~75k keys, 16 x 64, bf16;
-    ../shared/gpu/README.md), but it builds an execution graph for every new key count (~60 ms), and the
-    special stream grows by 6 keys per keyframe for the first ~1,000 frames. So the frame slots (a key count
-    that changes only while the window fills) go through cuDNN, the special stream (any count, <= ~6k keys)
-    through the flash kernel, and the two partial results are merged with their log-sum-exp
-    (:func:`merge_partial_attention`). Measurements: docs/benchmarks.md.
+    ../shared/gpu/README.md), but it builds an execution graph for every new key count (~60 ms per step
+    measured), and the special stream grows by 6 keys per keyframe for the first ~1,000 frames. So a key count
+    not among the last ``RECENT_COUNTS`` steps' (growth) is split: the frame slots (a count that changes only
+    while the window fills) go through cuDNN, the special stream through the flash kernel, and the partial
+    results are merged with their log-sum-exp (:func:`merge_partial_attention`). A recurring count (steady
+    state: special stream at its cap) takes one fused cuDNN call. Measurements: docs/benchmarks.md.
     """
+
+    RECENT_COUNTS = 4
 
     name = "torch"
 
     def __init__(self, config: KVCacheConfig) -> None:
         self._range = (0, 0, 0)
-        self._split = config.device.type == "cuda" and config.dtype in (torch.bfloat16, torch.float16)
-        self.frames_kernel = "cudnn" if self._split else "sdpa"
+        self._cuda_half = config.device.type == "cuda" and config.dtype in (torch.bfloat16, torch.float16)
+        self._recent: deque[int] = deque(maxlen=self.RECENT_COUNTS)
+        self.fused = True
+        self.frames_kernel = "cudnn" if self._cuda_half else "sdpa"
 
     def plan(self, start: int, stop: int, num_queries: int, frames_start: int) -> None:
-        self._range = (start, max(start, min(frames_start, stop)), stop)
+        frames_start = max(start, min(frames_start, stop))
+        self._range = (start, frames_start, stop)
+        self.fused = frames_start == start or (stop - start) in self._recent
+        self._recent.append(stop - start)
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
         start, frames_start, stop = self._range
         qh = q.transpose(0, 1).unsqueeze(0)
-        if not self._split:  # CPU, or float32 on CUDA (parity): one call, torch picks the kernel
+        if not self._cuda_half:  # CPU, or float32 on CUDA (parity): one call, torch picks the kernel
             out = F.scaled_dot_product_attention(qh, *_heads_first(k_pool, v_pool, start, stop))
+            return out[0].transpose(0, 1).contiguous()
+        if self.fused:
+            out = self._frames_attention(qh, *_heads_first(k_pool, v_pool, start, stop))[0]
             return out[0].transpose(0, 1).contiguous()
         out, lse = self._frames_attention(qh, *_heads_first(k_pool, v_pool, frames_start, stop))
         if frames_start > start:
