@@ -192,6 +192,22 @@ def test_outputs_arrive_in_order_with_input_stamps(fresh: Streams, frames: list[
     assert map_cloud.header.frame_id == "map" and map_cloud.header.stamp.sec >= 1000
 
 
+def test_input_camera_info_is_compared_with_predicted_intrinsics(
+    ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    info_pub = ros_client.publisher(CameraInfo, f"{NS}/camera_info", RELIABLE)
+    ros_client.wait_for_subscribers(info_pub)
+    k = [400.0, 0.0, 259.0, 0.0, 410.0, 147.0, 0.0, 0.0, 1.0]
+    info_pub.publish(CameraInfo(header=Header(frame_id=CAMERA_FRAME), width=518, height=294, k=k))
+    time.sleep(0.2)
+    publish(fresh, frames, range(SCALE_FRAMES))
+    predicted = fresh.camera_info.wait_for(SCALE_FRAMES)[-1].k[0]
+    diag = fresh.latest_diagnostics(lambda v: "intrinsics.fx_input" in v)
+    assert float(diag["intrinsics.fx_input"]) == 400.0 and float(diag["intrinsics.fy_input"]) == 410.0
+    assert float(diag["intrinsics.fx_predicted"]) == pytest.approx(predicted, rel=1e-5)
+    assert float(diag["intrinsics.fx_rel_error"]) == pytest.approx(predicted / 400.0 - 1.0, rel=1e-4)
+
+
 def test_anchor_phase_publishes_its_frames_together(fresh: Streams, frames: list[np.ndarray]) -> None:
     publish(fresh, frames, range(SCALE_FRAMES - 1))
     diag = fresh.latest_diagnostics(lambda v: v.get("session.pending_anchor_frames") == str(SCALE_FRAMES - 1))

@@ -30,7 +30,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
@@ -90,6 +90,8 @@ class LingBotMapNode(LifecycleNode):
         self._entities: list[tuple[str, object]] = []  # (kind, handle) created in activate
         self._diag_pub = None
         self._saves = 0
+        self._camera_info: CameraInfo | None = None  # latest input CameraInfo (optional)
+        self._intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
         self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
@@ -131,9 +133,13 @@ class LingBotMapNode(LifecycleNode):
             sub = self.create_subscription(
                 Image, "image", self._on_image, qos, callback_group=self._input_group
             )
+        info_sub = self.create_subscription(
+            CameraInfo, "camera_info", self._on_camera_info, qos, callback_group=self._input_group
+        )
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
             ("subscription", sub),
+            ("subscription", info_sub),
             (
                 "service",
                 self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._service_group),
@@ -249,6 +255,22 @@ class LingBotMapNode(LifecycleNode):
         if self._throttle.should_log(cause):
             self.get_logger().warning(f"frame rejected ({cause}, {count} so far): {reason}")
 
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        self._camera_info = msg
+
+    def _compare_intrinsics(self, predicted: np.ndarray, image_hw: tuple[int, int]) -> None:
+        """Report predicted focal lengths against the input CameraInfo (same image size only)."""
+        info = self._camera_info
+        if info is None or (info.height, info.width) != image_hw or info.k[0] <= 0 or info.k[4] <= 0:
+            return
+        self._intrinsics = {
+            "intrinsics.fx_input": float(info.k[0]),
+            "intrinsics.fy_input": float(info.k[4]),
+            "intrinsics.fx_predicted": round(float(predicted[0, 0]), 3),
+            "intrinsics.fy_predicted": round(float(predicted[1, 1]), 3),
+            "intrinsics.fx_rel_error": round(float(predicted[0, 0]) / info.k[0] - 1.0, 4),
+        }
+
     def _process(self, frame: InputFrame) -> None:
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
         with self._session_lock:
@@ -259,6 +281,8 @@ class LingBotMapNode(LifecycleNode):
             for result in results:
                 self._outputs.publish(result, result.meta.header)
                 self.stats.record_output(time.monotonic() - result.meta.received)
+            if results:
+                self._compare_intrinsics(results[-1].intrinsics, results[-1].image_hw)
             self._refresh_session_stats(results[-1] if results else None)
             stats = self._session_stats
             if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
@@ -339,6 +363,7 @@ class LingBotMapNode(LifecycleNode):
         if pub is None:
             return
         runtime = self.stats.snapshot()
+        runtime.update(self._intrinsics)
         if self._outputs is not None:
             runtime["map_points"] = self._outputs.map_size()
         worker = self._worker.stats() if self._worker is not None else None
