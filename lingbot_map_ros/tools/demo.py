@@ -54,7 +54,7 @@ class DemoConfig:
     device: str = "cpu"
     image_width: int = 224
     scene: SceneConfig = SceneConfig()
-    rate_hz: float = 10.0  # frame rate given to the scene and to --images
+    rate_hz: float = 5.0  # frame rate given to the scene and to --images (CPU-friendly)
     replay_rate: float = 1.0
     queue_size: int = 2
     timeout_s: float = 300.0
@@ -212,7 +212,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device of the node (cpu, cuda, auto)")
     p.add_argument("--width", type=int, default=224, help="network input width (multiple of 14)")
     p.add_argument("--frames", type=int, default=SceneConfig.frames, help="synthetic scene frames")
-    p.add_argument("--fps", type=float, default=10.0, help="frame rate of the scene / --images")
+    p.add_argument("--fps", type=float, default=5.0, help="frame rate of the scene / --images")
     p.add_argument("--replay-rate", type=float, default=1.0, help="replay speed factor")
     p.add_argument("--queue-size", type=int, default=2, help="node's frame queue (full: oldest dropped)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")

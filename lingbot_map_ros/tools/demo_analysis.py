@@ -146,7 +146,7 @@ def analyse(config: DemoConfig, run_dir: Path, source: DemoInput, replay_stats: 
         outcome.files["plot"] = str(plot_run(
             run_dir / "demo.png", poses, lat, np.ones(len(stamps), bool),
             f"demo: {outcome.posed}/{outcome.sent} frames posed, {outcome.model}", reference=reference,
-            frame="ros", latency_title="latency: replay publish -> odometry received (DDS, queue, model)"))
+            frame="ros", latency_title="latency: publish -> odometry (DDS + queue + model)"))
     outcome.files["report"] = str(run_dir / "report.json")
     write_json(run_dir / "report.json", {**asdict(outcome), "accounted": outcome.accounted, "ok": outcome.ok,
                                          "save_map": getattr(save_response, "message", "")})
