@@ -1,0 +1,111 @@
+"""What can be tested of the launch file, the parameters YAML and the RViz config without launch/RViz.
+
+The launch packages (launch, launch_ros, ament_index_python) are not installable here (not on PyPI): when they
+are importable (a real ROS install) the launch description is generated and inspected; otherwise the file is
+parsed with `ast` and its declared arguments, executable and parameter handling are checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from ros_helpers import REPO
+
+from lingbot_map_ros.ros.params import PARAMETERS, params_yaml
+
+LAUNCH_FILE = REPO / "launch" / "lingbot_map.launch.py"
+PARAMS_FILE = REPO / "config" / "lingbot_map.yaml"
+RVIZ_FILE = REPO / "config" / "lingbot_map.rviz"
+EXPECTED_ARGS = {
+    "image_topic",
+    "camera_info_topic",
+    "checkpoint",
+    "params_file",
+    "namespace",
+    "rviz",
+    "big_shm_profile",
+    "log_level",
+}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(_flatten(value, f"{name}.") if isinstance(value, dict) else {name: value})
+    return out
+
+
+def test_params_yaml_lists_every_parameter_with_its_default() -> None:
+    text = PARAMS_FILE.read_text()
+    assert text == params_yaml(), "config/lingbot_map.yaml is stale: python -m lingbot_map_ros.ros.params"
+    loaded = _flatten(yaml.safe_load(text)["/**"]["ros__parameters"])
+    assert loaded == {spec.name: spec.default for spec in PARAMETERS}
+    assert text.count("[live]") + text.count("[reload]") == len(PARAMETERS) + 2  # + the header legend
+
+
+def test_launch_file_declares_its_arguments() -> None:
+    source = LAUNCH_FILE.read_text()
+    tree = ast.parse(source)
+    declared = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+    }
+    assert declared == EXPECTED_ARGS
+    functions = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assert "generate_launch_description" in functions
+    strings = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert {
+        "lingbot_map_node",
+        "lingbot_map",
+        "FASTDDS_DEFAULT_PROFILES_FILE",
+        "fastdds_localhost_big_shm.xml",
+        "lingbot_map.yaml",
+        "lingbot_map.rviz",
+        "rviz2",
+    } <= strings
+    # every file the launch file refers to is shipped (setup.py installs config/ and launch/)
+    assert (REPO / "config" / "fastdds_localhost_big_shm.xml").is_file() and RVIZ_FILE.is_file()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None, reason="launch_ros only on a ROS install")
+def test_launch_description_generates() -> None:  # pragma: no cover - needs a ROS install
+    spec = importlib.util.spec_from_file_location("lingbot_map_launch", LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    names = {a.name for a in description.entities if type(a).__name__ == "DeclareLaunchArgument"}
+    assert names == EXPECTED_ARGS
+
+
+def test_rviz_config_shows_tf_path_map_cloud_and_depth() -> None:
+    config = yaml.safe_load(RVIZ_FILE.read_text())["Visualization Manager"]
+    assert config["Global Options"]["Fixed Frame"] == "map"
+    displays = {d["Class"]: d for d in config["Displays"]}
+    assert {
+        "rviz_default_plugins/TF",
+        "rviz_default_plugins/Path",
+        "rviz_default_plugins/PointCloud2",
+        "rviz_default_plugins/Image",
+    } <= set(displays)
+    topics = {d["Name"]: d["Topic"]["Value"] for d in config["Displays"] if "Topic" in d}
+    assert topics["Map cloud"] == "/lingbot_map/map_cloud" and topics["Depth"] == "/lingbot_map/depth"
+    clouds = [d for d in config["Displays"] if d.get("Name") == "Map cloud"]
+    assert clouds[0]["Topic"]["Durability Policy"] == "Transient Local"  # matches ~/map_cloud's QoS
+    assert clouds[0]["Color Transformer"] == "RGB8"
+
+
+def test_setup_installs_launch_and_config() -> None:
+    setup = (REPO / "setup.py").read_text()
+    assert 'glob("launch/*.launch.py")' in setup and 'glob("config/*.yaml")' in setup
+    assert "lingbot_map_node = lingbot_map_ros.ros.node:main" in setup
+    assert Path(REPO / "resource" / "lingbot_map_ros").is_file()
