@@ -141,7 +141,8 @@ def stamp(i: int) -> Time:
 
 def publish(streams: Streams, frames: list[np.ndarray], indices: range) -> None:
     for i in indices:
-        streams.image_pub.publish(rgb_to_image(frames[i], Header(stamp=stamp(i), frame_id=CAMERA_FRAME)))
+        msg = rgb_to_image(frames[i % len(frames)], Header(stamp=stamp(i), frame_id=CAMERA_FRAME))
+        streams.image_pub.publish(msg)
         time.sleep(0.01)
 
 
@@ -190,6 +191,26 @@ def test_outputs_arrive_in_order_with_input_stamps(fresh: Streams, frames: list[
     assert cloud.header.frame_id == "map" and len(xyz) > 0 and np.isfinite(xyz).all()
     map_cloud = fresh.map_cloud.wait_for(lambda msgs: msgs and msgs[-1].width > 0)[-1]
     assert map_cloud.header.frame_id == "map" and map_cloud.header.stamp.sec >= 1000
+
+
+def test_map_cloud_is_latched_for_late_subscribers(ros_client: RosClient, streams: Streams) -> None:
+    late = ros_client.collect(PointCloud2, f"{NODE}/map_cloud", LATCHED)
+    assert late.wait_for(1, timeout=10)[0].header.frame_id == "map"
+
+
+def test_reset_while_inferring_is_safe(
+    ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    publish(fresh, frames, range(20))  # ~1 s of inference queued
+    fresh.odometry.wait_for(SCALE_FRAMES)
+    response = ros_client.call(Trigger, f"{NODE}/reset")  # while the worker is busy
+    assert response.success
+    new = range(100, 100 + SCALE_FRAMES)
+    publish(fresh, frames, new)
+    path = fresh.path.wait_for(lambda msgs: msgs and len(msgs[-1].poses) == SCALE_FRAMES, timeout=30)[-1]
+    assert stamps(path.poses) == as_pairs(new)  # nothing from before the reset survives
+    diag = fresh.latest_diagnostics(lambda v: v.get("session.last_frame.index") == str(SCALE_FRAMES - 1))
+    assert diag["failed_total"] == "0"
 
 
 def test_input_camera_info_is_compared_with_predicted_intrinsics(
