@@ -14,15 +14,18 @@ from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
-def _step(cache: PagedKVCache, num_frames: int, keyframe: bool) -> int:
-    """Run one step with random K/V on every layer; returns the visible key count."""
+def _step(cache: PagedKVCache, num_frames: int, keyframe: bool, attend: bool = True) -> int:
+    """Run one step with random K/V on every layer (attending, or only writing); returns the visible keys."""
     config = cache.config
     step = cache.begin_step(num_frames, keyframe)
     tokens = num_frames * config.tokens_per_frame
     for layer in range(config.num_layers):
         q, k, v = torch.randn(3, tokens, config.num_heads, config.head_dim).unbind(0)
-        out = step.attend(layer, q, k, v)
-        assert out.shape == q.shape and torch.isfinite(out).all()
+        if attend:
+            out = step.attend(layer, q, k, v)
+            assert out.shape == q.shape and torch.isfinite(out).all()
+        else:
+            step.write(layer, k, v)
     cache.end_step(step)
     return step.visible_tokens
 
@@ -98,9 +101,10 @@ def test_special_cap_bounds_visible_specials():
 def test_frames_at_518x378_fill_the_default_window():
     config = KVCacheConfig(num_layers=1, num_heads=1, head_dim=8, patches_per_frame=999)
     cache = PagedKVCache(config, backend="torch")
-    _step(cache, 8, keyframe=True)
+    _step(cache, 8, keyframe=True, attend=False)
     for _ in range(70):
-        _step(cache, 1, keyframe=True)
+        _step(cache, 1, keyframe=True, attend=False)
+    assert _step(cache, 1, keyframe=False) == 73 * 1005 + (78 - 72) * 6
     assert _step(cache, 1, keyframe=True) == 72 * 1005 + (79 - 72) * 6
     assert cache.stats().window_frames == 64
 
