@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,38 +131,37 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
     remaps = {"image/compressed" if compressed else "image": source.topic}
     if source.info_topics:
         remaps["camera_info"] = source.info_topics[0]
-    node = NodeProcess(node_parameters(config, run_dir, compressed), remaps, env, run_dir / "node.log")
-    print(f"[demo] node started (pid {node.proc.pid}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}, "
-          f"log {node.log_path})")
-    context = Context()
-    rclpy.init(context=context)
-    client = rclpy.create_node("lingbot_map_demo", context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    executor.add_node(client)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    record_config = RecordConfig(output=run_dir / "outputs", topics=node_output_topics(NODE_NAME))
-    recorder = Recorder(client, record_config)
-    progress = MappingProgress(client, f"/{NODE_NAME}/odometry")
-    started = time.monotonic()
-    try:
+    with ExitStack() as cleanup:  # unwinds in reverse: node first, rclpy last, also on errors
+        context = Context()
+        rclpy.init(context=context)
+        cleanup.callback(rclpy.try_shutdown, context=context)
+        client = rclpy.create_node("lingbot_map_demo", context=context)
+        cleanup.callback(client.destroy_node)
+        executor = MultiThreadedExecutor(num_threads=2, context=context)
+        executor.add_node(client)
+        cleanup.callback(executor.shutdown)
+        threading.Thread(target=executor.spin, daemon=True).start()
+        recorder = Recorder(client, RecordConfig(output=run_dir / "outputs",
+                                                 topics=node_output_topics(NODE_NAME)))
+        cleanup.callback(recorder.close)
+        progress = MappingProgress(client, f"/{NODE_NAME}/odometry")
+        cleanup.callback(progress.close)
+        started = time.monotonic()
+        node = NodeProcess(node_parameters(config, run_dir, compressed), remaps, env, run_dir / "node.log")
+        cleanup.callback(node.stop)
+        print(f"[demo] node started (pid {node.proc.pid}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}, "
+              f"log {node.log_path})")
         node.wait_for_service(client, f"/{NODE_NAME}/save_map", timeout_s=config.timeout_s)
         print(f"[demo] node ready after {time.monotonic() - started:.1f} s; replaying {source.topic} "
               f"at x{config.replay_rate:g}")
         topics = (source.topic, *source.info_topics)
         stats = replay(client, ReplayConfig(bag=source.bag, rate=config.replay_rate, topics=topics,
                                             qos="reliable", wait_for_subscribers_s=30.0))
-        sent = stats.published[source.topic]
-        progress.wait_until_done(sent, node, deadline=started + config.timeout_s)
+        progress.wait_until_done(stats.published[source.topic], node, deadline=started + config.timeout_s)
         response = _call(client, f"/{NODE_NAME}/save_map", timeout_s=60.0)
         print(f"[demo] ~/save_map: {response.message}")
-    finally:
         exit_code = node.stop()
         record_stats = recorder.close()
-        progress.close()
-        executor.shutdown()
-        client.destroy_node()
-        rclpy.try_shutdown(context=context)
     return analyse(config=config, run_dir=run_dir, source=source, replay_stats=stats,
                    record_stats=record_stats, diagnostics=progress.diagnostics, save_response=response,
                    node_exit_code=exit_code)

@@ -118,13 +118,15 @@ class Recorder:
         return idle is not None and self.total > 0 and now - self.last_message_time >= idle
 
     def close(self) -> RecordStats:
-        """Stop subscribing and finish the bag (metadata.yaml); returns what was recorded."""
-        self._node.destroy_timer(self._timer)
-        for sub in self._subscriptions.values():
-            self._node.destroy_subscription(sub)
+        """Stop subscribing and finish the bag (metadata.yaml); returns what was recorded. Idempotent."""
         with self._lock:
             writer, self._writer = self._writer, None
+        if writer is not None:
+            self._node.destroy_timer(self._timer)
+            for sub in self._subscriptions.values():
+                self._node.destroy_subscription(sub)
             writer.__exit__(None, None, None)
+        with self._lock:
             missing = [t for t in self._config.topics if t not in self._counts]
             return RecordStats(dict(self._counts), missing)
 
