@@ -16,7 +16,7 @@ from lingbot_map_ros.engine.writers import read_ply, read_tum
 from lingbot_map_ros.model import ModelConfig, build_model
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.bag_io import iter_frames, ros2_typestore
-from lingbot_map_ros.tools.demo import DemoConfig, run_demo
+from lingbot_map_ros.tools.demo import DemoConfig, prepare_input, run_demo
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
@@ -98,3 +98,19 @@ def test_node_over_dds_and_offline_run_agree_and_ate_is_reported(tmp_path: Path,
     np.testing.assert_array_equal(online_stamps, offline_stamps)
     np.testing.assert_allclose(online[:, :3], offline[:, :3], atol=1e-4)
     np.testing.assert_allclose(np.abs(np.sum(online[:, 3:] * offline[:, 3:], axis=1)), 1.0, atol=1e-5)
+
+
+def test_demo_turns_an_image_folder_into_its_input_bag(tmp_path: Path) -> None:
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for path in image_files(LOOP)[:3]:
+        (frames / path.name).write_bytes(path.read_bytes())
+    source = prepare_input(DemoConfig(output_dir=tmp_path, images=frames, rate_hz=4.0), tmp_path)
+    assert (source.topic, source.msgtype, source.info_topics) == (
+        "/camera/image_raw", "sensor_msgs/msg/Image", ("/camera/camera_info",))
+    assert source.ground_truth is None
+    stamps = [f.stamp_ns for f in iter_frames(source.bag)]
+    assert len(stamps) == 3 and np.diff(stamps).tolist() == [250_000_000, 250_000_000]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no images"):
+        prepare_input(DemoConfig(output_dir=tmp_path, images=tmp_path / "empty"), tmp_path / "run2")

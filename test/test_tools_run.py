@@ -71,3 +71,9 @@ def test_frames_left_waiting_for_the_anchor_phase_count_as_dropped(bag: Path, tm
 def test_run_rejects_a_missing_topic(bag: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", str(bag), "-o", str(tmp_path / "x"), "--topic", "/front/image"]) == 2
     assert "topic /front/image not in bag" in capsys.readouterr().err
+
+
+def test_keyframe_interval_stores_every_other_streaming_frame(bag: Path, tmp_path: Path) -> None:
+    summary = _run(bag, tmp_path / "kf", "--max-frames", "12", "--keyframe-interval", "2")
+    assert (summary["posed"], summary["keyframes"]) == (12, 8 + 2)  # anchors + streaming frames 0 and 2
+    assert summary["session"]["frames_stored"] == 10
