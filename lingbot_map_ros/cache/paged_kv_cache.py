@@ -212,7 +212,7 @@ def _apply_copies(
     k_pool: torch.Tensor,
     v_pool: torch.Tensor,
     copies: tuple[TokenCopy, ...] | list[TokenCopy],
-    layer_dim=False,
+    layer_dim: bool = False,
 ) -> None:
     """Run token copies in order on one layer's pools ``[N, H, D]`` or, with ``layer_dim``, on all layers."""
     for c in copies:
