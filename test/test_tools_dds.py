@@ -6,7 +6,7 @@ import pytest
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from lingbot_map_ros.tools.dds import (
-    FASTDDS_PROFILE,
+    fastdds_profile,
     isolated_dds_env,
     matching_subscription_qos,
     message_class,
@@ -19,7 +19,9 @@ def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> Non
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
     assert env["ROS_DOMAIN_ID"] == "42"
     assert env["PATH"] == "/bin" and env["LD_LIBRARY_PATH"] == "/x"
-    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE) and FASTDDS_PROFILE.is_file()
+    profile = fastdds_profile()
+    assert profile is not None and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile)
+    assert "<segment_size>16777216</segment_size>" in profile.read_text()
     assert env["ROS_LOG_DIR"]
     domains = {int(isolated_dds_env({"ROS_LOG_DIR": "/tmp"})["ROS_DOMAIN_ID"]) for _ in range(50)}
     assert all(1 <= d <= 100 for d in domains) and len(domains) > 1

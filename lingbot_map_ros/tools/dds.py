@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,9 +22,17 @@ from rclpy.qos import (
     qos_profile_sensor_data,
 )
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-FASTDDS_PROFILE = PACKAGE_ROOT / "config" / "fastdds_localhost_big_shm.xml"
+PROFILE_NAME = "fastdds_localhost_big_shm.xml"
 QOS_CHOICES = ("reliable", "sensor")
+
+
+def fastdds_profile() -> Path | None:
+    """The package's big-SHM Fast DDS profile: the source tree's config/ (editable install, checkout) or
+    share/lingbot_map_ros/config/ of an installed package (pip or colcon prefix); None if neither exists."""
+    candidates = [Path(__file__).resolve().parents[2] / "config" / PROFILE_NAME]
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p] + [sys.prefix]
+    candidates += [Path(p) / "share" / "lingbot_map_ros" / "config" / PROFILE_NAME for p in prefixes]
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def isolated_dds_env(base: dict[str, str] | None = None, domain_id: int | None = None) -> dict[str, str]:
@@ -34,8 +43,9 @@ def isolated_dds_env(base: dict[str, str] | None = None, domain_id: int | None =
     env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     env["ROS_DOMAIN_ID"] = str(domain_id if domain_id is not None else random.randint(1, 100))
     env.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="lingbot_ros_log_"))
-    if FASTDDS_PROFILE.is_file():
-        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(FASTDDS_PROFILE))
+    profile = fastdds_profile()
+    if profile is not None:
+        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(profile))
     return env
 
 
