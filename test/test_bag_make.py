@@ -120,6 +120,13 @@ def test_bad_inputs_give_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli.main(["make-bag", str(broken), "-o", str(tmp_path / "b2")]) == 2
     assert "cannot read image" in capsys.readouterr().err
 
+    (tmp_path / "clip.mp4").write_bytes(b"not a video")
+    assert cli.main(["make-bag", str(tmp_path / "clip.mp4"), "-o", str(tmp_path / "b3")]) == 2
+    assert "cannot open video" in capsys.readouterr().err
+    assert not (tmp_path / "b3").exists()
+    assert cli.main(["make-bag", str(broken), "-o", str(tmp_path / "b2"), "--compressed", "png"]) == 2
+    assert not (tmp_path / "b2").exists()  # a conversion that fails half way leaves no bag behind
+
     with pytest.raises(BagError, match="does not exist"):
         open_bag(tmp_path / "nowhere")
     (tmp_path / "junk").mkdir()

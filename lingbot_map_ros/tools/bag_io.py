@@ -9,6 +9,7 @@ Images handed around here are `np.ndarray[H, W, 3]` uint8 in RGB order; stamps a
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,8 @@ def _check_rgb(rgb: np.ndarray) -> None:
 class BagWriter:
     """Writes camera frames (Image or CompressedImage, plus CameraInfo) to a new rosbag2 bag.
 
-    Use as a context manager; `path` must not exist yet (rosbag2 creates the folder)."""
+    Use as a context manager; `path` must not exist yet (rosbag2 creates the folder). When the block
+    raises, the half-written bag folder is removed, so a failed conversion leaves nothing behind."""
 
     def __init__(self, path: Path, storage: str = "mcap") -> None:
         if storage not in STORAGE_PLUGINS:
@@ -140,8 +142,10 @@ class BagWriter:
         self._writer.open()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self._writer.close()
+        if exc_type is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def write(self, topic: str, msgtype: str, msg: object, stamp_ns: int) -> None:
         """Serialise `msg` (a typestore message of `msgtype`) and store it at receive time `stamp_ns`."""

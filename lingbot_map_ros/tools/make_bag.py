@@ -88,10 +88,12 @@ def read_images(files: Iterable[Path], width: int | None = None) -> Iterator[np.
 
 def read_video(path: Path, width: int | None = None, every: int = 1) -> Iterator[np.ndarray]:
     """RGB uint8 frames of a video file (every `every`-th frame), resized to `width` when given."""
+    if not Path(path).is_file():
+        raise ValueError(f"video {path} does not exist")
     capture = cv2.VideoCapture(str(path))
-    if not Path(path).is_file() or not capture.isOpened():
-        raise ValueError(f"cannot open video {path} (missing file or a codec OpenCV lacks)")
     try:
+        if not capture.isOpened():
+            raise ValueError(f"cannot open video {path} (not a video, or a codec OpenCV lacks)")
         index, produced = 0, 0
         while True:
             ok, bgr = capture.read()
@@ -108,10 +110,15 @@ def read_video(path: Path, width: int | None = None, every: int = 1) -> Iterator
 
 
 def video_rate(path: Path) -> float | None:
-    """Frames per second the container declares, or None when it declares none."""
+    """Frames per second the container declares, or None when it declares none.
+    ValueError when OpenCV cannot open `path` as a video."""
     capture = cv2.VideoCapture(str(path))
-    fps = capture.get(cv2.CAP_PROP_FPS) if capture.isOpened() else 0.0
-    capture.release()
+    try:
+        if not capture.isOpened():
+            raise ValueError(f"cannot open video {path} (not a video, or a codec OpenCV lacks)")
+        fps = capture.get(cv2.CAP_PROP_FPS)
+    finally:
+        capture.release()
     return fps if fps and fps > 0 else None
 
 
@@ -191,7 +198,8 @@ def main_args(args: argparse.Namespace) -> int:
         frames: Iterable[np.ndarray] = read_images(files, args.width)
         total = len(files)
     elif source.is_file():
-        rate = rate or video_rate(source)
+        declared = video_rate(source)  # also fails early on a file OpenCV cannot open
+        rate = rate or declared
         frames = _take(read_video(source, args.width, args.every), args.max_frames)
         total = args.max_frames
     else:
