@@ -98,3 +98,22 @@ def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_pat
     proc = _cli("replay", str(tmp_path), env=env)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "not a readable rosbag2 bag" in err
+
+
+def test_replay_loop_plays_again_until_interrupted(bag: Path, tmp_path: Path,
+                                                   dds_env: dict[str, str]) -> None:
+    env = {**os.environ, **dds_env}
+    recorded = tmp_path / "recorded"
+    recorder = _cli("record", "-o", str(recorded), "--topics", "/camera/image_raw", "--until-idle", "2",
+                    env=env)
+    player = _cli("replay", str(bag), "--loop", "--rate", "10", "--topics", "/camera/image_raw",
+                  "--wait-for-subscribers", "20", env=env)
+    time.sleep(8.0)  # start-up, discovery, then passes of 0.2 s each
+    player.send_signal(signal.SIGINT)
+    _, err = player.communicate(timeout=20)
+    assert player.returncode == 130 and "replay interrupted" in err
+    _finish(recorder, 30)
+    received = _messages(recorded, "/camera/image_raw")
+    original = [raw for _, raw in _messages(bag, "/camera/image_raw")]
+    assert len(received) > FRAMES  # more than one pass
+    assert [raw for _, raw in received[FRAMES : 2 * FRAMES]] == original[: len(received[FRAMES : 2 * FRAMES])]
