@@ -82,6 +82,9 @@ class Recorder:
         self._discover()
 
     def _discover(self) -> None:
+        with self._lock:
+            if self._writer is None:  # closed (a timer callback may still be in flight)
+                return
         for name, types in self._node.get_topic_names_and_types():
             if name not in self._config.topics or name in self._subscriptions or not types:
                 continue

@@ -90,11 +90,11 @@ def replay(node: Node, config: ReplayConfig) -> ReplayStats:
         awaited = {name: pub for name, pub in publishers.items() if name in images} or publishers
         _wait_for_subscribers(node, awaited, config.wait_for_subscribers_s)
         bag_start = reader.start_time + round(config.start_s * 1e9)
-        per_pass = sum(c.msgcount for c in connections)
+        per_pass = None if config.loop or config.start_s > 0 else sum(c.msgcount for c in connections)
         published = dict.fromkeys(publishers, 0)
         publish_times: dict[str, list[int]] = {name: [] for name in publishers}
         wall_start = time.monotonic()
-        progress = tqdm(total=None if config.loop else per_pass, desc="replay", unit="msg", file=sys.stderr,
+        progress = tqdm(total=per_pass, desc="replay", unit="msg", file=sys.stderr,
                         disable=not config.progress)
         with progress:
             while True:
