@@ -12,7 +12,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Mapping
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
 from .worker import WorkerStats
@@ -100,6 +102,24 @@ class CauseThrottle:
                 return False
             self._last[cause] = now
             return True
+
+
+def intrinsics_report(info: CameraInfo, predicted: np.ndarray, image_hw: tuple[int, int]) -> dict[str, float]:
+    """Predicted focal lengths against an input CameraInfo (empty unless it describes the same image size).
+
+    Args:
+        info: the camera's CameraInfo (K in pixels of `info.width` x `info.height`).
+        predicted: `[3, 3]` predicted intrinsics in pixels of the input image of size `image_hw` (H, W).
+    """
+    if (info.height, info.width) != tuple(image_hw) or info.k[0] <= 0 or info.k[4] <= 0:
+        return {}
+    return {
+        "intrinsics.fx_input": float(info.k[0]),
+        "intrinsics.fy_input": float(info.k[4]),
+        "intrinsics.fx_predicted": round(float(predicted[0, 0]), 3),
+        "intrinsics.fy_predicted": round(float(predicted[1, 1]), 3),
+        "intrinsics.fx_rel_error": round(float(predicted[0, 0]) / info.k[0] - 1.0, 4),
+    }
 
 
 def diagnostic_array(

@@ -34,10 +34,9 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from ..engine.mapping import write_ply, write_tum
 from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
 from .conversions import ImageConversionError, compressed_to_rgb, image_to_rgb
-from .diagnostics import CauseThrottle, RuntimeStats, diagnostic_array
+from .diagnostics import CauseThrottle, RuntimeStats, diagnostic_array, intrinsics_report
 from .outputs import MappingOutputs, OutputConfig
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
@@ -112,7 +111,7 @@ class LingBotMapNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
-        self._outputs = MappingOutputs(self, self._output_config(p))
+        self._outputs = MappingOutputs(self, OutputConfig.from_params(p))
         self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
         qos = QoSProfile(
             depth=p.qos_depth,
@@ -258,19 +257,6 @@ class LingBotMapNode(LifecycleNode):
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self._camera_info = msg
 
-    def _compare_intrinsics(self, predicted: np.ndarray, image_hw: tuple[int, int]) -> None:
-        """Report predicted focal lengths against the input CameraInfo (same image size only)."""
-        info = self._camera_info
-        if info is None or (info.height, info.width) != image_hw or info.k[0] <= 0 or info.k[4] <= 0:
-            return
-        self._intrinsics = {
-            "intrinsics.fx_input": float(info.k[0]),
-            "intrinsics.fy_input": float(info.k[4]),
-            "intrinsics.fx_predicted": round(float(predicted[0, 0]), 3),
-            "intrinsics.fy_predicted": round(float(predicted[1, 1]), 3),
-            "intrinsics.fx_rel_error": round(float(predicted[0, 0]) / info.k[0] - 1.0, 4),
-        }
-
     def _process(self, frame: InputFrame) -> None:
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
         with self._session_lock:
@@ -281,15 +267,17 @@ class LingBotMapNode(LifecycleNode):
             for result in results:
                 self._outputs.publish(result, result.meta.header)
                 self.stats.record_output(time.monotonic() - result.meta.received)
-            if results:
-                self._compare_intrinsics(results[-1].intrinsics, results[-1].image_hw)
+            if results and self._camera_info is not None:
+                self._intrinsics = intrinsics_report(
+                    self._camera_info, results[-1].intrinsics, results[-1].image_hw
+                )
             self._refresh_session_stats(results[-1] if results else None)
             stats = self._session_stats
             if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
                 self.get_logger().warning(
                     f"mapping restarted (epoch {stats['epoch']}): {stats['last_reset_reason']}; the map and "
-                    f"path are cleared and the next {self.params.kv_cache_scale_frames} frames form a new "
-                    "anchor phase"
+                    f"path are cleared once the next {self.params.kv_cache_scale_frames} frames have formed "
+                    "a new anchor phase"
                 )
 
     def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
@@ -336,20 +324,17 @@ class LingBotMapNode(LifecycleNode):
         if self._outputs is None:
             response.success, response.message = False, "not active"
             return response
-        xyz, rgb, stamps, rows = self._outputs.snapshot()
         out_dir = Path(self.params.output_dir).expanduser()
         self._saves += 1
-        tag = f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
-            tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
+            response.message = self._outputs.save(
+                out_dir, f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
+            )
         except (OSError, ValueError) as exc:
             response.success, response.message = False, f"save_map failed in '{out_dir}': {exc}"
             self.get_logger().error(response.message)
             return response
         response.success = True
-        response.message = f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
         self.get_logger().info(f"saved {response.message}")
         return response
 
@@ -406,22 +391,8 @@ class LingBotMapNode(LifecycleNode):
         """After a successful set: update the snapshot and the outputs, report the change at once."""
         self.params = apply_update(self.params, params)
         if self._outputs is not None:
-            self._outputs.update_config(self._output_config(self.params))
+            self._outputs.update_config(OutputConfig.from_params(self.params))
         self.publish_diagnostics()
-
-    @staticmethod
-    def _output_config(p: NodeParams) -> OutputConfig:
-        return OutputConfig(
-            map_frame=p.map_frame,
-            camera_frame=p.camera_frame,
-            path_max_length=p.path_max_length,
-            map_conf_threshold=p.map_conf_threshold,
-            map_stride=p.map_stride,
-            map_voxel_size=p.map_voxel_size,
-            map_max_points=p.map_max_points,
-            publish_depth=p.publish_depth,
-            publish_frame_cloud=p.publish_frame_cloud,
-        )
 
 
 def main(args: list[str] | None = None) -> int:

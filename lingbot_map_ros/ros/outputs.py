@@ -8,6 +8,7 @@ inference thread (publish) and the map timer (map cloud); `lock` guards the path
 
 from __future__ import annotations
 
+import pathlib
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.mapping import Trajectory, VoxelMap, VoxelMapConfig
+from ..engine.mapping import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
 from .conversions import depth_to_image, points_to_cloud
 from .geometry import (
     body_twist,
@@ -31,6 +32,7 @@ from .geometry import (
     world_to_map_points,
     world_to_map_pose,
 )
+from .params import NodeParams
 from .tf import TfBroadcaster
 
 #: ~/map_cloud: latched for late subscribers (RViz started after the node).
@@ -57,6 +59,20 @@ class OutputConfig:
     map_max_points: int
     publish_depth: bool
     publish_frame_cloud: bool
+
+    @staticmethod
+    def from_params(p: NodeParams) -> OutputConfig:
+        return OutputConfig(
+            map_frame=p.map_frame,
+            camera_frame=p.camera_frame,
+            path_max_length=p.path_max_length,
+            map_conf_threshold=p.map_conf_threshold,
+            map_stride=p.map_stride,
+            map_voxel_size=p.map_voxel_size,
+            map_max_points=p.map_max_points,
+            publish_depth=p.publish_depth,
+            publish_frame_cloud=p.publish_frame_cloud,
+        )
 
 
 def stamp_seconds(stamp: Time) -> float:
@@ -171,6 +187,18 @@ class MappingOutputs:
             xyz, rgb = self._map.points()
             stamps, rows = self._trajectory.full_history()
         return xyz, rgb, stamps, rows
+
+    def save(self, out_dir: pathlib.Path, tag: str) -> str:
+        """Write `map_<tag>.ply` and `trajectory_<tag>.tum` (atomic) into `out_dir`; returns the report line.
+
+        Raises:
+            OSError: the directory cannot be created or written.
+        """
+        xyz, rgb, stamps, rows = self.snapshot()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
+        tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
+        return f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
 
     def map_size(self) -> int:
         with self.lock:
