@@ -74,7 +74,7 @@ def test_demo_reports_a_missing_topic_before_starting_anything(tmp_path: Path,
     config = DemoConfig(output_dir=tmp_path / "demo", bag=bag, topic="/nope", scene=SceneConfig(frames=2))
     with pytest.raises(ValueError, match="topic /nope not in bag"):
         run_demo(config, {**os.environ, **dds_env})
-    assert not list((tmp_path / "demo").glob("run_*/node.log"))
+    assert not list((tmp_path / "demo").glob("run_*"))
 
 
 def test_node_over_dds_and_offline_run_agree_and_ate_is_reported(tmp_path: Path,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import threading
 import time
@@ -126,7 +127,11 @@ def node_parameters(config: DemoConfig, run_dir: Path, compressed: bool) -> dict
 def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
     """Run the demo with the DDS environment `env` (see `dds.isolated_dds_env`); returns the analysis."""
     run_dir = _new_run_dir(config.output_dir)
-    source = prepare_input(config, run_dir)
+    try:
+        source = prepare_input(config, run_dir)
+    except ValueError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no empty run folder behind
+        raise
     compressed = source.msgtype == COMPRESSED_IMAGE
     remaps = {"image/compressed" if compressed else "image": source.topic}
     if source.info_topics:
