@@ -179,11 +179,9 @@ def test_bad_frames_are_rejected_without_touching_the_stream(model: LingBotMap) 
     assert s.stats()["pending_anchor_frames"] == 1 and s.stats()["epoch"] == 0
 
 
-def test_model_error_resets_the_session_and_is_raised(
-    model: LingBotMap, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:
     s = session(model)
-    inputs = frames(S0 + 2)
+    inputs = frames(S0 + 3)
     for f in inputs[: S0 + 1]:
         s.push(f)
 
@@ -192,7 +190,20 @@ def test_model_error_resets_the_session_and_is_raised(
 
     monkeypatch.setattr(model, "step", failing_step)
     with pytest.raises(RuntimeError, match="simulated"):
-        s.push(inputs[S0 + 1])
+        s.push(inputs[S0 + 1])  # streaming: caches reset, map frame kept
+    stats = s.stats()
+    assert (stats["phase"], stats["frames_stored"], stats["epoch"], stats["recoveries_total"]) == (2, 0, 0, 1)
+    assert "simulated" in stats["last_error"]
+    monkeypatch.undo()
+    (r,) = s.push(inputs[S0 + 2])  # re-anchors on the kept keyframes, same epoch, next index
+    assert (r.epoch, r.segment, r.index, r.phase) == (0, 1, S0 + 1, 2)
+
+    s.reset()
+    s.push(inputs[0])
+    monkeypatch.setattr(model, "step", failing_step)
+    with pytest.raises(RuntimeError, match="simulated"):
+        for f in inputs[1:S0]:
+            s.push(f)  # the anchor phase fails: a clean reset
     monkeypatch.undo()
     stats = s.stats()
     assert stats["phase"] == 1 and stats["frames_stored"] == 0 and "model error" in stats["last_reset_reason"]

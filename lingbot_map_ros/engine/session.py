@@ -5,8 +5,11 @@ together (anchor phase, bidirectional attention) and their S0 results are return
 is one ``model.step`` with S = 1. Streaming frame j (0-based since the last (re-)anchor) is a keyframe iff
 ``j % keyframe_interval == 0``; non-keyframes attend and are rolled back. A change of input resolution resets
 the session (logged, reported in the results and ``stats()``); once ``max_stored_frames`` are cached the
-stream is re-anchored (`reanchor.py`). Publish-and-drop: the session keeps only the S0 frames of a pending
-anchor phase and the last S0 keyframes for a re-anchor, never per-frame history.
+stream is re-anchored (`reanchor.py`). A failed step (an exception from the model, e.g. CUDA out-of-memory,
+or non-finite outputs) drops that frame and resets the caches; while streaming, the next frame re-anchors on
+the kept keyframes so the map frame and the trajectory carry on (docs/reliability.md); a failure during the
+anchor phase or during that recovery starts a new epoch. Publish-and-drop: the session keeps only the S0
+frames of a pending anchor phase and the last S0 keyframes for a re-anchor, never per-frame history.
 
 Thread safety: every public method takes one lock, so a ROS worker can ``push`` while a timer reads
 ``stats()``.
@@ -31,6 +34,10 @@ from .result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .timing import StageTimer
 
 _LOG = logging.getLogger(__name__)
+
+
+class NonFiniteOutputError(RuntimeError):
+    """The model returned NaN or infinite poses or depth for a step; the frame is dropped."""
 
 
 class StreamingSession:
@@ -66,7 +73,9 @@ class StreamingSession:
         self._frames_total = 0
         self._reanchors_total = 0
         self._resets_total = 0
+        self._recoveries_total = 0
         self._last_reset_reason: str | None = None
+        self._last_error: str | None = None
         self._clear(reason=None)
 
     # ------------------------------------------------------------------ public API
@@ -82,6 +91,8 @@ class StreamingSession:
             result per frame.
         Raises:
             ValueError: not an [H, W, 3] uint8 array, or an image too small for one patch row.
+            Exception: whatever the model raised (e.g. ``torch.cuda.OutOfMemoryError``), or
+                `NonFiniteOutputError`; the frame is dropped and the session recovered (module doc).
         """
         rgb = validate_rgb(rgb)
         with self._lock:
@@ -103,9 +114,7 @@ class StreamingSession:
                     return self._run_anchor_phase()
                 return [self._run_streaming_frame(rgb, meta, image_net)]
             except Exception as exc:
-                # A failed step may leave the caches between begin and end of a step: start over cleanly.
-                _LOG.error("StreamingSession reset after a model error: %s", exc)
-                self._clear(f"model error: {type(exc).__name__}: {exc}")
+                self._recover(exc)
                 raise
 
     def reset(self) -> None:
@@ -137,6 +146,8 @@ class StreamingSession:
                 "reanchors_total": self._reanchors_total,
                 "resets_total": self._resets_total,
                 "last_reset_reason": self._last_reset_reason,
+                "recoveries_total": self._recoveries_total,
+                "last_error": self._last_error,
                 "frames_stored": self._state.frames_stored,
                 "max_stored_frames": self.config.max_stored_frames,
                 "sliding_window": self._sliding_window,
@@ -169,6 +180,32 @@ class StreamingSession:
         self._keyframes = 0
         self._segment = 0
         self._streaming_count = 0  # streaming frames since the last (re-)anchor: keyframe policy
+        self._needs_reanchor = False  # a failed step reset the caches; the next frame re-anchors
+
+    def _recover(self, exc: Exception) -> None:
+        """After a failed step (the caches may be between begin and end of a step): drop them.
+
+        Streaming with a full set of kept keyframes: reset only the model's caches and re-anchor on those
+        keyframes at the next frame (same epoch: map frame and trajectory continue). During the anchor phase,
+        or when the recovery itself failed: a clean reset (new epoch).
+        """
+        error = f"{type(exc).__name__}: {exc}"
+        self._last_error = error
+        if self._anchoring or self._needs_reanchor or len(self._records) < self.config.scale_frames:
+            _LOG.error("StreamingSession reset after a model error: %s", error)
+            self._clear(f"model error: {error}")
+        else:
+            self._state.reset()
+            self._needs_reanchor = True
+            self._recoveries_total += 1
+            _LOG.error(
+                "StreamingSession caches reset after a model error (%s); the next frame re-anchors on the "
+                "last %d keyframes, the map frame is kept",
+                error,
+                len(self._records),
+            )
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # return what the failed step allocated (out-of-memory recovery)
 
     def _geometry_or_raise(self) -> PreprocessGeometry:
         if self._geometry is None:
@@ -187,6 +224,15 @@ class StreamingSession:
             out = self.model.step(images, self._state, keyframe=keyframe)
             arrays = tuple(
                 t.detach().float().cpu().numpy() for t in (out.pose_enc, out.depth, out.depth_conf)
+            )
+        bad = [
+            name
+            for name, a in zip(("pose", "depth", "depth_conf"), arrays, strict=True)
+            if not np.isfinite(a).all()
+        ]
+        if bad:
+            raise NonFiniteOutputError(
+                f"the model returned non-finite {', '.join(bad)} for {len(images_net)} frame(s)"
             )
         return arrays
 
@@ -207,7 +253,7 @@ class StreamingSession:
         return results
 
     def _run_streaming_frame(self, rgb: np.ndarray, meta: object, image_net: np.ndarray) -> FrameResult:
-        if self._state.frames_stored >= self.config.max_stored_frames:
+        if self._needs_reanchor or self._state.frames_stored >= self.config.max_stored_frames:
             with self._timer.stage("reanchor"):
                 self._reanchor()
         keyframe = self._streaming_count % self.config.keyframe_interval == 0
@@ -225,6 +271,11 @@ class StreamingSession:
     def _reanchor(self) -> None:
         """Restart the model stream on the last S0 keyframes and re-align its world frame (docs/engine.md)."""
         records = list(self._records)
+        cause = (
+            "after a model error"
+            if self._needs_reanchor
+            else f"after {self.config.max_stored_frames} stored frames"
+        )
         self._state.reset()
         pose_enc, depth, conf = self._step([r.image_net for r in records], keyframe=True)
         align = estimate_alignment(
@@ -234,10 +285,11 @@ class StreamingSession:
         self._segment += 1
         self._reanchors_total += 1
         self._streaming_count = 0
+        self._needs_reanchor = False
         _LOG.info(
-            "StreamingSession re-anchored on %d keyframes after %d stored frames (segment %d, scale %.4g)",
+            "StreamingSession re-anchored on %d keyframes %s (segment %d, scale %.4g)",
             len(records),
-            self.config.max_stored_frames,
+            cause,
             self._segment,
             align.scale,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -118,8 +119,12 @@ def write_tum(path: str | os.PathLike, stamps: np.ndarray, poses: np.ndarray) ->
 
 
 def read_tum(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """Read a TUM file: (stamps [N] float64, rows [N, 7] float64 tx ty tz qx qy qz qw)."""
-    table = np.loadtxt(path, comments="#", ndmin=2)
+    """Read a TUM file: (stamps [N] float64, rows [N, 7] float64 tx ty tz qx qy qz qw); N may be 0."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)
+        table = np.loadtxt(path, comments="#", ndmin=2)
+    if table.size == 0:  # an empty trajectory (e.g. ~/save_map right after ~/reset)
+        return np.zeros(0), np.zeros((0, 7))
     if table.shape[1] != 8:
         raise ValueError(f"{path}: expected 8 columns (timestamp tx ty tz qx qy qz qw), got {table.shape[1]}")
     return table[:, 0], table[:, 1:]
