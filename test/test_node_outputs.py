@@ -193,6 +193,14 @@ def test_outputs_arrive_in_order_with_input_stamps(fresh: Streams, frames: list[
     assert map_cloud.header.frame_id == "map" and map_cloud.header.stamp.sec >= 1000
 
 
+def test_publisher_qos_matches_tf2_ros_and_latched_map(ros_client: RosClient, streams: Streams) -> None:
+    infos = {i.node_name: i for i in ros_client.node.get_publishers_info_by_topic("/tf")}
+    tf = infos["lingbot_map"].qos_profile  # as tf2_ros's broadcaster (the history depth is not on the wire)
+    assert (tf.reliability, tf.durability) == (ReliabilityPolicy.RELIABLE, DurabilityPolicy.VOLATILE)
+    (cloud,) = ros_client.node.get_publishers_info_by_topic(f"{NODE}/map_cloud")
+    assert cloud.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+
+
 def test_map_cloud_is_latched_for_late_subscribers(ros_client: RosClient, streams: Streams) -> None:
     late = ros_client.collect(PointCloud2, f"{NODE}/map_cloud", LATCHED)
     assert late.wait_for(1, timeout=10)[0].header.frame_id == "map"
