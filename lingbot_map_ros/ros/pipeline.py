@@ -6,6 +6,7 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class Pipeline:
         cuda = self.device.type == "cuda"
         del self.session
         del self.model
+        gc.collect()  # the model and its caches may sit in reference cycles
         if cuda:
             torch.cuda.empty_cache()
 
