@@ -401,7 +401,7 @@ def main(args: list[str] | None = None) -> int:
     try:
         node = LingBotMapNode()
     except (ValueError, ParameterException) as exc:
-        print(f"[lingbot_map] invalid parameter: {exc}", file=sys.stderr)
+        print(f"[lingbot_map] {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
     executor = MultiThreadedExecutor(num_threads=4)

@@ -210,13 +210,15 @@ def read_parameters(node: Node) -> NodeParams:
 
 
 def cross_check(values: dict[str, object]) -> list[str]:
-    """Constraints between parameters (`values` holds at least the two window parameters)."""
+    """Every violated constraint between parameters (`values` holds at least the two window parameters)."""
+    problems = []
     window, max_window = values["kv_cache.sliding_window"], values["kv_cache.max_window"]
     if window > max_window:
-        return [f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})"]
-    if values.get("model.image_width", 14) % 14:
-        return [f"model.image_width must be a multiple of 14 (patch size), got {values['model.image_width']}"]
-    return []
+        problems.append(f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})")
+    width = values.get("model.image_width", 14)
+    if isinstance(width, int) and width % 14:
+        problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
+    return problems
 
 
 def check_update(params: list[Parameter], current: NodeParams, configured: bool) -> SetParametersResult:
