@@ -65,6 +65,54 @@ def test_worker_survives_failures_and_clear_discards_queue() -> None:
         InferenceWorker(process, queue_size=0, on_error=lambda item, exc: None)
 
 
+def test_blocking_submit_applies_back_pressure_instead_of_dropping() -> None:
+    gate = threading.Event()
+    seen: list[int] = []
+    worker = InferenceWorker(lambda item: (gate.wait(5), seen.append(item)), queue_size=2, on_error=print)
+    try:
+        done = threading.Event()
+
+        def producer() -> None:
+            for i in range(6):
+                worker.submit(i, block=True)
+            done.set()
+
+        thread = threading.Thread(target=producer)
+        thread.start()
+        time.sleep(0.2)
+        assert not done.is_set()  # 1 in flight + 2 queued: the producer waits
+        assert worker.stats().queued == 2
+        gate.set()
+        thread.join(5)
+        assert done.is_set() and worker.wait_idle(5)
+        assert seen == list(range(6)) and worker.stats().dropped == 0
+    finally:
+        assert worker.stop()
+
+
+def test_blocked_submit_is_released_by_stop() -> None:
+    gate = threading.Event()
+    worker = InferenceWorker(lambda item: gate.wait(5), queue_size=1, on_error=print)
+    errors: list[Exception] = []
+
+    def producer() -> None:
+        try:
+            for i in range(3):
+                worker.submit(i, block=True)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    time.sleep(0.2)  # item 0 in flight (blocked on the gate), item 1 queued, the producer waits with item 2
+    assert thread.is_alive()
+    assert not worker.stop(timeout=0.1)  # the item in flight is still blocked
+    thread.join(5)
+    assert not thread.is_alive() and len(errors) == 1 and "stopped" in str(errors[0])
+    gate.set()
+    assert worker.stop()
+
+
 def _defaults() -> NodeParams:
     return NodeParams(**{field_name(s.name): s.default for s in PARAMETERS})
 

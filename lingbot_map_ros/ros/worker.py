@@ -67,9 +67,18 @@ class InferenceWorker(Generic[Item]):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, item: Item) -> bool:
-        """Enqueue a frame; returns False when the oldest queued frame had to be dropped for it."""
+    def submit(self, item: Item, block: bool = False) -> bool:
+        """Enqueue an item; returns False when the oldest queued item had to be dropped for it.
+
+        With `block` a full queue is waited on instead (back-pressure, nothing dropped; used for the publish
+        stage, whose items must all be published).
+
+        Raises:
+            RuntimeError: the worker is stopped (also when it stops while `block` waits).
+        """
         with self._cond:
+            while block and len(self._queue) >= self._capacity and not self._stopping:
+                self._cond.wait()
             if self._stopping:
                 raise RuntimeError("InferenceWorker is stopped")
             dropped = len(self._queue) >= self._capacity
@@ -79,7 +88,7 @@ class InferenceWorker(Generic[Item]):
             self._queue.append(item)
             self._submitted += 1
             self._max_queued = max(self._max_queued, len(self._queue))
-            self._cond.notify()
+            self._cond.notify_all()
         return not dropped
 
     def clear(self) -> int:
@@ -132,6 +141,7 @@ class InferenceWorker(Generic[Item]):
                     return
                 item = self._queue.popleft()
                 self._busy = True
+                self._cond.notify_all()  # a blocked submit may go on
             try:
                 self._process(item)
             except Exception as exc:  # noqa: BLE001 - a failed frame must not kill the node
