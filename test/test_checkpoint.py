@@ -168,3 +168,9 @@ def test_convert_cli(tmp_path: Path, tiny_state, capsys) -> None:
     assert convert.main([str(src), str(tmp_path / "bad.safetensors"), "--preset", "tiny"]) == 1
     assert "missing key(s): camera_head.empty_pose_tokens" in capsys.readouterr().err
     assert not list(tmp_path.glob("*bad*"))
+
+
+def test_legacy_pt_format_loads_without_mmap(tmp_path: Path, tiny_state) -> None:
+    path = tmp_path / "legacy.pt"
+    torch.save({"model": tiny_state}, path, _use_new_zipfile_serialization=False)
+    _assert_same(build_model(ModelConfig.preset("tiny"), path), tiny_state)
