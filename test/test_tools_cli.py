@@ -10,7 +10,7 @@ import pytest
 
 from lingbot_map_ros.tools import cli
 
-SUBCOMMANDS = ("demo", "make-bag", "replay", "record", "run", "synthetic-scene", "parity", "convert")
+SUBCOMMANDS = ("demo", "make-bag", "replay", "record", "run", "synthetic-scene", "ate", "parity", "convert")
 
 
 def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:

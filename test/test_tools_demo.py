@@ -15,8 +15,9 @@ from rosbags.rosbag2 import Reader
 from lingbot_map_ros.engine.writers import read_ply, read_tum
 from lingbot_map_ros.model import ModelConfig, build_model
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import iter_frames, ros2_typestore
+from lingbot_map_ros.tools.bag_io import BagError, iter_frames, ros2_typestore
 from lingbot_map_ros.tools.demo import DemoConfig, prepare_input, run_demo
+from lingbot_map_ros.tools.evaluate import compare
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
@@ -65,6 +66,15 @@ def test_bag_replayed_into_the_node_comes_back_posed_or_counted(
     assert len(xyz) == outcome.map_points > 0 and np.isfinite(xyz).all()
     assert Path(outcome.files["plot"]).read_bytes()[:4] == b"\x89PNG"
     assert outcome.ok
+
+    # the recorded odometry and the saved trajectory are the same poses (no alignment at all)
+    result, _, _ = compare(run_dir / "outputs", Path(outcome.files["trajectory"]), alignment="none")
+    assert result.matched == outcome.posed and result.rmse < 1e-6
+    assert cli.main(["ate", str(run_dir / "outputs"), outcome.files["trajectory"], "--align", "se3",
+                     "--plot", str(tmp_path / "ate.png")]) == 0
+    assert (tmp_path / "ate.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(BagError, match="odometry topics none"):
+        compare(bag, Path(outcome.files["trajectory"]))
 
 
 def test_demo_reports_a_missing_topic_before_starting_anything(tmp_path: Path,

@@ -17,7 +17,7 @@ from lingbot_map_ros.tools.synthetic_scene import (
     render,
     write_scene_bag,
 )
-from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error, associate, umeyama_sim3
+from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error, associate, ate, umeyama_sim3
 
 SMALL = SceneConfig(width=96, height=72, frames=24, supersample=1)
 
@@ -98,3 +98,19 @@ def test_association_and_degenerate_inputs_are_rejected(tmp_path: Path) -> None:
     write_tum(tmp_path / "b.tum", np.arange(5.0) + 10, camera_path(SMALL)[:5])
     with pytest.raises(ValueError, match="only 0 stamps"):
         absolute_trajectory_error(tmp_path / "a.tum", tmp_path / "b.tum")
+
+
+def test_rigid_and_no_alignment_modes(tmp_path: Path) -> None:
+    poses = camera_path(SMALL)
+    angle = 0.3
+    rot = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
+    centres = poses[:, :3, 3]
+    moved = centres @ rot.T + [0.5, 0.0, -1.0]
+    assert ate(moved, centres, "se3").rmse < 1e-9  # a rigid motion is undone exactly
+    assert ate(moved, centres, "none").rmse > 0.4
+    assert ate(centres, centres, "none").rmse == 0.0
+    scaled = ate(2.0 * moved, centres, "se3")
+    assert scaled.alignment.scale == 1.0 and scaled.rmse > 0.5  # se3 keeps the scale error
+    assert ate(2.0 * moved, centres, "sim3").rmse < 1e-9
+    with pytest.raises(ValueError, match="alignment must be one of"):
+        ate(moved, centres, "affine")

@@ -113,3 +113,26 @@ def _finite(value: object) -> object:
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def plot_alignment(path: Path, estimate: np.ndarray, reference: np.ndarray, title: str,
+                   frame: str = "ros") -> Path:
+    """PNG of two trajectories from above: `estimate` [N, 3] (already aligned) over `reference` [M, 3]."""
+    if frame not in TOP_VIEW:
+        raise ValueError(f"frame must be one of {sorted(TOP_VIEW)}, got {frame!r}")
+    h, v, h_label, v_label = TOP_VIEW[frame]
+    fig, ax = plt.subplots(figsize=(6, 5.4))
+    ax.plot(reference[:, h], reference[:, v], color="0.6", lw=2.5, label="reference")
+    ax.plot(estimate[:, h], estimate[:, v], color="tab:blue", lw=1.2, label="estimate (aligned)")
+    ax.scatter(reference[:1, h], reference[:1, v], s=50, marker="*", color="tab:green", label="start",
+               zorder=3)
+    ax.set_xlabel(h_label)
+    ax.set_ylabel(v_label)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=90))
+    plt.close(fig)
+    return Path(path)

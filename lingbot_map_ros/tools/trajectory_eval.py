@@ -15,9 +15,12 @@ import numpy as np
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.writers import read_tum
 
+ALIGNMENTS = ("sim3", "se3", "none")
 
-def umeyama_sim3(source: np.ndarray, target: np.ndarray) -> Sim3:
-    """Least-squares similarity taking `source` [N, 3] onto `target` [N, 3] (Umeyama 1991, with scale)."""
+
+def umeyama_sim3(source: np.ndarray, target: np.ndarray, with_scale: bool = True) -> Sim3:
+    """Least-squares similarity taking `source` [N, 3] onto `target` [N, 3] (Umeyama 1991); with
+    `with_scale=False` the rigid (SE(3)) least-squares fit, scale 1."""
     source, target = np.asarray(source, np.float64), np.asarray(target, np.float64)
     if source.shape != target.shape or source.ndim != 2 or source.shape[1] != 3 or len(source) < 3:
         raise ValueError(f"need two matching point sets [N>=3, 3], got {source.shape} and {target.shape}")
@@ -31,7 +34,7 @@ def umeyama_sim3(source: np.ndarray, target: np.ndarray) -> Sim3:
     if np.linalg.det(u) * np.linalg.det(vt) < 0:
         sign[2, 2] = -1.0
     rotation = u @ sign @ vt
-    scale = float(np.trace(np.diag(d) @ sign) / variance)
+    scale = float(np.trace(np.diag(d) @ sign) / variance) if with_scale else 1.0
     return Sim3(rotation, mu_t - scale * rotation @ mu_s, scale)
 
 
@@ -58,20 +61,32 @@ def associate(stamps_a: np.ndarray, stamps_b: np.ndarray, max_diff_s: float = 0.
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def ate(estimate: np.ndarray, reference: np.ndarray) -> AteResult:
-    """Sim(3)-aligned ATE of matched camera centres `estimate` [N, 3] against `reference` [N, 3]."""
-    alignment = umeyama_sim3(estimate, reference)
-    errors = np.linalg.norm(alignment.apply_points(estimate) - reference, axis=1)
+def ate(estimate: np.ndarray, reference: np.ndarray, alignment: str = "sim3") -> AteResult:
+    """ATE of matched camera centres `estimate` [N, 3] against `reference` [N, 3] after aligning the
+    estimate with a similarity ("sim3", monocular), a rigid motion ("se3") or not at all ("none")."""
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    estimate = np.asarray(estimate, np.float64)
+    if alignment == "none":
+        transform = Sim3.identity()
+    else:
+        transform = umeyama_sim3(estimate, reference, with_scale=alignment == "sim3")
+    errors = np.linalg.norm(transform.apply_points(estimate) - reference, axis=1)
     return AteResult(float(np.sqrt((errors**2).mean())), float(errors.mean()), float(np.median(errors)),
-                     float(errors.max()), len(errors), alignment)
+                     float(errors.max()), len(errors), transform)
 
 
-def absolute_trajectory_error(estimate: Path, reference: Path, max_diff_s: float = 0.02) -> AteResult:
-    """Sim(3)-aligned ATE of the TUM trajectory `estimate` against the TUM ground truth `reference`."""
-    stamps_e, rows_e = read_tum(estimate)
-    stamps_r, rows_r = read_tum(reference)
+def matched_ate(stamps_e: np.ndarray, rows_e: np.ndarray, stamps_r: np.ndarray, rows_r: np.ndarray,
+                max_diff_s: float = 0.02, alignment: str = "sim3") -> AteResult:
+    """ATE of trajectory e against reference r (stamps [N] s, TUM rows [N, 7]) on stamp-matched poses."""
     pairs = associate(stamps_e, stamps_r, max_diff_s)
     if len(pairs) < 3:
-        raise ValueError(f"only {len(pairs)} stamps of {estimate} match {reference} within {max_diff_s} s; "
-                         "need >= 3")
-    return ate(rows_e[pairs[:, 0], :3], rows_r[pairs[:, 1], :3])
+        raise ValueError(f"only {len(pairs)} stamps of the estimate match the reference within "
+                         f"{max_diff_s} s; need >= 3")
+    return ate(rows_e[pairs[:, 0], :3], rows_r[pairs[:, 1], :3], alignment)
+
+
+def absolute_trajectory_error(estimate: Path, reference: Path, max_diff_s: float = 0.02,
+                              alignment: str = "sim3") -> AteResult:
+    """ATE of the TUM trajectory `estimate` against the TUM ground truth `reference` (default Sim(3))."""
+    return matched_ate(*read_tum(estimate), *read_tum(reference), max_diff_s, alignment)
