@@ -2,10 +2,12 @@
 
 Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py),
 activate creates the subscription, publishers (outputs.py), services and timers, deactivate/cleanup release
-them (and the GPU). The image callback converts and enqueues (worker.py) and never blocks; the inference
-thread pushes frames through the session under `_session_lock` and publishes every result in input order
-with the input stamp. `~/reset` and live `kv_cache.sliding_window` take the same lock, so they are safe while
-a frame is being inferred.
+them (and the GPU). Three stages: the image callback converts and enqueues (worker.py, drop-oldest) and
+never blocks; the inference thread pushes frames through the session under `_session_lock`; the publish
+thread publishes each step's results in input order with the input stamps (back-pressure to inference, never
+dropped), so the next frame's inference overlaps the previous frame's unprojection, voxel map and message
+serialisation. `~/reset` and live `kv_cache.sliding_window` take the session lock, so they are safe while a
+frame is being inferred; results of steps from before a reset are not published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -13,6 +15,7 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -44,7 +47,11 @@ from .worker import InferenceWorker
 
 NODE_NAME = "lingbot_map"
 #: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
-SHUTDOWN_STEP_WAIT_S = 1.5
+SHUTDOWN_STEP_WAIT_S = 1.0
+#: Steps whose results may wait for the publish thread before inference waits (back-pressure).
+PUBLISH_QUEUE_STEPS = 2
+#: On deactivate/shutdown, how long the publish thread may take to publish what was already inferred.
+PUBLISH_DRAIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,19 @@ class InputFrame:
     rgb: np.ndarray
     received: float
     generation: int
+
+
+@dataclass(frozen=True)
+class StepResults:
+    """The results of one session step (S0 anchor frames or one frame), on their way to the publish thread.
+
+    Attributes:
+        generation: reset counter when the step ran; results from before a reset are not published.
+        results: `FrameResult`s in input order.
+    """
+
+    generation: int
+    results: list
 
 
 class LingBotMapNode(LifecycleNode):
@@ -85,6 +105,8 @@ class LingBotMapNode(LifecycleNode):
         self._session_stats: dict[str, object] = {}
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self._worker: InferenceWorker[InputFrame] | None = None
+        self._publisher: InferenceWorker[StepResults] | None = None  # publish stage, in step order
+        self._publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
         self._outputs: MappingOutputs | None = None
         self._entities: list[tuple[str, object]] = []  # (kind, handle) created in activate
         self._diag_pub = None
@@ -113,6 +135,9 @@ class LingBotMapNode(LifecycleNode):
         p = self.params
         self._outputs = MappingOutputs(self, OutputConfig.from_params(p))
         self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
+        self._publisher = InferenceWorker(
+            self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
+        )
         qos = QoSProfile(
             depth=p.qos_depth,
             history=HistoryPolicy.KEEP_LAST,
@@ -200,6 +225,10 @@ class LingBotMapNode(LifecycleNode):
         if self._worker is not None:
             stopped = self._worker.stop(step_wait_s)
             self._worker = None
+        if self._publisher is not None:
+            self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
+            stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
+            self._publisher = None
         if self._outputs is not None:
             self._outputs.destroy()
             self._outputs = None
@@ -264,13 +293,8 @@ class LingBotMapNode(LifecycleNode):
                 return
             epoch = self._session_stats.get("epoch")
             results = self._pipeline.session.push(frame.rgb, meta=frame)
-            for result in results:
-                self._outputs.publish(result, result.meta.header)
-                self.stats.record_output(time.monotonic() - result.meta.received)
-            if results and self._camera_info is not None:
-                self._intrinsics = intrinsics_report(
-                    self._camera_info, results[-1].intrinsics, results[-1].image_hw
-                )
+            if not self.context.ok():
+                return  # shutting down (SIGINT during the step): nothing can be published any more
             self._refresh_session_stats(results[-1] if results else None)
             stats = self._session_stats
             if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
@@ -279,8 +303,34 @@ class LingBotMapNode(LifecycleNode):
                     f"path are cleared once the next {self.params.kv_cache_scale_frames} frames have formed "
                     "a new anchor phase"
                 )
+            generation = self._generation
+        publisher = self._publisher
+        if results and publisher is not None:
+            publisher.submit(StepResults(generation, results), block=True)  # back-pressure, never dropped
+
+    def _publish(self, step: StepResults) -> None:
+        """Publish thread: every output of one step, in order, unless a reset came in between."""
+        with self._publish_lock:
+            if step.generation != self._generation or self._outputs is None:
+                return
+            for result in step.results:
+                self._outputs.publish(result, result.meta.header)
+                self.stats.record_output(time.monotonic() - result.meta.received)
+            if self._camera_info is not None:
+                last = step.results[-1]
+                self._intrinsics = intrinsics_report(self._camera_info, last.intrinsics, last.image_hw)
+
+    def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
+        if not self.context.ok():
+            return  # shutting down: the publishers are gone
+        cause = f"publish_{type(exc).__name__}"
+        count = self.stats.record_failed(cause)
+        if self._throttle.should_log(cause):
+            self.get_logger().error(f"publishing failed ({cause}, {count} so far), step skipped: {exc}")
 
     def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
+        if not self.context.ok():
+            return  # shutting down: the publishers are gone, the frame is not a failure
         cause = type(exc).__name__
         count = self.stats.record_failed(cause)
         with self._session_lock:
@@ -300,16 +350,17 @@ class LingBotMapNode(LifecycleNode):
 
     # --------------------------------------------------------------------------------- services, timers
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self._generation += 1
-        discarded = self._worker.clear() if self._worker is not None else 0
-        with self._session_lock:
-            if self._pipeline is None or self._outputs is None:
+        with self._session_lock:  # waits for a step in progress
+            if self._pipeline is None or self._outputs is None or self._worker is None:
                 response.success, response.message = False, "not active"
                 return response
+            self._generation += 1  # queued frames and unpublished results of the old stream are dropped
+            discarded = self._worker.clear()
             self._pipeline.session.reset()
-            self._outputs.clear()
             self._last_result = {}
             self._refresh_session_stats()
+        with self._publish_lock:
+            self._outputs.clear()
         self._outputs.publish_cleared(self.get_clock().now().to_msg())
         self.stats.record_reset()
         response.success = True
@@ -395,8 +446,14 @@ class LingBotMapNode(LifecycleNode):
         self.publish_diagnostics()
 
 
-def main(args: list[str] | None = None) -> int:
-    """Entry point of `lingbot_map_node`; exit code 0 on SIGINT, 1 when autostart fails, 2 on bad params."""
+def main(args: list[str] | None = None, exit_process: bool = True) -> int:
+    """Entry point of `lingbot_map_node`; exit code 0 on SIGINT, 1 when autostart fails, 2 on bad params.
+
+    With `exit_process` (the console script) the process ends with `os._exit(code)` once everything the node
+    holds is released: the interpreter's own teardown of torch takes 1-2 s on a busy CPU, which would break
+    the 2 s SIGINT budget (docs/reliability.md) and would wait for a step abandoned at shutdown. Pass False
+    to get the code back in-process.
+    """
     rclpy.init(args=args)
     try:
         node = LingBotMapNode()
@@ -420,6 +477,10 @@ def main(args: list[str] | None = None) -> int:
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
+    if exit_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

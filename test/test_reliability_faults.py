@@ -1,0 +1,339 @@
+"""Faults over real DDS (node subprocess, tiny preset on CPU): bad checkpoints, out-of-memory / NaN / errors
+in a step (injected through `LINGBOT_MAP_FAULTS`, engine/faults.py), services racing inference and each
+other, atomic ~/save_map files, SIGINT during a step (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from nav_msgs.msg import Odometry
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import Collector, NodeProcess, RosClient, load_frames
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+from std_srvs.srv import Trigger
+
+from lingbot_map_ros.engine.faults import FAULTS_ENV
+from lingbot_map_ros.engine.mapping import read_tum
+from lingbot_map_ros.model import LingBotMap, ModelConfig
+from lingbot_map_ros.ros.conversions import rgb_to_image
+
+pytestmark = pytest.mark.dds
+
+RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+S0 = 2
+BASE = {
+    "model.preset": "tiny",
+    "model.device": "cpu",
+    "model.image_width": 56,
+    "kv_cache.scale_frames": S0,
+    "qos.reliability": "reliable",
+    "qos.depth": 100,
+    "queue_size": 50,
+    "diagnostics_rate": 20.0,
+    "publish.frame_cloud": False,
+    "publish.depth": False,
+    "map.conf_threshold": 0.0,
+}
+
+
+def launch(tmp: Path, name: str, params: dict[str, object], faults: str | None = None) -> NodeProcess:
+    """Start `/<name>/<name>`; `faults` goes to the child's LINGBOT_MAP_FAULTS (this process is unchanged)."""
+    with pytest.MonkeyPatch.context() as env:
+        if faults is not None:
+            env.setenv(FAULTS_ENV, faults)
+        return NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **params})
+
+
+def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
+    """Subscribe (reliable) and wait until a publisher is matched, so no early message is lost."""
+    collector = Collector()
+    sub = client.node.create_subscription(msg_type, topic, collector, RELIABLE)
+    deadline = time.monotonic() + timeout
+    while sub.get_publisher_count() < 1:
+        assert time.monotonic() < deadline, f"no publisher on {topic} within {timeout} s"
+        time.sleep(0.02)
+    return collector
+
+
+def latest(collector: Collector, name: str, predicate: object, timeout: float = 30.0) -> dict[str, str]:
+    """Values of the newest /diagnostics status `<name>: mapping` that satisfies `predicate`."""
+
+    def values(msg: DiagnosticArray) -> dict[str, str]:
+        for status in msg.status:
+            if status.name == f"{name}: mapping":
+                return {kv.key: kv.value for kv in status.values}
+        return {}
+
+    msgs = collector.wait_for(lambda ms: any(v and predicate(v) for v in map(values, ms)), timeout)
+    return [v for v in map(values, msgs) if v and predicate(v)][-1]
+
+
+def stamp(i: int) -> Time:
+    return Time(sec=3000 + i // 10, nanosec=(i % 10) * 100_000_000)
+
+
+def stamps(msgs: list[Odometry]) -> list[tuple[int, int]]:
+    return [(m.header.stamp.sec, m.header.stamp.nanosec) for m in msgs]
+
+
+def expect(indices: list[int]) -> list[tuple[int, int]]:
+    return [(stamp(i).sec, stamp(i).nanosec) for i in indices]
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[np.ndarray]:
+    return load_frames(8, step=6)
+
+
+def publish(pub: object, frames: list[np.ndarray], indices: range, period: float = 0.05) -> None:
+    for i in indices:
+        pub.publish(rgb_to_image(frames[i % len(frames)], Header(stamp=stamp(i), frame_id="cam")))
+        time.sleep(period)
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """valid / truncated / wrong (a key missing, a shape changed) tiny checkpoints, and a missing path."""
+    tmp = tmp_path_factory.mktemp("checkpoints")
+    torch.manual_seed(0)
+    state = LingBotMap(ModelConfig.preset("tiny")).state_dict()
+    valid = tmp / "tiny.pt"
+    torch.save(state, valid)
+    truncated = tmp / "truncated.pt"
+    truncated.write_bytes(valid.read_bytes()[: valid.stat().st_size // 2])
+    wrong_state = dict(state)
+    first, second = list(wrong_state)[:2]
+    del wrong_state[first]
+    wrong_state[second] = torch.zeros(3, 3)
+    wrong = tmp / "wrong.pt"
+    torch.save(wrong_state, wrong)
+    return {"valid": valid, "truncated": truncated, "wrong": wrong, "missing": tmp / "missing.pt"}
+
+
+def test_bad_checkpoint_with_autostart_exits_nonzero_with_one_error(
+    tmp_path: Path, checkpoints: dict[str, Path]
+) -> None:
+    procs = {
+        kind: launch(tmp_path, f"ckpt_{kind}", {"model.checkpoint": str(checkpoints[kind])})
+        for kind in ("missing", "truncated", "wrong")
+    }
+    for kind, proc in procs.items():
+        code = proc.proc.wait(90)
+        proc.stop()
+        out = proc.output()
+        assert code == 1, (kind, out)
+        assert out.count("configure failed: cannot load model.checkpoint") == 1, (kind, out)
+        assert "autostart failed" in out and "Traceback" not in out, (kind, out)
+    assert "does not exist" in procs["missing"].output()
+    assert "does not match the model" in procs["wrong"].output()
+
+
+def test_bad_checkpoint_in_lifecycle_stays_unconfigured_until_a_good_one(
+    ros_client: RosClient, tmp_path: Path, checkpoints: dict[str, Path], frames: list[np.ndarray]
+) -> None:
+    node = "/ckpt_lc/ckpt_lc"
+    proc = launch(tmp_path, "ckpt_lc", {"autostart": False, "model.checkpoint": str(checkpoints["missing"])})
+    try:
+        assert ros_client.client(ChangeState, f"{node}/change_state").wait_for_service(timeout_sec=60)
+
+        def transition(transition_id: int) -> bool:
+            request = ChangeState.Request(transition=Transition(id=transition_id))
+            return ros_client.call(ChangeState, f"{node}/change_state", request, timeout=60).success
+
+        def state() -> int:
+            return ros_client.call(GetState, f"{node}/get_state").current_state.id
+
+        for kind in ("missing", "truncated", "wrong"):
+            (result,) = ros_client.set_parameters(node, {"model.checkpoint": str(checkpoints[kind])})
+            assert result.successful, result.reason  # reload-only parameters may change while unconfigured
+            assert not transition(Transition.TRANSITION_CONFIGURE), kind
+            assert state() == State.PRIMARY_STATE_UNCONFIGURED and proc.alive(), kind
+        assert proc.output().count("configure failed: cannot load model.checkpoint") == 3
+        (result,) = ros_client.set_parameters(node, {"model.checkpoint": str(checkpoints["valid"])})
+        assert result.successful
+        assert transition(Transition.TRANSITION_CONFIGURE) and transition(Transition.TRANSITION_ACTIVATE)
+        assert state() == State.PRIMARY_STATE_ACTIVE
+        odom = collect(ros_client, Odometry, f"{node}/odometry")
+        pub = ros_client.publisher(Image, "/ckpt_lc/image", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        publish(pub, frames, range(S0 + 1))
+        assert stamps(odom.wait_for(S0 + 1)) == expect(list(range(S0 + 1)))
+    finally:
+        assert proc.stop() == 0, proc.output()
+
+
+# ------------------------------------------------------------------------------------ faults in a step
+def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
+    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray]
+) -> None:
+    # model.step calls: 1 = anchor (frames 0, 1); frame k >= 2 -> call k - 1 until frame 5 (call 5, OOM);
+    # frame 6 re-anchors (call 6) and steps (7); frame 7 -> call 8 (NaN); frame 8 re-anchors (9), steps (10);
+    # frames 9..11 -> calls 11..13; after ~/reset the anchor step of frames 12, 13 is call 14 (error).
+    name = "faults"
+    proc = launch(tmp_path, name, {}, faults="oom@5,nan@8,error@14")
+    try:
+        proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
+        odom = collect(ros_client, Odometry, f"/{name}/{name}/odometry")
+        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+        pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        publish(pub, frames, range(5))
+        odom.wait_for(5)
+        before = latest(diag, name, lambda v: v.get("session.last_frame.index") == "4")
+        publish(pub, frames, range(5, 12))
+        survivors = [0, 1, 2, 3, 4, 6, 8, 9, 10, 11]
+        msgs = odom.wait_for(len(survivors))
+        time.sleep(0.3)
+        assert stamps(odom.messages) == expect(survivors)  # exactly the failed frames were dropped
+        assert all(np.isfinite([m.pose.pose.position.x, m.pose.pose.orientation.w]).all() for m in msgs)
+        after = latest(diag, name, lambda v: v.get("session.last_frame.index") == "9")
+        assert after["failed_OutOfMemoryError"] == "1" and after["failed_NonFiniteOutputError"] == "1"
+        assert after["session.recoveries_total"] == "2" and after["session.segment"] == "2"
+        assert after["session.epoch"] == before["session.epoch"]  # same map frame: the map was kept
+        assert int(after["map_points"]) >= int(before["map_points"]) > 0
+        log = proc.output()
+        assert "inference failed (OutOfMemoryError, 1 so far), frame skipped, caches reset" in log
+        assert "inference failed (NonFiniteOutputError, 1 so far)" in log and "non-finite pose" in log
+
+        assert ros_client.call(Trigger, f"/{name}/{name}/reset").success
+        odom.clear()
+        publish(pub, frames, range(12, 16))  # the first anchor step fails: a new anchor phase starts
+        assert stamps(odom.wait_for(2)) == expect([14, 15])
+        final = latest(
+            diag, name, lambda v: v.get("failed_RuntimeError") == "1" and v.get("session.phase") == "2"
+        )
+        assert int(final["session.epoch"]) == int(before["session.epoch"]) + 2
+        assert "the stream restarts with a new anchor phase" in proc.output()
+        assert proc.alive()
+    finally:
+        assert proc.stop() == 0, proc.output()
+
+
+# ----------------------------------------------------------------------------- services racing inference
+def check_complete(path: Path) -> None:
+    """A ~/save_map file must be whole whenever it is visible under its final name."""
+    data = path.read_bytes()
+    if path.suffix == ".ply":
+        end = data.index(b"end_header\n") + len(b"end_header\n")
+        count = next(
+            int(line.split()[2]) for line in data[:end].split(b"\n") if line.startswith(b"element vertex")
+        )
+        assert len(data) == end + 15 * count, f"{path.name}: {len(data)} bytes for {count} vertices"
+    else:
+        assert data.startswith(b"# timestamp") and data.endswith(b"\n"), path.name
+        stamps_s, rows = read_tum(path)
+        assert rows.shape[1] == 7 and len(stamps_s) == data.count(b"\n") - 1
+
+
+def test_reset_and_save_map_race_inference_and_each_other_safely(
+    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray]
+) -> None:
+    name = "races"
+    out_dir = tmp_path / "maps"
+    params = {"output_dir": str(out_dir), "map.stride": 1, "map.voxel_size": 0.0005, "map.max_points": 400000}
+    proc = launch(tmp_path, name, params)
+    try:
+        proc.wait_ready(ros_client, [f"/{name}/{name}/reset", f"/{name}/{name}/save_map"])
+        odom = collect(ros_client, Odometry, f"/{name}/{name}/odometry")
+        pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        stop = threading.Event()
+        seen: dict[str, int] = {}
+        problems: list[str] = []
+
+        def stream() -> None:  # inference all along, 20 Hz
+            i = 100
+            while not stop.is_set():
+                publish(pub, frames, range(i, i + 1))
+                i += 1
+
+        def watch() -> None:  # a reader that opens every final-named file the moment it appears
+            while not stop.is_set():
+                for path in list(out_dir.glob("map_*.ply")) + list(out_dir.glob("trajectory_*.tum")):
+                    if path.name not in seen:
+                        try:
+                            check_complete(path)
+                            seen[path.name] = path.stat().st_size
+                        except Exception as exc:  # noqa: BLE001 - recorded and asserted below
+                            problems.append(f"{type(exc).__name__}: {exc}")
+                            seen[path.name] = -1
+                time.sleep(0.001)
+
+        responses: list[tuple[str, bool, str]] = []
+
+        def caller(client: object, service: str, calls: int, seed: int) -> None:
+            rng = random.Random(seed)
+            for _ in range(calls):
+                future = client.call_async(Trigger.Request())
+                deadline = time.monotonic() + 30
+                while not future.done() and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                response = future.result()
+                responses.append((service, response.success, response.message))
+                time.sleep(rng.uniform(0.0, 0.15))
+
+        publish(pub, frames, range(S0 + 6))
+        odom.wait_for(S0 + 6)
+        threads = [threading.Thread(target=stream), threading.Thread(target=watch)]
+        for k, service in enumerate(("save_map", "save_map", "reset", "reset")):
+            client = ros_client.node.create_client(Trigger, f"/{name}/{name}/{service}")
+            assert client.wait_for_service(timeout_sec=10)
+            threads.append(threading.Thread(target=caller, args=(client, service, 12, k)))
+        for t in threads:
+            t.start()
+        for t in threads[2:]:
+            t.join(120)
+        time.sleep(0.3)
+        stop.set()
+        for t in threads[:2]:
+            t.join(10)
+        assert len(responses) == 48 and all(ok for _, ok, _ in responses), [r for r in responses if not r[1]]
+        assert not problems, problems
+        saved = [r[2] for r in responses if r[0] == "save_map"]
+        assert len(seen) == 2 * len(saved) and all(size > 0 for size in seen.values())
+        assert max(seen.values()) > 10_000  # some saves carried a real map, not only empty files
+        assert not list(out_dir.glob(".*.tmp"))  # no temp file left behind
+        odom.clear()
+        assert ros_client.call(Trigger, f"/{name}/{name}/reset").success
+        publish(pub, frames, range(500, 500 + S0 + 2))
+        assert stamps(odom.wait_for(S0 + 2)) == expect(list(range(500, 500 + S0 + 2)))  # still mapping
+    finally:
+        assert proc.stop() == 0, proc.output()
+
+
+# --------------------------------------------------------------------------------------------- SIGINT
+@pytest.mark.parametrize(("faults", "abandons"), [("delay@*:0.5", False), ("delay@1:20", True)])
+def test_sigint_during_a_step_exits_cleanly_within_2s(
+    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray], faults: str, abandons: bool
+) -> None:
+    name = "sigint_" + ("long" if abandons else "short")
+    proc = launch(tmp_path, name, {}, faults=faults)
+    proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
+    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+    pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
+    ros_client.wait_for_subscribers(pub)
+    publish(pub, frames, range(S0), period=0.0)
+    # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
+    latest(
+        diag, name, lambda v: v.get("frames_received") == str(S0) and v.get("frames_processed") == str(S0 - 1)
+    )
+    t0 = time.monotonic()
+    code = proc.stop(timeout=10)
+    elapsed = time.monotonic() - t0
+    out = proc.output()
+    assert code == 0 and elapsed < 2.0, f"exit {code} after {elapsed:.2f} s:\n{out}"
+    assert "Traceback" not in out
+    assert ("exiting without waiting" in out) == abandons
+    print(f"\nSIGINT during a step ({faults}): exit 0 after {elapsed:.2f} s")

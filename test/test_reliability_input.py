@@ -1,0 +1,348 @@
+"""Reliability of the node's input over real DDS (node subprocess, tiny preset on CPU): a fuzz corpus of 220
+malformed Image / CompressedImage messages, a camera resolution change mid-stream, a 60 Hz flood into a
+model slowed to a few FPS (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import psutil
+import pytest
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import Collector, NodeProcess, RosClient, load_frames
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+
+from lingbot_map_ros.engine.faults import FAULTS_ENV
+from lingbot_map_ros.ros.conversions import ImageConversionError, compressed_to_rgb, rgb_to_image
+
+pytestmark = pytest.mark.dds
+
+RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
+S0 = 2
+BASE = {
+    "model.preset": "tiny",
+    "model.device": "cpu",
+    "model.image_width": 56,
+    "kv_cache.scale_frames": S0,
+    "qos.reliability": "reliable",
+    "qos.depth": 500,
+    "queue_size": 50,
+    "diagnostics_rate": 20.0,
+    "publish.frame_cloud": False,
+    "publish.depth": False,
+}
+
+
+def start(client: RosClient, tmp: Path, name: str, params: dict[str, object]) -> NodeProcess:
+    """The node as `/<name>/<name>` (unique node name: its /diagnostics status is `<name>: mapping`)."""
+    proc = NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **params})
+    proc.wait_ready(client, [f"/{name}/{name}/reset"])
+    return proc
+
+
+def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
+    """Subscribe (reliable) and wait until the node's publisher is matched, so no early message is lost."""
+    collector = Collector()
+    sub = client.node.create_subscription(msg_type, topic, collector, RELIABLE)
+    deadline = time.monotonic() + timeout
+    while sub.get_publisher_count() < 1:
+        assert time.monotonic() < deadline, f"no publisher on {topic} within {timeout} s"
+        time.sleep(0.02)
+    return collector
+
+
+def node_values(msg: DiagnosticArray, name: str) -> dict[str, str]:
+    """Key -> value of node `name`'s mapping status in one /diagnostics message (empty if absent)."""
+    for status in msg.status:
+        if status.name == f"{name}: mapping":
+            return {kv.key: kv.value for kv in status.values}
+    return {}
+
+
+def latest(collector: Collector, name: str, predicate: object, timeout: float = 30.0) -> dict[str, str]:
+    """Values of the newest /diagnostics status of node `name` that satisfies `predicate`."""
+
+    def match(values: dict[str, str]) -> bool:
+        return bool(values) and predicate(values)
+
+    msgs = collector.wait_for(lambda ms: any(match(node_values(m, name)) for m in ms), timeout)
+    return [v for v in (node_values(m, name) for m in msgs) if match(v)][-1]
+
+
+def stamp(i: int) -> Time:
+    return Time(sec=2000 + i // 10, nanosec=(i % 10) * 100_000_000)
+
+
+def raw_corpus(rng: np.random.Generator) -> list[tuple[str, Image]]:
+    """170 malformed `sensor_msgs/Image`s with the rejection cause each must be counted under."""
+    h = Header(stamp=stamp(0), frame_id="cam")
+    cases: list[tuple[str, Image]] = []
+    encodings = ["16UC1", "32FC1", "yuv422", "bayer_rggb8", "", "rgb16", "8UC3", "jpeg", "64FC1", "nv21"]
+    for k in range(40):  # unknown encodings, 32FC1 full of NaN among them
+        enc = encodings[k % len(encodings)]
+        nan = np.full((4, 4), np.nan, np.float32).tobytes()
+        cases.append(
+            ("unsupported_encoding", Image(header=h, height=4, width=4, encoding=enc, step=16, data=nan))
+        )
+    for _ in range(30):  # step smaller than a row
+        w, hh = int(rng.integers(16, 200)), int(rng.integers(16, 100))
+        step = 3 * w - int(rng.integers(1, 3 * w))
+        data = bytes(step * hh + 3 * w)
+        cases.append(
+            ("malformed_image", Image(header=h, height=hh, width=w, encoding="rgb8", step=step, data=data))
+        )
+    for k in range(40):  # data shorter than height * step
+        enc = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8")[k % 5]
+        ch = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}[enc]
+        w, hh = int(rng.integers(16, 200)), int(rng.integers(16, 100))
+        step = ch * w + int(rng.integers(0, 8))
+        size = int(rng.integers(0, step * (hh - 1) + ch * w))
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        cases.append(
+            ("malformed_image", Image(header=h, height=hh, width=w, encoding=enc, step=step, data=data))
+        )
+    for k in range(20):  # zero sizes
+        w, hh = (0, 10) if k % 2 else (10, 0)
+        cases.append(
+            ("malformed_image", Image(header=h, height=hh, width=w, encoding="rgb8", step=3 * w, data=b""))
+        )
+    for k in range(20):  # huge sizes with a few bytes
+        w, hh = (2**31 - 1, 2**31 - 1) if k % 2 else (65535, 65535)
+        step = min(3 * w, 2**32 - 1)
+        cases.append(
+            (
+                "malformed_image",
+                Image(header=h, height=hh, width=w, encoding="rgb8", step=step, data=bytes(64)),
+            )
+        )
+    sizes = [(1, 1), (2, 2), (13, 100), (100, 13), (4, 64), (1, 4000)]
+    for k in range(20):  # complete but unusable: under one patch, or no patch row after the resize
+        hh, w = sizes[k % len(sizes)]
+        pixels = rng.integers(0, 256, (hh, w, 3), dtype=np.uint8)
+        cases.append(("unsupported_size", rgb_to_image(pixels, h)))
+    return cases
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
+
+
+def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple[str, CompressedImage]]:
+    """50 malformed `sensor_msgs/CompressedImage`s (each checked to fail locally as its cause says)."""
+    h = Header(stamp=stamp(0), frame_id="cam")
+    ok, jpeg = cv2.imencode(".jpg", frame)
+    ok2, png = cv2.imencode(".png", frame)
+    assert ok and ok2
+    jpeg, png = jpeg.tobytes(), png.tobytes()
+    payloads: list[tuple[str, bytes, str]] = []
+    payloads += [("undecodable_image", b"", "jpeg")] * 5
+    payloads += [("undecodable_image", rng.bytes(int(rng.integers(1, 5000))), "jpeg") for _ in range(10)]
+    payloads += [
+        ("undecodable_image", b"\xff\xd8\xff\xe0" + rng.bytes(int(rng.integers(10, 3000))), "jpeg")
+        for _ in range(10)
+    ]
+    payloads += [("undecodable_image", png[: int(rng.integers(8, 200))], "png") for _ in range(10)]
+    header_only = png[
+        :33
+    ]  # signature + IHDR of the real frame, then a claimed 20000x20000 image with no data
+    bomb = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+    payloads += [
+        ("undecodable_image", header_only, "png"),
+        ("undecodable_image", bomb + _png_chunk(b"IEND", b""), "png"),
+    ]
+    payloads += [("undecodable_image", jpeg[:2] + rng.bytes(len(jpeg) // 4), "jpeg") for _ in range(4)]
+    tiny = [
+        cv2.imencode(".png", np.zeros((hh, w, 3), np.uint8))[1].tobytes()
+        for hh, w in ((1, 1), (8, 8), (2, 300))
+    ]
+    payloads += [("unsupported_size", tiny[k % 3], "png") for k in range(9)]
+    cases = []
+    for cause, data, fmt in payloads:
+        msg = CompressedImage(header=h, format=fmt, data=data)
+        if cause == "undecodable_image":
+            with pytest.raises(ImageConversionError):
+                compressed_to_rgb(msg)
+        cases.append((cause, msg))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[np.ndarray]:
+    return load_frames(12, step=4)
+
+
+@pytest.fixture(scope="module")
+def raw_node(ros_client: RosClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    proc = start(ros_client, tmp_path_factory.mktemp("fuzz_raw"), "fuzz_raw", {})
+    yield proc
+    assert proc.stop() == 0, proc.output()
+
+
+def publish_valid(
+    pub: object, frames: list[np.ndarray], indices: range, size: tuple[int, int] | None = None
+) -> None:
+    for i in indices:
+        rgb = frames[i % len(frames)]
+        if size is not None:
+            rgb = cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+        pub.publish(rgb_to_image(rgb, Header(stamp=stamp(i), frame_id="cam")))
+        time.sleep(0.02)
+
+
+def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
+    ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
+) -> None:
+    odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
+    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+    pub = ros_client.publisher(Image, "/fuzz_raw/image", RELIABLE)
+    ros_client.wait_for_subscribers(pub)
+    publish_valid(pub, frames, range(4))
+    odom.wait_for(4)
+    corpus = raw_corpus(np.random.default_rng(8))
+    assert len(corpus) == 170
+    for _, msg in corpus:
+        pub.publish(msg)
+    expected = Counter(cause for cause, _ in corpus)
+    values = latest(diag, "fuzz_raw", lambda v: v.get("rejected_total") == str(len(corpus)))
+    for cause, count in expected.items():
+        assert values[f"rejected_{cause}"] == str(count), (cause, values)
+    assert values["frames_received"] == "4" and values["failed_total"] == "0"  # nothing reached the model
+    publish_valid(pub, frames, range(4, 8))
+    stamps = [(m.header.stamp.sec, m.header.stamp.nanosec) for m in odom.wait_for(8)]
+    assert stamps == [(stamp(i).sec, stamp(i).nanosec) for i in range(8)]  # mapping went on, in order
+    assert raw_node.alive()
+    log = raw_node.output()
+    for cause in expected:  # one clear, throttled line per cause
+        assert 1 <= log.count(f"frame rejected ({cause},") <= 2, cause
+    assert "expected one of" in log and "smaller than a row" in log and "at least" in log
+
+
+def test_resolution_change_resets_with_a_log_line_and_mapping_continues(
+    ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
+) -> None:
+    odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
+    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+    pub = ros_client.publisher(Image, "/fuzz_raw/image", RELIABLE)
+    ros_client.wait_for_subscribers(pub)
+    publish_valid(pub, frames, range(100, 104))
+    odom.wait_for(4)
+    before = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(294, 518)")
+    publish_valid(pub, frames, range(104, 104 + S0 + 2), size=(259, 147))  # a new camera mode
+    got = odom.wait_for(4 + S0 + 2)
+    assert [m.header.stamp for m in got[4:]] == [stamp(i) for i in range(104, 104 + S0 + 2)]
+    after = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(147, 259)")
+    assert int(after["session.epoch"]) == int(before["session.epoch"]) + 1
+    assert "input resolution changed from 294x518 to 147x259" in after["session.last_reset_reason"]
+    log = raw_node.output()
+    assert "mapping restarted" in log and "input resolution changed from 294x518 to 147x259" in log
+
+
+def test_fuzzed_compressed_images_are_rejected(
+    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray]
+) -> None:
+    proc = start(ros_client, tmp_path, "fuzz_comp", {"image_transport": "compressed"})
+    try:
+        odom = collect(ros_client, Odometry, "/fuzz_comp/fuzz_comp/odometry")
+        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+        pub = ros_client.publisher(CompressedImage, "/fuzz_comp/image/compressed", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        corpus = compressed_corpus(np.random.default_rng(9), frames[0])
+        assert len(corpus) == 50
+        good = [cv2.imencode(".jpg", f)[1].tobytes() for f in frames[:4]]
+
+        def valid(i: int) -> CompressedImage:
+            return CompressedImage(
+                header=Header(stamp=stamp(i), frame_id="cam"), format="jpeg", data=good[i % 4]
+            )
+
+        for i in range(2):
+            pub.publish(valid(i))
+        for _, msg in corpus:
+            pub.publish(msg)
+        for i in range(2, 4):
+            pub.publish(valid(i))
+        odom.wait_for(4)
+        expected = Counter(cause for cause, _ in corpus)
+        values = latest(diag, "fuzz_comp", lambda v: v.get("rejected_total") == str(len(corpus)))
+        for cause, count in expected.items():
+            assert values[f"rejected_{cause}"] == str(count), (cause, values)
+        assert values["frames_received"] == "4" and proc.alive()
+    finally:
+        assert proc.stop() == 0, proc.output()
+
+
+def test_flood_at_60hz_into_a_slow_model_is_bounded(
+    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAULTS_ENV, "delay@*:0.25")  # every model step takes >= 0.25 s: a model at < 4 FPS
+    proc = start(ros_client, tmp_path, "flood60", {"queue_size": 2, "qos.depth": 5})
+    monkeypatch.delenv(FAULTS_ENV)
+    try:
+        odom = collect(ros_client, Odometry, "/flood60/flood60/odometry")
+        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+        pub = ros_client.publisher(Image, "/flood60/image", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        msgs = [rgb_to_image(f, Header(frame_id="cam")) for f in frames]
+        process = psutil.Process(proc.pid)
+        rss: list[tuple[float, float]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.5):
+                rss.append((time.monotonic(), process.memory_info().rss / 2**20))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        seconds, count = 10.0, 600
+        start_t = time.monotonic()
+        for i in range(count):  # 60 Hz, paced against the clock
+            msg = msgs[i % len(msgs)]
+            msg.header.stamp = stamp(i)
+            pub.publish(msg)
+            time.sleep(max(0.0, start_t + (i + 1) / 60.0 - time.monotonic()))
+        rate = count / (time.monotonic() - start_t)
+
+        time.sleep(2.0)  # the last frames reach the node's queue
+
+        def settled_counts(v: dict[str, str]) -> bool:
+            done = int(v.get("frames_processed", -1)) + int(v.get("frames_dropped", -1))
+            return done == int(v.get("frames_received", -2)) and v.get("queue_length") == "0"
+
+        values = latest(diag, "flood60", settled_counts, timeout=20)
+        received = int(values["frames_received"])
+        assert received >= 0.9 * count, values  # DDS delivered the flood (reliable, depth 5)
+        stop.set()
+        sampler.join()
+        assert rate > 50, f"the flood ran at {rate:.1f} Hz"
+        processed, dropped = int(values["frames_processed"]), int(values["frames_dropped"])
+        assert processed <= seconds * 4 + 4 and dropped >= received - seconds * 4 - 4, values
+        assert int(values["queue_max_length"]) <= 2
+        published = len(odom.messages)
+        assert S0 <= published <= processed
+        settled = [mb for t, mb in rss if t > start_t + 3.0]  # after the caches were allocated
+        assert len(settled) >= 10
+        growth = max(settled) - min(settled)
+        assert growth < 32, f"node RSS varied by {growth:.1f} MiB during the flood: {settled}"
+        print(
+            f"\nflood: {count} frames at {rate:.1f} Hz, received {received}, processed {processed}, "
+            f"dropped {dropped}, "
+            f"RSS {min(settled):.0f}..{max(settled):.0f} MiB"
+        )
+    finally:
+        assert proc.stop() == 0, proc.output()
+    assert os.environ.get(FAULTS_ENV) is None
