@@ -174,6 +174,7 @@ class Collector:
     """Messages received on one subscription, with blocking waits."""
 
     def __init__(self) -> None:
+        self.subscription: Any = None
         self.messages: list[Any] = []
         self._cond = threading.Condition()
 
@@ -245,8 +246,20 @@ class RosClient:
     def collect(self, msg_type: type, topic: str, qos: Any) -> Collector:
         """Subscribe and collect every message of `topic` into a `Collector`."""
         collector = Collector()
-        self.node.create_subscription(msg_type, topic, collector, qos)
+        collector.subscription = self.node.create_subscription(msg_type, topic, collector, qos)
         return collector
+
+    def wait_for_publishers(self, *collectors: Collector, count: int = 1, timeout: float = 20.0) -> None:
+        """Wait until each collector's subscription matched `count` publishers (volatile topics lose what
+        is published before the match)."""
+        deadline = time.monotonic() + timeout
+        for collector in collectors:
+            while collector.subscription.get_publisher_count() < count:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"no publisher matched {collector.subscription.topic_name} in {timeout} s"
+                    )
+                time.sleep(0.02)
 
     def wait_for_subscribers(self, publisher: Any, count: int = 1, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

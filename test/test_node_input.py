@@ -73,6 +73,7 @@ def test_compressed_image_input(
     diagnostics = ros_client.collect(DiagnosticArray, "/diagnostics", RELIABLE)
     pub = ros_client.publisher(CompressedImage, f"{ns}/image/compressed", RELIABLE)
     ros_client.wait_for_subscribers(pub)
+    ros_client.wait_for_publishers(odom, diagnostics)
     for i in range(6):
         header = Header(stamp=Time(sec=500 + i), frame_id="cam")
         pub.publish(rgb_to_compressed(frames[i], header, fmt="jpeg" if i % 2 else "png"))
@@ -91,6 +92,7 @@ def test_flood_drops_oldest_counts_and_stays_bounded(
         diagnostics = ros_client.collect(DiagnosticArray, "/diagnostics", RELIABLE)
         pub = ros_client.publisher(Image, f"{ns}/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
+        ros_client.wait_for_publishers(odom, diagnostics)
         msgs = [rgb_to_image(f, Header(frame_id="cam")) for f in frames]
         burst, sent = 300, 0  # a burst stays within the 500-deep DDS histories, so nothing is lost in DDS
 

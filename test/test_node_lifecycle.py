@@ -82,6 +82,7 @@ def test_lifecycle_transitions_and_reload_parameters(ros_client: RosClient, tmp_
         odom = ros_client.collect(Odometry, f"{NODE}/odometry", RELIABLE)
         pub = ros_client.publisher(Image, f"{NS}/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
+        ros_client.wait_for_publishers(odom)
         for i, frame in enumerate(frames):
             pub.publish(rgb_to_image(frame, Header(stamp=Time(sec=10 + i), frame_id="cam")))
         assert [m.header.stamp.sec for m in odom.wait_for(3)] == [10, 11, 12]
@@ -97,6 +98,7 @@ def test_lifecycle_transitions_and_reload_parameters(ros_client: RosClient, tmp_
         assert transition(ros_client, Transition.TRANSITION_CONFIGURE)
         assert transition(ros_client, Transition.TRANSITION_ACTIVATE)
         ros_client.wait_for_subscribers(pub)
+        ros_client.wait_for_publishers(odom)
         odom.clear()
         for i, frame in enumerate(frames):  # a fresh session: a new anchor phase of 2 frames, then 1
             pub.publish(rgb_to_image(frame, Header(stamp=Time(sec=20 + i), frame_id="cam")))

@@ -117,6 +117,16 @@ def node(ros_client: RosClient, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def streams(ros_client: RosClient, node: NodeProcess) -> Streams:
     streams = Streams(ros_client)
     ros_client.wait_for_subscribers(streams.image_pub)
+    ros_client.wait_for_publishers(
+        streams.odometry,
+        streams.path,
+        streams.depth,
+        streams.camera_info,
+        streams.frame_cloud,
+        streams.map_cloud,
+        streams.diagnostics,
+        streams.tf,
+    )
     return streams
 
 

@@ -44,6 +44,7 @@ def test_node_subprocess_receives_image_and_answers_trigger(
         diagnostics = ros_client.collect(DiagnosticArray, "/diagnostics", RELIABLE)
         pub = ros_client.publisher(Image, "/harness_camera/image_raw", RELIABLE)
         ros_client.wait_for_subscribers(pub)
+        ros_client.wait_for_publishers(diagnostics)
         frame = load_frames(1)[0]
         pub.publish(rgb_to_image(frame, Header(stamp=Time(sec=42), frame_id="harness_cam")))
 
