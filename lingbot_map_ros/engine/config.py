@@ -30,6 +30,10 @@ class SessionConfig:
             the trajectory is carried over with a Sim(3) (docs/engine.md). At most 1,024 (the RoPE table);
             default 320, the sequence length the model was trained on.
         backend: attention backend of the global-attention cache ("auto", "torch", "flashinfer").
+        cuda_graphs: on CUDA, run streaming steps through the model's CUDA-graph fast path
+            (docs/performance.md); False keeps the plain eager path. Ignored on CPU.
+        compile_blocks: with cuda_graphs, fuse the blocks' element-wise work with torch.compile (compiles on
+            the first streaming step).
         camera_history: camera-head keyframe history; None = ``max_stored_frames`` (exactly the reference's
             full-history semantics, since a segment never stores more frames than that).
         realign_conf_threshold: pixels used for the re-anchor depth-scale estimate need confidence above
@@ -46,6 +50,8 @@ class SessionConfig:
     dtype: torch.dtype = torch.float32
     max_stored_frames: int = 320
     backend: str = "auto"
+    cuda_graphs: bool = True
+    compile_blocks: bool = False
     camera_history: int | None = None
     realign_conf_threshold: float = 1.5
     timing_window: int = 100

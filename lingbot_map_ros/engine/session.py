@@ -64,6 +64,8 @@ class StreamingSession:
                 max_special_frames=max(cfg.max_stored_frames, cfg.scale_frames + cfg.max_window),
                 camera_history=cfg.effective_camera_history,
                 backend=cfg.backend,
+                cuda_graphs=cfg.cuda_graphs,
+                compile_blocks=cfg.compile_blocks,
             )
         )
         self._lock = threading.Lock()

@@ -14,8 +14,8 @@ from torch import nn
 
 from lingbot_map_ros.model.config import ModelConfig
 from lingbot_map_ros.model.layers import AttendFn, Block, RotaryEmbedding2D, VideoRotaryEmbedding3D
-from lingbot_map_ros.model.layers.rope2d import patch_positions_2d
-from lingbot_map_ros.model.layers.rope3d import video_positions
+from lingbot_map_ros.model.layers.rope2d import Rotation2D, patch_positions_2d
+from lingbot_map_ros.model.layers.rope3d import Rotation3D, video_positions
 from lingbot_map_ros.model.patch_embed import DinoVisionTransformer
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -51,11 +51,17 @@ class Aggregator(nn.Module):
         )
         self.rope2d = RotaryEmbedding2D(c.head_dim, c.rope2d_base)
         self.rope3d = VideoRotaryEmbedding3D(c.head_dim, c.rope3d_theta)
+        self._normalisation: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def backbone_tokens(self, images: torch.Tensor) -> torch.Tensor:
         """images `[S, 3, H, W]` RGB in [0, 1] -> normalised -> DINOv2 patch tokens `[S, (H/p)(W/p), C]`."""
-        mean = images.new_tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-        std = images.new_tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        key = (images.device, images.dtype)
+        if key not in self._normalisation:  # made once per device/dtype: no host copy per step (CUDA graphs)
+            self._normalisation[key] = (
+                images.new_tensor(IMAGENET_MEAN).view(1, 3, 1, 1),
+                images.new_tensor(IMAGENET_STD).view(1, 3, 1, 1),
+            )
+        mean, std = self._normalisation[key]
         return self.patch_embed((images - mean) / std)
 
     def special_tokens(self, frame_indices: torch.Tensor, num_scale_frames: int) -> torch.Tensor:
@@ -90,16 +96,9 @@ class Aggregator(nn.Module):
             4 tensors `[S, P, 2C]`, P = 6 + (H/p)(W/p), for the block pairs `config.intermediate_layers`.
         """
         c = self.config
-        frames, _, height, width = images.shape
-        grid_h, grid_w = height // c.patch_size, width // c.patch_size
-        patches = self.backbone_tokens(images)
+        frames, tokens_per_frame = images.shape[0], self.tokens_per_frame(images.shape[-2:])
         indices = torch.arange(frames, device=images.device) + first_frame_index
-        special = self.special_tokens(indices, num_scale_frames).to(patches.dtype)
-        x = torch.cat((special, patches), dim=1)
-        tokens_per_frame = x.shape[1]
-
-        rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)
-        rotation_3d = self.rope3d(video_positions(indices, grid_h, grid_w, c.num_special_tokens))
+        x, rotation_2d, rotation_3d = self.prepare(images, indices, num_scale_frames)
 
         outputs = []
         for layer in range(c.depth):
@@ -112,18 +111,48 @@ class Aggregator(nn.Module):
                 outputs.append(torch.cat((frame_out, x), dim=-1))
         return outputs
 
+    def tokens_per_frame(self, image_hw: tuple[int, int]) -> int:
+        """Tokens of one frame at `image_hw`: 6 specials + (H/p)(W/p) patches."""
+        patch = self.config.patch_size
+        return self.config.num_special_tokens + (image_hw[0] // patch) * (image_hw[1] // patch)
+
+    def prepare(
+        self, images: torch.Tensor, indices: torch.Tensor, num_scale_frames: int
+    ) -> tuple[torch.Tensor, Rotation2D, Rotation3D]:
+        """Tokens and rotary tables of S frames, everything before the first block pair.
+
+        images `[S, 3, H, W]` RGB in [0, 1]; indices `[S]` int64 global / temporal frame indices (a tensor, so
+        a CUDA graph can replay this with new indices). Returns tokens `[S, P, C]` (specials first) and the
+        2D (frame blocks) and 3D (global blocks) rotations.
+        """
+        c = self.config
+        height, width = images.shape[-2:]
+        grid_h, grid_w = height // c.patch_size, width // c.patch_size
+        patches = self.backbone_tokens(images)
+        special = self.special_tokens(indices, num_scale_frames).to(patches.dtype)
+        x = torch.cat((special, patches), dim=1)
+        rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)
+        rotation_3d = self.rope3d(video_positions(indices, grid_h, grid_w, c.num_special_tokens))
+        return x, rotation_2d, rotation_3d
+
+
+def to_cache_layout(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Block layout `[1, H, T, D]` -> `CacheStep.attend` layout `[T, H, D]` (contiguous, all in v's dtype)."""
+    dtype = v.dtype
+    return (
+        q[0].transpose(0, 1).to(dtype).contiguous(),
+        k[0].transpose(0, 1).to(dtype).contiguous(),
+        v[0].transpose(0, 1).contiguous(),
+    )
+
 
 def _cache_attend(step: GlobalAttentionStep, layer: int) -> AttendFn:
     """Adapt `CacheStep.attend` (`[T, H, D]`) to the block's `[1, H, T, D]` layout."""
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        dtype = v.dtype
-        out = step.attend(
-            layer,
-            q[0].transpose(0, 1).to(dtype).contiguous(),
-            k[0].transpose(0, 1).to(dtype).contiguous(),
-            v[0].transpose(0, 1).contiguous(),
-        )
+        out = step.attend(layer, *to_cache_layout(q, k, v))
         return out.transpose(0, 1).unsqueeze(0)
 
     return attend

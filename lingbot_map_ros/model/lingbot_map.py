@@ -15,6 +15,7 @@ from lingbot_map_ros.model.aggregator import Aggregator
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
 from lingbot_map_ros.model.dpt_head import DPTHead
+from lingbot_map_ros.model.graphed import GraphedStreamStep
 from lingbot_map_ros.model.stream import StepOutput, StreamConfig, StreamState
 
 
@@ -104,15 +105,16 @@ class LingBotMap(nn.Module):
         image_hw = (int(images.shape[-2]), int(images.shape[-1]))
         cache = state.cache_for(image_hw)
         first_index = cache.frames_stored
+        graphed = None if keep_tokens else self._graphed_step(state, images, image_hw)
         cache_step = cache.begin_step(images.shape[0], keyframe)
         try:
-            with self._autocast():
-                layers = self.aggregator(
-                    images.to(self.precision.aggregator_dtype),
-                    cache_step,
-                    first_index,
-                    state.config.scale_frames,
-                )
+            images = images.to(self.precision.aggregator_dtype)
+            if graphed is not None:
+                camera_tokens, depth, conf = graphed.run(images, cache_step, first_index)
+                depth, conf = depth.clone(), conf.clone()  # the graph's outputs are overwritten next step
+            else:
+                with self._autocast():
+                    layers = self.aggregator(images, cache_step, first_index, state.config.scale_frames)
         except BaseException:
             if keyframe:
                 state.reset()  # a keyframe interrupted mid-way leaves the pools partly written
@@ -121,12 +123,13 @@ class LingBotMap(nn.Module):
             raise
         cache.end_step(cache_step)
 
-        heads_dtype = self.precision.heads_dtype
-        layers_heads = [layer.to(heads_dtype) for layer in layers]
+        if graphed is None:
+            layers_heads = [layer.to(self.precision.heads_dtype) for layer in layers]
+            camera_tokens = layers_heads[-1][:, 0]
+            depth, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
         pose_list, raw_list = self.camera_head(
-            layers_heads[-1][:, 0], state.camera, keyframe, self.config.camera_num_iterations
+            camera_tokens, state.camera, keyframe, self.config.camera_num_iterations
         )
-        depth, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
         return StepOutput(
             pose_enc=pose_list[:, -1].float(),
             pose_enc_list=pose_list.float(),
@@ -135,3 +138,23 @@ class LingBotMap(nn.Module):
             depth_conf=conf.float(),
             aggregated_tokens=layers if keep_tokens else None,
         )
+
+    def _graphed_step(
+        self, state: StreamState, images: torch.Tensor, image_hw: tuple[int, int]
+    ) -> GraphedStreamStep | None:
+        """The stream's CUDA-graph fast path for this step, or None where the plain path runs.
+
+        Graphs serve streaming steps (S = 1, after the anchor phase) on CUDA when `StreamConfig.cuda_graphs`;
+        they are captured on the first such step at each resolution (docs/performance.md).
+        """
+        if not state.config.cuda_graphs or self.device.type != "cuda" or state.in_anchor_phase:
+            return None
+        if images.shape[0] != 1:
+            return None
+        graphed = state.graphed
+        if graphed is None or graphed.image_hw != image_hw or graphed.model is not self:
+            state.graphed = None  # release the old graphs' pool first
+            state.graphed = GraphedStreamStep(
+                self, image_hw, state.config.scale_frames, compile_blocks=state.config.compile_blocks
+            )
+        return state.graphed

@@ -7,12 +7,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.model.graphed import GraphedStreamStep
 
 DEFAULT_CAMERA_HISTORY = 1024
 
@@ -26,6 +30,10 @@ class StreamConfig:
     max_special_frames: cap on frames whose 6 special tokens stay visible in global attention.
     camera_history: camera-head keyframes kept per refinement pass (anchors included; reference: all).
     backend: global-attention backend of the cache ("auto", "torch", "flashinfer").
+    cuda_graphs: on CUDA, replay streaming steps (S = 1) as CUDA graphs around the eager global attentions
+        (`model/graphed.py`, docs/performance.md); False runs the plain eager path. Ignored on CPU.
+    compile_blocks: with cuda_graphs, also fuse the blocks' element-wise work with `torch.compile` (compile
+        time on the first streaming step; docs/performance.md).
     """
 
     scale_frames: int = 8
@@ -34,6 +42,8 @@ class StreamConfig:
     max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
     camera_history: int = DEFAULT_CAMERA_HISTORY
     backend: str = "auto"
+    cuda_graphs: bool = True
+    compile_blocks: bool = False
 
     def __post_init__(self) -> None:
         if self.scale_frames < 1:
@@ -90,6 +100,7 @@ class StreamState:
         self.kv_cache: PagedKVCache | None = None
         self.image_hw: tuple[int, int] | None = None
         self._sliding_window = config.sliding_window
+        self.graphed: GraphedStreamStep | None = None  # CUDA-graph fast path, made by LingBotMap.step
         camera_dim = 2 * model_config.embed_dim
         self.camera = CameraHistory(
             model_config.camera_num_iterations,

@@ -49,11 +49,22 @@ class Attention(nn.Module):
         self, x: torch.Tensor, rotate: RotateFn | None = None, attend: AttendFn | None = None
     ) -> torch.Tensor:
         """x `[B, N, C]` -> `[B, N, C]`. `attend` defaults to full attention among the N tokens."""
-        batch, tokens, channels = x.shape
+        q, k, v = self.heads(x, rotate)
+        return self.project((attend or full_attention)(q, k, v))
+
+    def heads(
+        self, x: torch.Tensor, rotate: RotateFn | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """First half of `forward`: x `[B, N, C]` -> q, k, v `[B, H, N, D]` (normed and rotated)."""
+        batch, tokens, _ = x.shape
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         if rotate is not None:
             q, k = rotate(q), rotate(k)
-        out = (attend or full_attention)(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(batch, tokens, channels))
+        return q, k, v
+
+    def project(self, out: torch.Tensor) -> torch.Tensor:
+        """Second half of `forward`: attention output `[B, H, N, D]` -> `proj` -> `[B, N, C]`."""
+        batch, _, tokens, _ = out.shape
+        return self.proj(out.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim))

@@ -45,3 +45,14 @@ class Block(nn.Module):
         """x `[B, N, C]` -> `[B, N, C]`; `rotate`/`attend` as in `Attention.forward`."""
         x = x + self.ls1(self.attn(self.norm1(x), rotate=rotate, attend=attend))
         return x + self.ls2(self.mlp(self.norm2(x)))
+
+    def attention_inputs(
+        self, x: torch.Tensor, rotate: RotateFn | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`forward` up to the attention: x `[B, N, C]` -> q, k, v `[B, H, N, D]` (CUDA-graph segments)."""
+        return self.attn.heads(self.norm1(x), rotate)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """`forward` after the attention: residual input x `[B, N, C]`, attention output `[B, H, N, D]`."""
+        x = x + self.ls1(self.attn.project(attended))
+        return x + self.ls2(self.mlp(self.norm2(x)))

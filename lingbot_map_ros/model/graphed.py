@@ -1,0 +1,239 @@
+"""CUDA-graph replay of a streaming step (S = 1 frame) at one resolution: the fast path of `LingBotMap.step`.
+
+A streaming step has fixed shapes everywhere except the 24 global attentions (the visible key count grows
+until the window fills and the special stream reaches its cap; cache slots move) and the camera head's
+history attention. The step is therefore cut at the global attentions into 26 graphs replayed around eager
+calls::
+
+    graph 0      prepare (DINOv2 patch embed, special tokens, RoPE tables from a static frame index)
+                 + frame block 0 + global block 0 up to q, k, v                      (aggregator autocast)
+    eager        CacheStep.attend(0, q, k, v) -> copied into the static `attended` buffer
+    graph i      global block i-1 after its attention (+ intermediate output) + frame block i
+                 + global block i up to q, k, v                                     (i = 1 .. depth-1)
+    graph depth  global block depth-1 after its attention (+ intermediate output)
+    graph heads  heads dtype cast, DPT depth head, the camera head's input token      (no autocast)
+    eager        camera head over its causal history (variable length)
+
+The graphs replay the kernels of the plain path (same modules, same autocast dtype), so outputs equal the
+plain path's up to kernel selection (benchmarks/e2e.py --check). What the graphs remove is the host cost of
+launching ~3,000 small kernels per frame one by one from Python (docs/performance.md).
+
+All graphs share one memory pool; their inputs and outputs are static tensors owned by this object, so memory
+is fixed once captured. The outputs are overwritten by the next replay: `LingBotMap.step` copies what it
+returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from lingbot_map_ros.model.aggregator import to_cache_layout
+from lingbot_map_ros.model.layers import Block
+from lingbot_map_ros.model.layers.rope2d import Rotation2D
+from lingbot_map_ros.model.layers.rope3d import Rotation3D
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.cache import CacheStep
+    from lingbot_map_ros.model.lingbot_map import LingBotMap
+
+StageHook = Callable[[str], object]
+"""Optional instrumentation: called with a stage name before each stage ("graph", "attention", "heads")."""
+
+
+class GraphedStreamStep:
+    """The captured graphs of one model at one image size, with their static inputs and outputs.
+
+    Args:
+        model: the network (on CUDA, eval, in its final precision; weights must not be replaced later).
+        image_hw: (H, W) of the network input, multiples of the patch size.
+        num_scale_frames: anchor frames of the stream (selects the scale-token variant; streaming frames
+            always have an index >= this).
+        capture: False keeps the segments as plain calls replayed eagerly in the same order (no CUDA
+            needed): the tests check the segmentation against the plain path on CPU with it.
+        compile_blocks: run the frame blocks and the two halves of the global blocks through
+            `torch.compile` (regional: one compiled region serves all 24 layers) inside the graphs, fusing
+            their element-wise work (norms, RoPE, casts); costs compile time on the first step.
+    """
+
+    def __init__(
+        self,
+        model: LingBotMap,
+        image_hw: tuple[int, int],
+        num_scale_frames: int,
+        capture: bool = True,
+        compile_blocks: bool = False,
+    ) -> None:
+        device = model.device
+        if capture and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need the model on a CUDA device, got {device}")
+        config = model.config
+        aggregator = model.aggregator
+        self.model = model
+        self.image_hw = image_hw
+        self.num_scale_frames = num_scale_frames
+        self.stage_hook: StageHook | None = None
+        self._frame_block, self._global_inputs, self._global_finish = (
+            _compiled_regions() if compile_blocks else (_frame_block, _global_inputs, _global_finish)
+        )
+        dtype = model.precision.aggregator_dtype
+        tokens = aggregator.tokens_per_frame(image_hw)
+        generator = torch.Generator(device=device).manual_seed(0)
+        # Static inputs (random, not zeros, so the warm-up runs see realistic values).
+        self.image = torch.rand((1, 3, *image_hw), generator=generator, device=device).to(dtype)
+        self.frame_index = torch.full((1,), num_scale_frames, dtype=torch.long, device=device)
+        self.attended = torch.randn(
+            (tokens, config.num_heads, config.head_dim), generator=generator, device=device
+        ).to(dtype)
+        # Static outputs, filled in by the captures.
+        self.qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.layers: list[torch.Tensor] = []
+        self.depth = self.conf = self.camera_tokens = torch.empty(0)
+        self._frame_out = self._residual = torch.empty(0)
+        self._rotations: tuple = ()
+        self._capture_graphs = capture
+        self._pool = torch.cuda.graph_pool_handle() if capture else None
+        self._graphs: list[Callable[[], None]] = []  # CUDAGraph.replay, or the eager segment
+        self._capture_all(dtype)
+
+    # ------------------------------------------------------------------------------------------ replay
+    def run(
+        self, images: torch.Tensor, step: CacheStep, first_index: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One streaming frame through the aggregator and the depth head.
+
+        images `[1, 3, H, W]` in the aggregator dtype; `step` the open cache step of this frame; `first_index`
+        its temporal index. Returns static (camera tokens `[1, 2C]`, depth `[1, H, W]`, conf `[1, H, W]`) in
+        the heads dtype: valid until the next `run`.
+        """
+        hook = self.stage_hook
+        self.image.copy_(images)
+        self.frame_index.fill_(first_index)
+        for layer, graph in enumerate(self._graphs[:-1]):
+            if hook is not None:
+                hook("graph")
+            graph()
+            if layer < len(self.qkv):
+                if hook is not None:
+                    hook("attention")
+                self.attended.copy_(step.attend(layer, *self.qkv[layer]))
+        if hook is not None:
+            hook("heads")
+        self._graphs[-1]()
+        return self.camera_tokens, self.depth, self.conf
+
+    # ------------------------------------------------------------------------------------------ capture
+    def _capture_all(self, dtype: torch.dtype) -> None:
+        depth = self.model.config.depth
+        device_type = self.model.device.type
+
+        def aggregator_autocast() -> contextlib.AbstractContextManager:
+            if dtype == torch.float32:
+                return contextlib.nullcontext()
+            return torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=False)
+
+        segments = [self._prologue]
+        segments += [lambda layer=layer: self._block_pair(layer) for layer in range(1, depth)]
+        segments.append(self._epilogue)
+        for segment in segments:
+            self._capture(segment, aggregator_autocast)
+        self._capture(self._heads, contextlib.nullcontext)
+
+    def _capture(
+        self, segment: Callable[[], None], context: Callable[[], contextlib.AbstractContextManager]
+    ) -> None:
+        """Warm `segment` up on a side stream (library handles, cached constants), then capture it.
+
+        Without capture the segment is run once (to create its outputs) and kept as an eager call.
+        """
+        if not self._capture_graphs:
+
+            def eager() -> None:
+                with context():
+                    segment()
+
+            eager()
+            self._graphs.append(eager)
+            return
+        inputs = (self._residual, self._frame_out)  # the warm-up replaces them with its own outputs
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), context():
+            segment()
+        torch.cuda.current_stream().wait_stream(side)
+        self._residual, self._frame_out = inputs  # capture must read the previous graph's static outputs
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), context():
+            segment()
+        self._graphs.append(graph.replay)
+
+    # ------------------------------------------------------------------------------------------ segments
+    def _prologue(self) -> None:
+        aggregator = self.model.aggregator
+        x, rotation_2d, rotation_3d = aggregator.prepare(self.image, self.frame_index, self.num_scale_frames)
+        self._rotations = (rotation_2d, rotation_3d)
+        self.layers = []
+        self.qkv = []
+        self._frame_then_heads(0, x)
+
+    def _block_pair(self, layer: int) -> None:
+        """Finish global block `layer - 1`, run frame block `layer`, start global block `layer`."""
+        self._frame_then_heads(layer, self._finish_global(layer - 1))
+
+    def _epilogue(self) -> None:
+        self._finish_global(self.model.config.depth - 1)
+
+    def _frame_then_heads(self, layer: int, x: torch.Tensor) -> None:
+        aggregator = self.model.aggregator
+        rotation_2d, rotation_3d = self._rotations
+        x = self._frame_block(aggregator.frame_blocks[layer], x, rotation_2d)
+        self._frame_out = self._residual = x  # S = 1: [1, P, C] is also the global blocks' layout
+        qkv = self._global_inputs(aggregator.global_blocks[layer], x, rotation_3d)
+        if layer < len(self.qkv):
+            self.qkv[layer] = qkv
+        else:
+            self.qkv.append(qkv)
+
+    def _finish_global(self, layer: int) -> torch.Tensor:
+        aggregator = self.model.aggregator
+        attended = self.attended.transpose(0, 1).unsqueeze(0)
+        x = self._global_finish(aggregator.global_blocks[layer], self._residual, attended)
+        if layer in self.model.config.intermediate_layers:
+            output = torch.cat((self._frame_out, x), dim=-1)
+            index = self.model.config.intermediate_layers.index(layer)
+            if index < len(self.layers):
+                self.layers[index] = output
+            else:
+                self.layers.append(output)
+        return x
+
+    def _heads(self) -> None:
+        model = self.model
+        layers = [layer.to(model.precision.heads_dtype) for layer in self.layers]
+        self.camera_tokens = layers[-1][:, 0]
+        self.depth, self.conf = model.depth_head(layers, self.image_hw, model.config.num_special_tokens)
+
+
+# ---------------------------------------------------------------------------------------------- regions
+def _frame_block(block: Block, x: torch.Tensor, rotation: Rotation2D) -> torch.Tensor:
+    return block(x, rotate=rotation.rotate)
+
+
+def _global_inputs(
+    block: Block, x: torch.Tensor, rotation: Rotation3D
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return to_cache_layout(*block.attention_inputs(x, rotate=rotation.rotate))
+
+
+def _global_finish(block: Block, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    return block.finish(x, attended)
+
+
+@functools.cache
+def _compiled_regions() -> tuple[Callable, ...]:
+    """The three block regions compiled once per process (blocks are inputs, so all layers share them)."""
+    return tuple(torch.compile(fn, dynamic=False) for fn in (_frame_block, _global_inputs, _global_finish))

@@ -1,0 +1,68 @@
+"""The CUDA-graph fast path's segmentation (model/graphed.py) against the plain path, on CPU.
+
+On CPU the segments are replayed as eager calls (``capture=False``) in exactly the order the graphs replay
+on CUDA, with the same static buffers between them, so any error in where the step is cut (residuals,
+intermediate outputs, RoPE tables, the attention hand-over) changes the outputs. Keyframes and non-keyframes
+are interleaved so the cache's roll back runs between segmented steps too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lingbot_map_ros.model import LingBotMap, ModelConfig, StreamConfig
+from lingbot_map_ros.model.graphed import GraphedStreamStep
+
+HW = (28, 56)
+S0 = 3
+
+
+@pytest.fixture(scope="module")
+def model() -> LingBotMap:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    return LingBotMap(ModelConfig.preset("tiny")).eval()
+
+
+def test_segmented_step_equals_plain_step(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(1)
+    images = torch.rand(S0 + 12, 3, *HW)
+    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, camera_history=16)
+    plain, segmented = model.new_stream(config), model.new_stream(config)
+    model.step(images[:S0], plain)
+    model.step(images[:S0], segmented)
+    segmented.graphed = GraphedStreamStep(model, HW, S0, capture=False)
+    plain_path = model._graphed_step
+
+    def graphed_step(state, *args):
+        return state.graphed if state is segmented else plain_path(state, *args)
+
+    monkeypatch.setattr(model, "_graphed_step", graphed_step)
+    stages: list[str] = []
+    segmented.graphed.stage_hook = stages.append
+    previous = None
+    for index in range(S0, images.shape[0]):
+        keyframe = index % 3 != 1
+        a = model.step(images[index : index + 1], plain, keyframe=keyframe)
+        b = model.step(images[index : index + 1], segmented, keyframe=keyframe)
+        for name in ("pose_enc", "pose_enc_list", "depth", "depth_conf"):
+            torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=1e-6, atol=1e-6)
+        if previous is not None:  # outputs are copies, not views of the static buffers
+            assert not torch.equal(previous, b.depth)
+        previous = b.depth
+    assert plain.frames_stored == segmented.frames_stored
+    depth = model.config.depth
+    assert stages[: 2 * depth + 2] == ["graph", "attention"] * depth + ["graph", "heads"]
+
+
+def test_graphs_need_cuda(model: LingBotMap) -> None:
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphedStreamStep(model, HW, S0)
+
+
+def test_plain_path_on_cpu_even_with_cuda_graphs_requested(model: LingBotMap) -> None:
+    state = model.new_stream(StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, cuda_graphs=True))
+    model.step(torch.rand(S0, 3, *HW), state)
+    model.step(torch.rand(1, 3, *HW), state)
+    assert state.graphed is None
