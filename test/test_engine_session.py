@@ -176,6 +176,8 @@ def test_bad_frames_are_rejected_without_touching_the_stream(model: LingBotMap) 
         s.push(np.zeros((42, 74, 3), np.float32))
     with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
         s.push(np.zeros((42, 74), np.uint8))
+    with pytest.raises(ValueError, match="height"):
+        s.push(np.zeros((2, 500, 3), np.uint8))  # a new size, but unusable: no reset either
     assert s.stats()["pending_anchor_frames"] == 1 and s.stats()["epoch"] == 0
 
 

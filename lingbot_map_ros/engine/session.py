@@ -98,13 +98,16 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            if self._geometry is not None and rgb.shape[:2] != self._geometry.source_hw:
+            geometry = self._geometry
+            if geometry is None or rgb.shape[:2] != geometry.source_hw:
+                # Validated (ValueError for an unusable size) before the stream is touched.
+                geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
+            if self._geometry is not None and geometry is not self._geometry:
                 old, new = self._geometry.source_hw, rgb.shape[:2]
                 reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
                 _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
                 self._clear(reason)
-            if self._geometry is None:
-                self._geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
+            self._geometry = geometry
             with self._timer.stage("preprocess"):
                 image_net = resize_uint8(rgb, self._geometry)
             self._frames_total += 1
