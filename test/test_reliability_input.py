@@ -4,7 +4,9 @@ model slowed to a few FPS (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import struct
 import threading
 import time
@@ -26,7 +28,12 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.faults import FAULTS_ENV
-from lingbot_map_ros.ros.conversions import ImageConversionError, compressed_to_rgb, rgb_to_image
+from lingbot_map_ros.ros.conversions import (
+    ImageConversionError,
+    compressed_image_size,
+    compressed_to_rgb,
+    rgb_to_image,
+)
 
 pytestmark = pytest.mark.dds
 
@@ -142,6 +149,29 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     )
 
 
+@functools.cache
+def png_bomb(side: int, rows: int) -> bytes:
+    """A PNG whose IHDR claims `side` x `side` RGB px, with `rows` all-zero rows of real zlib data (deflate
+    ~1000:1: 3000 rows of 9000 px are ~80 kB; decoding would allocate the whole 243 MB image)."""
+    deflate = zlib.compressobj(9)
+    row = bytes(1 + 3 * side)
+    idat = b"".join(deflate.compress(row) for _ in range(rows)) + deflate.flush()
+    header = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+    return b"\x89PNG\r\n\x1a\n" + header + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
+
+
+def test_a_png_bomb_is_rejected_from_its_header_without_decoding() -> None:
+    bomb = png_bomb(9000, 3000)
+    assert len(bomb) < 400_000
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ImageConversionError, match="claims 9000x9000 px") as info:
+        compressed_to_rgb(CompressedImage(format="png", data=bomb))
+    assert info.value.cause == "oversized_image"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 50_000  # kB: nothing was decoded
+    assert compressed_image_size(bomb) == (9000, 9000)
+    assert compressed_image_size(b"\xff\xd8\xff\xda") is None and compressed_image_size(b"GIF89a") is None
+
+
 def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple[str, CompressedImage]]:
     """50 malformed `sensor_msgs/CompressedImage`s (each checked to fail locally as its cause says)."""
     h = Header(stamp=stamp(0), frame_id="cam")
@@ -157,26 +187,26 @@ def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple
         for _ in range(10)
     ]
     payloads += [("undecodable_image", png[: int(rng.integers(8, 200))], "png") for _ in range(10)]
-    header_only = png[
-        :33
-    ]  # signature + IHDR of the real frame, then a claimed 20000x20000 image with no data
-    bomb = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
-    payloads += [
-        ("undecodable_image", header_only, "png"),
-        ("undecodable_image", bomb + _png_chunk(b"IEND", b""), "png"),
-    ]
+    payloads += [("undecodable_image", png[:33], "png")]  # signature + IHDR of the frame, no pixel data
     payloads += [("undecodable_image", jpeg[:2] + rng.bytes(len(jpeg) // 4), "jpeg") for _ in range(4)]
+    jpeg_sof = b"\xff\xd8\xff\xc0\x00\x11\x08" + struct.pack(">HH", 30000, 30000) + b"\x03" + rng.bytes(200)
+    payloads += [
+        ("oversized_image", png_bomb(20000, 1), "png"),
+        ("oversized_image", png_bomb(9000, 3000), "png"),
+    ]
+    payloads += [("oversized_image", jpeg_sof, "jpeg")] * 2
     tiny = [
         cv2.imencode(".png", np.zeros((hh, w, 3), np.uint8))[1].tobytes()
         for hh, w in ((1, 1), (8, 8), (2, 300))
     ]
-    payloads += [("unsupported_size", tiny[k % 3], "png") for k in range(9)]
+    payloads += [("unsupported_size", tiny[k % 3], "png") for k in range(6)]
     cases = []
     for cause, data, fmt in payloads:
         msg = CompressedImage(header=h, format=fmt, data=data)
-        if cause == "undecodable_image":
-            with pytest.raises(ImageConversionError):
+        if cause != "unsupported_size":  # decided by the node's size check, after decoding
+            with pytest.raises(ImageConversionError) as info:
                 compressed_to_rgb(msg)
+            assert info.value.cause == cause
         cases.append((cause, msg))
     return cases
 

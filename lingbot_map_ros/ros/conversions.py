@@ -32,6 +32,11 @@ class ImageConversionError(ValueError):
 
 #: Accepted input encodings -> (channels, channel order of the source relative to RGB(A)).
 IMAGE_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+#: Largest accepted side of a compressed image, pixels. Checked from the PNG/JPEG header BEFORE decoding, so
+#: a decompression bomb (a few hundred kB claiming 20000 x 20000 px) never allocates gigabytes.
+MAX_COMPRESSED_SIDE = 8192
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT/JPG/DAC)
 #: Cloud layout RViz expects for xyz + colour: float32 x, y, z and the rgb bytes packed into a float32.
 CLOUD_POINT_STEP = 16
 
@@ -97,12 +102,27 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         `[H, W, 3]` uint8 RGB.
 
     Raises:
-        ImageConversionError (a ValueError): empty payload or bytes OpenCV cannot decode as an image.
+        ImageConversionError (a ValueError): empty payload, neither PNG nor JPEG, no size in the header or
+            bytes OpenCV cannot decode (`undecodable_image`); a side over `MAX_COMPRESSED_SIDE` in the header
+            (`oversized_image`, rejected without decoding).
     """
     data = _message_bytes(msg.data)
     if data.size == 0:
         raise ImageConversionError(
             "undecodable_image", "compressed image has no data: expected jpeg or png bytes"
+        )
+    size = compressed_image_size(data.tobytes())
+    if size is None:
+        raise ImageConversionError(
+            "undecodable_image",
+            f"compressed image (format '{msg.format}') has no PNG or JPEG header with a size: "
+            "expected jpeg or png",
+        )
+    if max(size) > MAX_COMPRESSED_SIDE:
+        raise ImageConversionError(
+            "oversized_image",
+            f"compressed image header claims {size[1]}x{size[0]} px: expected at most "
+            f"{MAX_COMPRESSED_SIDE} px a side (not decoded)",
         )
     if _BRIDGE is not None:  # pragma: no cover - only on a real ROS install
         return np.ascontiguousarray(_BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"))
@@ -113,6 +133,36 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
             f"cannot decode compressed image (format '{msg.format}'): expected jpeg or png",
         )
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def compressed_image_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) from a PNG IHDR or the first JPEG start-of-frame segment, without decoding.
+
+    Returns None for bytes that are neither, or whose header ends before the size.
+    """
+    if data.startswith(_PNG_MAGIC):
+        if len(data) < 24 or data[12:16] != b"IHDR":
+            return None
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        return height, width
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    i = 2
+    while i + 4 <= len(data):  # walk the marker segments up to the frame header
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _JPEG_SOF:
+            if i + 9 > len(data):
+                return None
+            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+        if marker == 0xDA:  # start of scan before any frame header
+            return None
+        i += 2 if 0xD0 <= marker <= 0xD7 or marker == 0x01 else 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None
 
 
 def rgb_to_image(rgb: np.ndarray, header: Header, encoding: str = "rgb8", row_padding: int = 0) -> Image:
