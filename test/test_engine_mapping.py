@@ -52,6 +52,8 @@ def test_index_finds_voxels_across_merges_and_ignores_non_finite() -> None:
     assert len(vm) == n
     vm.insert(np.array([[np.nan, 0, 0], [1e9, 0, 0]], np.float32), np.zeros((2, 3), np.uint8))
     assert len(vm) == n and vm.dropped_out_of_range == 2
+    with pytest.raises(ValueError, match="uint8"):
+        vm.insert(xyz[:2], rgb[:2].astype(np.float32))
 
 
 def test_budget_evicts_least_recently_observed() -> None:

@@ -63,24 +63,6 @@ def fov_to_intrinsics(pose_enc: np.ndarray, image_hw: tuple[int, int]) -> np.nda
     return k
 
 
-def pixel_rays(intrinsics: np.ndarray, image_hw: tuple[int, int], stride: int = 1) -> np.ndarray:
-    """Camera-frame rays K⁻¹ [u, v, 1]ᵀ of the pixels (u, v) on a ``stride`` grid.
-
-    Args:
-        intrinsics: [3, 3] pinhole matrix (skew allowed).
-        image_hw: (H, W) of the image the intrinsics refer to.
-        stride: take every ``stride``-th pixel in u and v, starting at 0.
-    Returns:
-        [ceil(H/stride), ceil(W/stride), 3] float64 rays with z = 1.
-    """
-    if stride < 1:
-        raise ValueError(f"expected stride >= 1, got {stride}")
-    k_inv = np.linalg.inv(np.asarray(intrinsics, dtype=np.float64))
-    v, u = np.meshgrid(np.arange(0, image_hw[0], stride), np.arange(0, image_hw[1], stride), indexing="ij")
-    pix = np.stack([u, v, np.ones_like(u)], axis=-1).astype(np.float64)
-    return pix @ k_inv.T
-
-
 def unproject_depth(
     depth: np.ndarray,
     intrinsics: np.ndarray,
@@ -102,7 +84,9 @@ def unproject_depth(
     depth = np.asarray(depth)
     if depth.ndim != 2:
         raise ValueError(f"expected depth of shape [H, W], got {depth.shape}")
-    h, w = depth.shape
+    w = depth.shape[1]
+    if stride < 1:
+        raise ValueError(f"expected stride >= 1, got {stride}")
     d = depth[::stride, ::stride].astype(np.float64)
     keep = np.isfinite(d) & (d > 0)
     if mask is not None:
@@ -110,9 +94,10 @@ def unproject_depth(
             raise ValueError(f"expected mask of shape {depth.shape}, got {mask.shape}")
         keep &= mask[::stride, ::stride]
     rows, cols = np.nonzero(keep)
-    rays = pixel_rays(intrinsics, (h, w), stride)[rows, cols]  # [N, 3]
+    v, u = rows * stride, cols * stride
+    # Rays of the kept pixels only: K⁻¹ [u, v, 1]ᵀ, then scaled by depth and moved to the world.
+    k_inv = np.linalg.inv(np.asarray(intrinsics, dtype=np.float64))
+    cam = (u[:, None] * k_inv[:, 0] + v[:, None] * k_inv[:, 1] + k_inv[:, 2]) * d[rows, cols, None]
     c2w = np.asarray(c2w, dtype=np.float64)
-    cam = rays * d[rows, cols, None]
     world = cam @ c2w[:3, :3].T + c2w[:3, 3]
-    flat = (rows * stride) * w + cols * stride
-    return world.astype(np.float32), flat.astype(np.int64)
+    return world.astype(np.float32), (v * w + u).astype(np.int64)

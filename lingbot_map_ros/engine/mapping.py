@@ -116,8 +116,10 @@ class VoxelMap:
             xyz: [N, 3] float32 map-frame points (non-finite rows ignored).
             rgb: [N, 3] uint8 colours.
         """
-        if xyz.ndim != 2 or xyz.shape[1] != 3 or rgb.shape != xyz.shape:
-            raise ValueError(f"expected xyz and rgb of shape [N, 3], got {xyz.shape} and {rgb.shape}")
+        if xyz.ndim != 2 or xyz.shape[1] != 3 or rgb.shape != xyz.shape or rgb.dtype != np.uint8:
+            raise ValueError(
+                f"expected xyz [N, 3] and rgb [N, 3] uint8, got {xyz.shape} and {rgb.shape} {rgb.dtype}"
+            )
         self._clock += 1
         cell = np.floor(xyz / np.float32(self.config.voxel_size))
         ok = np.all(np.abs(cell) < _KEY_OFFSET, axis=1)  # NaN compares False: dropped as well
