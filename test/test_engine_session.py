@@ -210,3 +210,23 @@ def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch
     stats = s.stats()
     assert stats["phase"] == 1 and stats["frames_stored"] == 0 and "model error" in stats["last_reset_reason"]
     assert s.push(inputs[0]) == []
+
+
+def test_reanchors_at_max_stored_frames_in_the_same_map_frame(model: LingBotMap) -> None:
+    """S0 = 3, every 2nd streaming frame a keyframe, at most 8 stored frames: the cache is full after the
+    streaming keyframe j = 8 (index 11); the next frame re-anchors on the last 3 keyframes first."""
+    s = session(model, keyframe_interval=2, max_stored_frames=8)
+    results, stored = [], []
+    for f in frames(S0 + 16, seed=5):
+        results += s.push(f)
+        stored.append(s.stats()["frames_stored"])
+    assert max(stored) == 8 and stored[S0 + 8] == 8
+    segments = [r.segment for r in results]
+    assert segments.index(1) == S0 + 9 and [r.index for r in results] == list(range(S0 + 16))
+    # the re-anchored keyframes, then this frame (a keyframe: the streaming count restarts at 0)
+    assert stored[S0 + 9] == S0 + 1
+    assert results[S0 + 9].is_keyframe and not results[S0 + 10].is_keyframe
+    stats = s.stats()
+    assert (stats["epoch"], stats["segment"], stats["reanchors_total"], stats["resets_total"]) == (0, 1, 1, 0)
+    assert stats["timings_ms"]["reanchor"]["count"] == 1 and stats["alignment_scale"] > 0
+    assert all(r.epoch == 0 and np.isfinite(r.pose_c2w).all() for r in results)
