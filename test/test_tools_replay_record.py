@@ -11,7 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
+from ros_helpers import RosClient
 from rosbags.rosbag2 import Reader
+from sensor_msgs.msg import Image
 
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
@@ -100,20 +104,25 @@ def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_pat
     assert proc.returncode == 2 and "not a readable rosbag2 bag" in err
 
 
-def test_replay_loop_plays_again_until_interrupted(bag: Path, tmp_path: Path,
-                                                   dds_env: dict[str, str]) -> None:
-    env = {**os.environ, **dds_env}
-    recorded = tmp_path / "recorded"
-    recorder = _cli("record", "-o", str(recorded), "--topics", "/camera/image_raw", "--until-idle", "2",
-                    env=env)
+def test_replay_loop_plays_again_until_interrupted(bag: Path, dds_env: dict[str, str],
+                                                   ros_client: RosClient) -> None:
+    """The test's own subscriber counts frames; SIGINT only once more than one pass has arrived."""
+    reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    collector = ros_client.collect(Image, "/camera/image_raw", reliable)
     player = _cli("replay", str(bag), "--loop", "--rate", "10", "--topics", "/camera/image_raw",
-                  "--wait-for-subscribers", "20", env=env)
-    time.sleep(8.0)  # start-up, discovery, then passes of 0.2 s each
-    player.send_signal(signal.SIGINT)
-    _, err = player.communicate(timeout=20)
+                  "--wait-for-subscribers", "30", env={**os.environ, **dds_env})
+    try:
+        received = collector.wait_for(2 * FRAMES + 5, timeout=60.0)
+    finally:
+        player.send_signal(signal.SIGINT)
+        _, err = player.communicate(timeout=20)
     assert player.returncode == 130 and "replay interrupted" in err
-    _finish(recorder, 30)
-    received = _messages(recorded, "/camera/image_raw")
-    original = [raw for _, raw in _messages(bag, "/camera/image_raw")]
-    assert len(received) > FRAMES  # more than one pass
-    assert [raw for _, raw in received[FRAMES : 2 * FRAMES]] == original[: len(received[FRAMES : 2 * FRAMES])]
+    original = [bytes(m.data) for m in (_image(raw) for _, raw in _messages(bag, "/camera/image_raw"))]
+    assert [bytes(m.data) for m in received[FRAMES : 2 * FRAMES]] == original  # the second pass, complete
+    first, second = received[:FRAMES], received[FRAMES : 2 * FRAMES]
+    assert [m.header.stamp for m in first] == [m.header.stamp for m in second]  # stamps as recorded
+    ros_client.node.destroy_subscription(collector.subscription)
+
+
+def _image(raw: bytes) -> Image:
+    return deserialize_message(raw, Image)

@@ -161,7 +161,8 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
               f"at x{config.replay_rate:g}")
         topics = (source.topic, *source.info_topics)
         stats = replay(client, ReplayConfig(bag=source.bag, rate=config.replay_rate, topics=topics,
-                                            qos="reliable", wait_for_subscribers_s=30.0))
+                                            qos="reliable", wait_for_subscribers_s=30.0,
+                                            await_topics=(source.topic,)))
         progress.wait_until_done(stats.published[source.topic], node, deadline=started + config.timeout_s)
         response = _call(client, f"/{NODE_NAME}/save_map", timeout_s=60.0)
         print(f"[demo] ~/save_map: {response.message}")

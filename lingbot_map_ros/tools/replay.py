@@ -27,7 +27,9 @@ from lingbot_map_ros.tools.dds import QOS_CHOICES, message_class, publisher_qos
 @dataclass(frozen=True)
 class ReplayConfig:
     """What to play and how. `topics` None: every Image, CompressedImage and CameraInfo topic.
-    `remap` maps bag topic -> published topic. `start_s` skips that much of the bag's beginning."""
+    `remap` maps bag topic -> published topic. `start_s` skips that much of the bag's beginning.
+    Before playing, wait up to `wait_for_subscribers_s` for a subscriber on each of `await_topics`
+    (published names; None: every played topic)."""
 
     bag: Path
     rate: float = 1.0
@@ -38,6 +40,7 @@ class ReplayConfig:
     qos: str = "reliable"
     depth: int = 10
     wait_for_subscribers_s: float = 0.0
+    await_topics: tuple[str, ...] | None = None
     ack_timeout_s: float = 10.0
     progress: bool = True
 
@@ -86,8 +89,8 @@ def replay(node: Node, config: ReplayConfig) -> ReplayStats:
             name = config.remap.get(conn.topic, conn.topic)
             if name not in publishers:
                 publishers[name] = node.create_publisher(message_class(conn.msgtype), name, qos)
-        images = {config.remap.get(c.topic, c.topic) for c in connections if c.msgtype in CAMERA_TYPES}
-        awaited = {name: pub for name, pub in publishers.items() if name in images} or publishers
+        awaited = {name: pub for name, pub in publishers.items()
+                   if config.await_topics is None or name in config.await_topics}
         _wait_for_subscribers(node, awaited, config.wait_for_subscribers_s)
         bag_start = reader.start_time + round(config.start_s * 1e9)
         per_pass = None if config.loop or config.start_s > 0 else sum(c.msgcount for c in connections)
@@ -144,8 +147,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--qos", choices=QOS_CHOICES, default="reliable",
                    help="reliable (default; waits for acks at the end) or sensor (best effort)")
     p.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="SECONDS",
-                   help="wait up to this long for a subscriber on every image topic (if none are played: "
-                   "every topic) before playing")
+                   help="wait up to this long for a subscriber on every played topic before playing")
     p.add_argument("--ack-timeout", type=float, default=10.0, metavar="SECONDS")
     p.set_defaults(func=main_args)
 
