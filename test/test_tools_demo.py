@@ -55,7 +55,6 @@ def test_bag_replayed_into_the_node_comes_back_posed_or_counted(
     run_dir = Path(outcome.files["run"])
     input_stamps = [f.stamp_ns for f in iter_frames(bag)]
     odometry = _header_stamps(run_dir / "outputs", "/lingbot_map/odometry")
-    assert len(odometry) == outcome.posed
     assert set(odometry) <= set(input_stamps) and odometry == sorted(odometry)  # stamps kept, in order
     assert _header_stamps(run_dir / "outputs", "/lingbot_map/path")[-1] == odometry[-1]
 
