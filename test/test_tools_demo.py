@@ -97,7 +97,8 @@ def test_node_over_dds_and_offline_run_agree_and_ate_is_reported(tmp_path: Path,
                         queue_size=100, timeout_s=150.0)
     outcome = run_demo(config, {**os.environ, **dds_env})
     assert outcome.ok and outcome.posed == outcome.sent == scene.frames and outcome.dropped == 0
-    assert outcome.ate is not None and outcome.ate["matched"] == scene.frames and outcome.ate["rmse"] >= 0
+    assert outcome.ate is not None and outcome.ate["matched"] == scene.frames
+    assert np.isfinite([outcome.ate[k] for k in ("rmse", "mean", "median", "max")]).all()
 
     bag = next((tmp_path / "demo").glob("scene_*hz"))
     assert cli.main(["run", str(bag), "-o", str(tmp_path / "offline"), "--checkpoint", str(checkpoint),
