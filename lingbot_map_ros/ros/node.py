@@ -101,7 +101,12 @@ class LingBotMapNode(LifecycleNode):
         self._throttle = CauseThrottle()
         self._pipeline: Pipeline | None = None
         self._session_lock = threading.Lock()
+        # Stream generations: `_generation` is bumped by ~/reset first, so frames arriving during a reset
+        # already belong to the new stream; the session (under the session lock) and the outputs (under the
+        # publish lock) catch up with it lazily, whichever thread gets there first (`_sync_*`).
         self._generation = 0
+        self._session_generation = 0
+        self._outputs_generation = 0
         self._session_stats: dict[str, object] = {}
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self._worker: InferenceWorker[InputFrame] | None = None
@@ -290,7 +295,8 @@ class LingBotMapNode(LifecycleNode):
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
         with self._session_lock:
             if frame.generation != self._generation or self._pipeline is None or self._outputs is None:
-                return
+                return  # a reset came after this frame arrived
+            self._sync_session(frame.generation)
             epoch = self._session_stats.get("epoch")
             results = self._pipeline.session.push(frame.rgb, meta=frame)
             if not self.context.ok():
@@ -303,22 +309,37 @@ class LingBotMapNode(LifecycleNode):
                     f"path are cleared once the next {self.params.kv_cache_scale_frames} frames have formed "
                     "a new anchor phase"
                 )
-            generation = self._generation
         publisher = self._publisher
         if results and publisher is not None:
-            publisher.submit(StepResults(generation, results), block=True)  # back-pressure, never dropped
+            publisher.submit(StepResults(frame.generation, results), block=True)  # back-pressure, no drop
 
     def _publish(self, step: StepResults) -> None:
         """Publish thread: every output of one step, in order, unless a reset came in between."""
         with self._publish_lock:
             if step.generation != self._generation or self._outputs is None:
-                return
+                return  # inferred before a reset: the old stream's outputs are gone
+            self._sync_outputs(step.generation)
             for result in step.results:
                 self._outputs.publish(result, result.meta.header)
                 self.stats.record_output(time.monotonic() - result.meta.received)
             if self._camera_info is not None:
                 last = step.results[-1]
                 self._intrinsics = intrinsics_report(self._camera_info, last.intrinsics, last.image_hw)
+
+    def _sync_session(self, generation: int) -> None:
+        """Reset the session once for a new stream generation (call with `_session_lock` held)."""
+        if self._session_generation != generation:
+            self._pipeline.session.reset()
+            self._session_generation = generation
+            self._last_result = {}
+            self._refresh_session_stats()
+
+    def _sync_outputs(self, generation: int) -> None:
+        """Clear path, trajectory and map once for a new stream generation (with `_publish_lock` held)."""
+        if self._outputs_generation != generation:
+            self._outputs.clear()
+            self._outputs.publish_cleared(self.get_clock().now().to_msg())
+            self._outputs_generation = generation
 
     def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
         if not self.context.ok():
@@ -350,18 +371,18 @@ class LingBotMapNode(LifecycleNode):
 
     # --------------------------------------------------------------------------------- services, timers
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self._pipeline is None or self._outputs is None or self._worker is None:
+            response.success, response.message = False, "not active"
+            return response
+        self._generation += 1  # frames from now on start the new stream; older ones are dropped
+        generation = self._generation
+        discarded = self._worker.clear()
         with self._session_lock:  # waits for a step in progress
-            if self._pipeline is None or self._outputs is None or self._worker is None:
-                response.success, response.message = False, "not active"
-                return response
-            self._generation += 1  # queued frames and unpublished results of the old stream are dropped
-            discarded = self._worker.clear()
-            self._pipeline.session.reset()
-            self._last_result = {}
-            self._refresh_session_stats()
-        with self._publish_lock:
-            self._outputs.clear()
-        self._outputs.publish_cleared(self.get_clock().now().to_msg())
+            if self._pipeline is not None:
+                self._sync_session(generation)
+        with self._publish_lock:  # waits for a step being published
+            if self._outputs is not None:
+                self._sync_outputs(generation)
         self.stats.record_reset()
         response.success = True
         response.message = (
