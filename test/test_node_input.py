@@ -58,7 +58,10 @@ def frames() -> list[np.ndarray]:
 def compressed_node(ros_client: RosClient, tmp_path: Path) -> Iterator[str]:
     ns = "/compressed_test"
     proc = start(
-        ros_client, tmp_path, ns, {"image_transport": "compressed", "model.image_width": 56, "queue_size": 10}
+        ros_client,
+        tmp_path,
+        ns,
+        {"image_transport": "compressed", "model.image_width": 56, "queue_size": 10, "qos.depth": 50},
     )
     yield ns
     assert proc.stop() == 0, proc.output()
