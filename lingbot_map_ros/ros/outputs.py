@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -22,6 +23,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine.mapping import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
+from ..engine.result import FrameResult
 from .conversions import depth_to_image, points_to_cloud
 from .geometry import (
     body_twist,
@@ -101,10 +103,10 @@ class MappingOutputs:
             "frame_cloud": node.create_publisher(PointCloud2, "~/frame_cloud", FRAME_QOS),
             "map_cloud": node.create_publisher(PointCloud2, "~/map_cloud", MAP_QOS),
         }
-        self._path: deque = deque(maxlen=config.path_max_length)
+        self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._map = VoxelMap(self._map_config(config))
         self._map_dirty = False
-        self._trajectory = Trajectory(max_length=config.path_max_length, keep_full_history=True)
+        self._trajectory = Trajectory(max_length=1, keep_full_history=True)  # only its full TUM log is used
         self._prev: tuple[np.ndarray, float] | None = None  # (pose in map, stamp s) of the last frame
         self._epoch: int | None = None
         self.frames_published = 0
@@ -121,7 +123,7 @@ class MappingOutputs:
         """The TF child frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or "camera_optical_frame"
 
-    def publish(self, result: object, header: Header) -> None:
+    def publish(self, result: FrameResult, header: Header) -> None:
         """Publish one `FrameResult` whose input image had `header` (stamp and frame kept)."""
         cfg = self.config
         if self._epoch is not None and result.epoch != self._epoch:
