@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,7 +257,9 @@ class LingBotMapNode(LifecycleNode):
     def _on_compressed(self, msg: CompressedImage) -> None:
         self._enqueue(msg, compressed_to_rgb)
 
-    def _enqueue(self, msg: Image | CompressedImage, convert: object) -> None:
+    def _enqueue(
+        self, msg: Image | CompressedImage, convert: Callable[[Image | CompressedImage], np.ndarray]
+    ) -> None:
         received = time.monotonic()
         try:
             rgb = convert(msg)
