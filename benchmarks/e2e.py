@@ -204,6 +204,8 @@ def stream(
         if device.type == "cuda" and (index % args.memory_every == 0 or index == count - 1):
             allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
             run.memory.append((index, allocated, reserved))
+        if index % 1000 == 999:  # partial results survive a run cut short
+            np.save(args.out / f"partial_{mode}_latency_ms.npy", np.asarray(run.latency_ms))
     run.wall_s = time.perf_counter() - begin
     if device.type == "cuda":
         run.peak_allocated = torch.cuda.max_memory_allocated(device)
@@ -228,6 +230,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-window", type=int, default=128)
     parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
     parser.add_argument("--modes", default="fast,plain", help=f"paths, comma-separated, of {sorted(MODES)}")
+    parser.add_argument("--stream-modes", help="paths of the session runs (default: --modes)")
     parser.add_argument(
         "--recent-counts",
         type=int,
@@ -276,7 +279,7 @@ def main() -> int:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     runs = []
-    for mode in modes:
+    for mode in args.stream_modes.split(",") if args.stream_modes is not None else modes:
         count = args.plain_frames if mode == "plain" else args.frames
         if count:
             runs.append(stream(model, args, mode, count, frames))

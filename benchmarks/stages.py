@@ -8,7 +8,7 @@ A `StageRecorder` is attached to a model and a stream after the stream is warm (
   everything else of a global block count as "global blocks";
 * fast path (CUDA graphs): `GraphedStreamStep.stage_hook` marks each graph replay ("patch embed + blocks
   (graphs)"), each eager attention (K/V write, kernel and the copy into the graphs' input buffer: all of it
-  counts as "attention") and the heads graph ("depth head"); the camera head is marked by its hook.
+  counts as "attention"), the heads graph ("depth head") and the camera-head graph ("camera head").
 
 The time between two marks is charged to the first mark's stage; `close()` records a final mark, waits for
 the device and returns milliseconds per stage for the step.
@@ -24,7 +24,7 @@ import torch
 from lingbot_map_ros.model import LingBotMap, StreamState
 
 GRAPH_STAGE = "patch embed + blocks (graphs)"
-STAGE_NAMES = {"graph": GRAPH_STAGE, "attention": "attention", "heads": "depth head"}
+STAGE_NAMES = {"graph": GRAPH_STAGE, "attention": "attention", "heads": "depth head", "camera": "camera head"}
 
 
 class StageRecorder:

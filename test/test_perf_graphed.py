@@ -28,11 +28,11 @@ def model() -> LingBotMap:
 def test_segmented_step_equals_plain_step(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(1)
     images = torch.rand(S0 + 12, 3, *HW)
-    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, camera_history=16)
+    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, camera_history=6)  # ring + scratch
     plain, segmented = model.new_stream(config), model.new_stream(config)
     model.step(images[:S0], plain)
     model.step(images[:S0], segmented)
-    segmented.graphed = GraphedStreamStep(model, HW, S0, capture=False)
+    segmented.graphed = GraphedStreamStep(model, segmented.camera, HW, S0, capture=False)
     plain_path = model._graphed_step
 
     def graphed_step(state, *args):
@@ -53,12 +53,12 @@ def test_segmented_step_equals_plain_step(model: LingBotMap, monkeypatch: pytest
         previous = b.depth
     assert plain.frames_stored == segmented.frames_stored
     depth = model.config.depth
-    assert stages[: 2 * depth + 2] == ["graph", "attention"] * depth + ["graph", "heads"]
+    assert stages[: 2 * depth + 3] == ["graph", "attention"] * depth + ["graph", "heads", "camera"]
 
 
 def test_graphs_need_cuda(model: LingBotMap) -> None:
     with pytest.raises(ValueError, match="CUDA"):
-        GraphedStreamStep(model, HW, S0)
+        GraphedStreamStep(model, model.new_stream().camera, HW, S0)
 
 
 def test_plain_path_on_cpu_even_with_cuda_graphs_requested(model: LingBotMap) -> None:

@@ -16,7 +16,7 @@ from lingbot_map_ros.model.config import ModelConfig
 from lingbot_map_ros.model.layers import AttendFn, Block, RotaryEmbedding2D, VideoRotaryEmbedding3D
 from lingbot_map_ros.model.layers.rope2d import Rotation2D, patch_positions_2d
 from lingbot_map_ros.model.layers.rope3d import Rotation3D, video_positions
-from lingbot_map_ros.model.patch_embed import DinoVisionTransformer
+from lingbot_map_ros.model.patch_embed import DinoVisionTransformer, RunBlock
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -53,7 +53,7 @@ class Aggregator(nn.Module):
         self.rope3d = VideoRotaryEmbedding3D(c.head_dim, c.rope3d_theta)
         self._normalisation: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def backbone_tokens(self, images: torch.Tensor) -> torch.Tensor:
+    def backbone_tokens(self, images: torch.Tensor, run_block: RunBlock | None = None) -> torch.Tensor:
         """images `[S, 3, H, W]` RGB in [0, 1] -> normalised -> DINOv2 patch tokens `[S, (H/p)(W/p), C]`."""
         key = (images.device, images.dtype)
         if key not in self._normalisation:  # made once per device/dtype: no host copy per step (CUDA graphs)
@@ -62,7 +62,7 @@ class Aggregator(nn.Module):
                 images.new_tensor(IMAGENET_STD).view(1, 3, 1, 1),
             )
         mean, std = self._normalisation[key]
-        return self.patch_embed((images - mean) / std)
+        return self.patch_embed((images - mean) / std, run_block)
 
     def special_tokens(self, frame_indices: torch.Tensor, num_scale_frames: int) -> torch.Tensor:
         """The 6 special tokens of frames with global indices `frame_indices` `[S]` -> `[S, 6, C]`.
@@ -117,18 +117,22 @@ class Aggregator(nn.Module):
         return self.config.num_special_tokens + (image_hw[0] // patch) * (image_hw[1] // patch)
 
     def prepare(
-        self, images: torch.Tensor, indices: torch.Tensor, num_scale_frames: int
+        self,
+        images: torch.Tensor,
+        indices: torch.Tensor,
+        num_scale_frames: int,
+        run_block: RunBlock | None = None,
     ) -> tuple[torch.Tensor, Rotation2D, Rotation3D]:
         """Tokens and rotary tables of S frames, everything before the first block pair.
 
         images `[S, 3, H, W]` RGB in [0, 1]; indices `[S]` int64 global / temporal frame indices (a tensor, so
         a CUDA graph can replay this with new indices). Returns tokens `[S, P, C]` (specials first) and the
-        2D (frame blocks) and 3D (global blocks) rotations.
+        2D (frame blocks) and 3D (global blocks) rotations. `run_block` as in `DinoVisionTransformer.forward`.
         """
         c = self.config
         height, width = images.shape[-2:]
         grid_h, grid_w = height // c.patch_size, width // c.patch_size
-        patches = self.backbone_tokens(images)
+        patches = self.backbone_tokens(images, run_block)
         special = self.special_tokens(indices, num_scale_frames).to(patches.dtype)
         x = torch.cat((special, patches), dim=1)
         rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)

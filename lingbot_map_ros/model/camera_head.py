@@ -9,6 +9,8 @@ quaternion xyzw (4, linear), fov_h, fov_w (ReLU).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,9 +51,24 @@ class CameraHead(nn.Module):
 
         Appends the S tokens to `history` when `keyframe` (else attends and leaves it unchanged).
         """
+        step = history.begin(camera_tokens.shape[0], keyframe)
+        out = self.refine(camera_tokens, lambda p, b: _history_attend(history, step, p, b), num_iterations)
+        history.end(step)
+        return out
+
+    def refine(
+        self,
+        camera_tokens: torch.Tensor,
+        attend_for: Callable[[int, int], AttendFn],
+        num_iterations: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The refinement passes with the history attention of (pass, block) given by `attend_for`.
+
+        `forward` passes the history's prefix attention; the CUDA-graph path (model/graphed.py) a masked
+        attention over the whole history buffer. Returns (pose_enc_list, raw_list) as `forward`.
+        """
         tokens = self.token_norm(camera_tokens.float()).unsqueeze(0)
         frames = tokens.shape[1]
-        step = history.begin(frames, keyframe)
         estimate: torch.Tensor | None = None
         activated, raw = [], []
         for pass_index in range(num_iterations):
@@ -62,12 +79,11 @@ class CameraHead(nn.Module):
             shift, scale, gate = self.poseLN_modulation(self.embed_pose(pose_input)).chunk(3, dim=-1)
             x = gate * (self.adaln_norm(tokens) * (1 + scale) + shift) + tokens
             for block_index, block in enumerate(self.trunk):
-                x = block(x, attend=_history_attend(history, step, pass_index, block_index))
+                x = block(x, attend=attend_for(pass_index, block_index))
             delta = self.pose_branch(self.trunk_norm(x))
             estimate = delta if estimate is None else estimate + delta
             raw.append(estimate[0])
             activated.append(activate_pose(estimate[0]))
-        history.end(step)
         return torch.stack(activated, dim=1), torch.stack(raw, dim=1)
 
 

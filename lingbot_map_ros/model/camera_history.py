@@ -91,6 +91,28 @@ class CameraHistory:
         else:
             self.stored += step.count
 
+    def attend_masked(
+        self,
+        slot: torch.Tensor,
+        bias: torch.Tensor,
+        pass_index: int,
+        block: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> torch.Tensor:
+        """`attend` with the step as tensors, for CUDA-graph replay: one new token written at slot `slot`
+        (`[1]` int64), attention over all `capacity + 1` slots with additive `bias` (`[capacity + 1]`
+        float: 0 for the visible prefix, -inf after it). Same keys as `attend`, so the same result up to
+        the order of the softmax sums. q/k/v `[1, H, 1, D]` -> `[1, H, 1, D]`."""
+        keys, values = self.k[pass_index, block], self.v[pass_index, block]
+        keys.index_copy_(1, slot, k[0].to(keys.dtype))
+        values.index_copy_(1, slot, v[0].to(values.dtype))
+        # One query: two small matrix products, not an attention kernel (those tile over queries and leave
+        # the GPU idle for a single one; measured 3.6 ms for the 16 calls of a step with SDPA + mask).
+        scores = torch.matmul(q.to(keys.dtype), keys.transpose(-1, -2).unsqueeze(0)) * q.shape[-1] ** -0.5
+        return torch.matmul((scores + bias.to(keys.dtype)).softmax(dim=-1), values.unsqueeze(0))
+
     def attend(
         self, step: CameraStep, pass_index: int, block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:

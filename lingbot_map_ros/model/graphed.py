@@ -2,8 +2,8 @@
 
 A streaming step has fixed shapes everywhere except the 24 global attentions (the visible key count grows
 until the window fills and the special stream reaches its cap; cache slots move) and the camera head's
-history attention. The step is therefore cut at the global attentions into 26 graphs replayed around eager
-calls::
+history attention (made fixed-shape by masking). The step is therefore cut at the global attentions into 27
+graphs replayed around eager calls::
 
     graph 0      prepare (DINOv2 patch embed, special tokens, RoPE tables from a static frame index)
                  + frame block 0 + global block 0 up to q, k, v                      (aggregator autocast)
@@ -12,7 +12,9 @@ calls::
                  + global block i up to q, k, v                                     (i = 1 .. depth-1)
     graph depth  global block depth-1 after its attention (+ intermediate output)
     graph heads  heads dtype cast, DPT depth head, the camera head's input token      (no autocast)
-    eager        camera head over its causal history (variable length)
+    graph camera camera head: 4 passes x 4 trunk blocks; the history attention runs over the whole
+                 preallocated history with a -inf bias after the visible prefix (slot and prefix length
+                 are static tensors set per step), so its shape is fixed too
 
 The graphs replay the kernels of the plain path (same modules, same autocast dtype), so outputs equal the
 plain path's up to kernel selection (benchmarks/e2e.py --check). What the graphs remove is the host cost of
@@ -33,7 +35,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.model.aggregator import to_cache_layout
-from lingbot_map_ros.model.layers import Block
+from lingbot_map_ros.model.camera_history import CameraHistory
+from lingbot_map_ros.model.layers import AttendFn, Block
 from lingbot_map_ros.model.layers.rope2d import Rotation2D
 from lingbot_map_ros.model.layers.rope3d import Rotation3D
 
@@ -42,7 +45,8 @@ if TYPE_CHECKING:
     from lingbot_map_ros.model.lingbot_map import LingBotMap
 
 StageHook = Callable[[str], object]
-"""Optional instrumentation: called with a stage name before each stage ("graph", "attention", "heads")."""
+"""Optional instrumentation: called with a stage name before each stage ("graph", "attention", "heads",
+"camera")."""
 
 
 class GraphedStreamStep:
@@ -50,19 +54,21 @@ class GraphedStreamStep:
 
     Args:
         model: the network (on CUDA, eval, in its final precision; weights must not be replaced later).
+        history: the stream's camera-head history (its buffers are read and written by the camera graph).
         image_hw: (H, W) of the network input, multiples of the patch size.
         num_scale_frames: anchor frames of the stream (selects the scale-token variant; streaming frames
             always have an index >= this).
         capture: False keeps the segments as plain calls replayed eagerly in the same order (no CUDA
             needed): the tests check the segmentation against the plain path on CPU with it.
-        compile_blocks: run the frame blocks and the two halves of the global blocks through
-            `torch.compile` (regional: one compiled region serves all 24 layers) inside the graphs, fusing
-            their element-wise work (norms, RoPE, casts); costs compile time on the first step.
+        compile_blocks: run the backbone blocks, the frame blocks and the two halves of the global blocks
+            through `torch.compile` (regional: one compiled region serves all 24 layers) inside the graphs,
+            fusing their element-wise work (norms, RoPE, casts); costs compile time on the first step.
     """
 
     def __init__(
         self,
         model: LingBotMap,
+        history: CameraHistory,
         image_hw: tuple[int, int],
         num_scale_frames: int,
         capture: bool = True,
@@ -77,8 +83,8 @@ class GraphedStreamStep:
         self.image_hw = image_hw
         self.num_scale_frames = num_scale_frames
         self.stage_hook: StageHook | None = None
-        self._frame_block, self._global_inputs, self._global_finish = (
-            _compiled_regions() if compile_blocks else (_frame_block, _global_inputs, _global_finish)
+        self._backbone_block, self._frame_block, self._global_inputs, self._global_finish = (
+            _compiled_regions() if compile_blocks else (None, _frame_block, _global_inputs, _global_finish)
         )
         dtype = model.precision.aggregator_dtype
         tokens = aggregator.tokens_per_frame(image_hw)
@@ -92,7 +98,11 @@ class GraphedStreamStep:
         # Static outputs, filled in by the captures.
         self.qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.layers: list[torch.Tensor] = []
-        self.depth = self.conf = self.camera_tokens = torch.empty(0)
+        self.depth = self.conf = self.camera_tokens = self.pose_list = self.raw_list = torch.empty(0)
+        self.history = history
+        self._slots = torch.arange(history.capacity + 1, device=device)
+        self.camera_slot = torch.full((1,), history.capacity, dtype=torch.long, device=device)  # scratch
+        self.camera_visible = torch.full((1,), history.capacity + 1, dtype=torch.long, device=device)
         self._frame_out = self._residual = torch.empty(0)
         self._rotations: tuple = ()
         self._capture_graphs = capture
@@ -102,18 +112,19 @@ class GraphedStreamStep:
 
     # ------------------------------------------------------------------------------------------ replay
     def run(
-        self, images: torch.Tensor, step: CacheStep, first_index: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One streaming frame through the aggregator and the depth head.
+        self, images: torch.Tensor, step: CacheStep, first_index: int, keyframe: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One streaming frame through the aggregator and both heads.
 
         images `[1, 3, H, W]` in the aggregator dtype; `step` the open cache step of this frame; `first_index`
-        its temporal index. Returns static (camera tokens `[1, 2C]`, depth `[1, H, W]`, conf `[1, H, W]`) in
+        its temporal index; `keyframe` whether the camera history keeps the frame. Returns static
+        (pose_enc_list `[1, iters, 9]`, raw_list `[1, iters, 9]`, depth `[1, H, W]`, conf `[1, H, W]`) in
         the heads dtype: valid until the next `run`.
         """
         hook = self.stage_hook
         self.image.copy_(images)
         self.frame_index.fill_(first_index)
-        for layer, graph in enumerate(self._graphs[:-1]):
+        for layer, graph in enumerate(self._graphs[:-2]):
             if hook is not None:
                 hook("graph")
             graph()
@@ -123,8 +134,15 @@ class GraphedStreamStep:
                 self.attended.copy_(step.attend(layer, *self.qkv[layer]))
         if hook is not None:
             hook("heads")
+        self._graphs[-2]()
+        camera_step = self.history.begin(1, keyframe)
+        self.camera_slot.fill_(camera_step.write)
+        self.camera_visible.fill_(camera_step.visible)
+        if hook is not None:
+            hook("camera")
         self._graphs[-1]()
-        return self.camera_tokens, self.depth, self.conf
+        self.history.end(camera_step)
+        return self.pose_list, self.raw_list, self.depth, self.conf
 
     # ------------------------------------------------------------------------------------------ capture
     def _capture_all(self, dtype: torch.dtype) -> None:
@@ -142,6 +160,7 @@ class GraphedStreamStep:
         for segment in segments:
             self._capture(segment, aggregator_autocast)
         self._capture(self._heads, contextlib.nullcontext)
+        self._capture(self._camera, contextlib.nullcontext)
 
     def _capture(
         self, segment: Callable[[], None], context: Callable[[], contextlib.AbstractContextManager]
@@ -174,7 +193,9 @@ class GraphedStreamStep:
     # ------------------------------------------------------------------------------------------ segments
     def _prologue(self) -> None:
         aggregator = self.model.aggregator
-        x, rotation_2d, rotation_3d = aggregator.prepare(self.image, self.frame_index, self.num_scale_frames)
+        x, rotation_2d, rotation_3d = aggregator.prepare(
+            self.image, self.frame_index, self.num_scale_frames, self._backbone_block
+        )
         self._rotations = (rotation_2d, rotation_3d)
         self.layers = []
         self.qkv = []
@@ -217,8 +238,25 @@ class GraphedStreamStep:
         self.camera_tokens = layers[-1][:, 0]
         self.depth, self.conf = model.depth_head(layers, self.image_hw, model.config.num_special_tokens)
 
+    def _camera(self) -> None:
+        """The camera head on the static camera token; writes the history slot `camera_slot`."""
+        bias = torch.where(self._slots < self.camera_visible, 0.0, float("-inf"))
+        history, slot = self.history, self.camera_slot
+
+        def attend_for(pass_index: int, block: int) -> AttendFn:
+            return lambda q, k, v: history.attend_masked(slot, bias, pass_index, block, q, k, v)
+
+        model = self.model
+        self.pose_list, self.raw_list = model.camera_head.refine(
+            self.camera_tokens, attend_for, model.config.camera_num_iterations
+        )
+
 
 # ---------------------------------------------------------------------------------------------- regions
+def _backbone_block(block: Block, x: torch.Tensor) -> torch.Tensor:
+    return block(x)
+
+
 def _frame_block(block: Block, x: torch.Tensor, rotation: Rotation2D) -> torch.Tensor:
     return block(x, rotate=rotation.rotate)
 
@@ -235,5 +273,6 @@ def _global_finish(block: Block, x: torch.Tensor, attended: torch.Tensor) -> tor
 
 @functools.cache
 def _compiled_regions() -> tuple[Callable, ...]:
-    """The three block regions compiled once per process (blocks are inputs, so all layers share them)."""
-    return tuple(torch.compile(fn, dynamic=False) for fn in (_frame_block, _global_inputs, _global_finish))
+    """The four block regions compiled once per process (blocks are inputs, so all layers share them)."""
+    regions = (_backbone_block, _frame_block, _global_inputs, _global_finish)
+    return tuple(torch.compile(fn, dynamic=False) for fn in regions)

@@ -109,9 +109,9 @@ class LingBotMap(nn.Module):
         cache_step = cache.begin_step(images.shape[0], keyframe)
         try:
             images = images.to(self.precision.aggregator_dtype)
-            if graphed is not None:
-                camera_tokens, depth, conf = graphed.run(images, cache_step, first_index)
-                depth, conf = depth.clone(), conf.clone()  # the graph's outputs are overwritten next step
+            if graphed is not None:  # the graphs' outputs are overwritten next step: copy them
+                outputs = graphed.run(images, cache_step, first_index, keyframe)
+                pose_list, raw_list, depth, conf = (t.clone() for t in outputs)
             else:
                 with self._autocast():
                     layers = self.aggregator(images, cache_step, first_index, state.config.scale_frames)
@@ -125,11 +125,10 @@ class LingBotMap(nn.Module):
 
         if graphed is None:
             layers_heads = [layer.to(self.precision.heads_dtype) for layer in layers]
-            camera_tokens = layers_heads[-1][:, 0]
             depth, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
-        pose_list, raw_list = self.camera_head(
-            camera_tokens, state.camera, keyframe, self.config.camera_num_iterations
-        )
+            pose_list, raw_list = self.camera_head(
+                layers_heads[-1][:, 0], state.camera, keyframe, self.config.camera_num_iterations
+            )
         return StepOutput(
             pose_enc=pose_list[:, -1].float(),
             pose_enc_list=pose_list.float(),
@@ -155,6 +154,10 @@ class LingBotMap(nn.Module):
         if graphed is None or graphed.image_hw != image_hw or graphed.model is not self:
             state.graphed = None  # release the old graphs' pool first
             state.graphed = GraphedStreamStep(
-                self, image_hw, state.config.scale_frames, compile_blocks=state.config.compile_blocks
+                self,
+                state.camera,
+                image_hw,
+                state.config.scale_frames,
+                compile_blocks=state.config.compile_blocks,
             )
         return state.graphed

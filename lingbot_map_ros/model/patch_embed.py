@@ -9,12 +9,16 @@ pre-norm blocks (LayerNorm eps 1e-6, no q/k norm, no RoPE), final `norm`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lingbot_map_ros.model.layers import Block
+
+RunBlock = Callable[[Block, torch.Tensor], torch.Tensor]
+"""Runs one backbone block on tokens `[N, T, C]`."""
 
 
 class PatchEmbed(nn.Module):
@@ -79,8 +83,10 @@ class DinoVisionTransformer(nn.Module):
         patch_pos = patch_pos.permute(0, 2, 3, 1).reshape(1, grid_h * grid_w, dim)
         return torch.cat((pos_embed[:, :1].float(), patch_pos), dim=1).to(pos_embed.dtype)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images `[N, 3, H, W]` (ImageNet-normalised) -> patch tokens `[N, (H/p)(W/p), C]`."""
+    def forward(self, images: torch.Tensor, run_block: RunBlock | None = None) -> torch.Tensor:
+        """images `[N, 3, H, W]` (ImageNet-normalised) -> patch tokens `[N, (H/p)(W/p), C]`.
+
+        `run_block(block, x)` replaces `block(x)` (the CUDA-graph path passes a compiled region)."""
         batch, _, height, width = images.shape
         grid_h, grid_w = height // self.patch_size, width // self.patch_size
         x = self.patch_embed(images)
@@ -89,5 +95,5 @@ class DinoVisionTransformer(nn.Module):
         registers = self.register_tokens.expand(batch, -1, -1).to(x.dtype)
         x = torch.cat((x[:, :1], registers, x[:, 1:]), dim=1)
         for block in self.blocks:
-            x = block(x)
+            x = block(x) if run_block is None else run_block(block, x)
         return self.norm(x)[:, 1 + self.num_register_tokens :]
