@@ -219,8 +219,12 @@ def test_map_cloud_is_latched_for_late_subscribers(ros_client: RosClient, stream
 def test_reset_while_inferring_is_safe(
     ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
 ) -> None:
+    received = int(fresh.latest_diagnostics()["frames_received"])
     publish(fresh, frames, range(20))  # ~1 s of inference queued
     fresh.odometry.wait_for(SCALE_FRAMES)
+    # Every old frame must have reached the node before the reset: one still in flight in DDS would
+    # legitimately arrive after it and start the new stream.
+    fresh.latest_diagnostics(lambda v: v.get("frames_received") == str(received + 20))
     response = ros_client.call(Trigger, f"{NODE}/reset")  # while the worker is busy
     assert response.success
     new = range(100, 100 + SCALE_FRAMES)
@@ -321,6 +325,26 @@ def test_save_map_writes_ply_and_tum(ros_client: RosClient, fresh: Streams, fram
     np.testing.assert_allclose(tum_stamps, [s + 1e-9 * ns for s, ns in as_pairs(range(SCALE_FRAMES + 2))])
     assert rows.shape == (SCALE_FRAMES + 2, 7)
     assert not list(ply.parent.glob("*.tmp*"))  # atomic writes leave no temp files
+
+
+def test_save_map_into_an_unwritable_place_fails_with_the_reason(
+    ros_client: RosClient, node: NodeProcess, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the output directory should be")
+    (ok,) = ros_client.set_parameters(NODE, {"output_dir": str(blocker / "maps")})  # live parameter
+    assert ok.successful, ok.reason
+    try:
+        response = ros_client.call(Trigger, f"{NODE}/save_map")
+        assert (
+            not response.success
+            and "save_map failed" in response.message
+            and str(blocker) in response.message
+        )
+        assert node.alive()
+    finally:
+        (ok,) = ros_client.set_parameters(NODE, {"output_dir": str(tmp_path / "maps")})
+        assert ok.successful
 
 
 def test_bad_frames_are_counted_logged_once_and_skipped(
