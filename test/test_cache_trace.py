@@ -175,3 +175,24 @@ def test_incomplete_keyframe_step_resets_the_cache(cache):
 def test_config_validation(field, value, message):
     with pytest.raises(ValueError, match=message):
         KVCacheConfig(**{field: value})
+
+
+def test_live_resize_outside_inference_mode_after_steps_inside_it():
+    """The model steps under torch.inference_mode (pools become inference tensors); a live resize from a ROS
+    parameter callback runs outside it and must still move the window frames."""
+    config = KVCacheConfig(
+        num_layers=1, num_heads=1, head_dim=4, patches_per_frame=2, scale_frames=1, sliding_window=3,
+        max_window=4, max_special_frames=16,
+    )
+    with torch.inference_mode():
+        cache = PagedKVCache(config, backend="torch")
+        for i in range(4):
+            step = cache.begin_step(1, keyframe=True)
+            kv = torch.full((config.tokens_per_frame, 1, 4), float(i))
+            step.attend(0, kv, kv, kv)
+            cache.end_step(step)
+    cache.set_sliding_window(1)
+    stats = cache.stats()
+    assert (stats.window_frames, stats.evicted_special_frames) == (1, 2)
+    newest = cache.k_pool[0, cache.layout.slot_token(1)]
+    assert torch.equal(newest, torch.full((1, 4), 3.0))

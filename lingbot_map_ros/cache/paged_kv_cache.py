@@ -164,7 +164,9 @@ class PagedKVCache:
                 f"sliding_window must be an int in [1, max_window={limit}], got {sliding_window!r}"
             )
         copies, state = self.layout.plan_resize(sliding_window)
-        _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
+        # The pools may be inference tensors (first allocated inside the model's inference_mode step).
+        with torch.inference_mode():
+            _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
         self.layout.state = state
         self.layout.sliding_window = sliding_window
 

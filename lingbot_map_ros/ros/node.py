@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
-import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -454,7 +453,7 @@ class LingBotMapNode(LifecycleNode):
         if not result.successful or window is None or self._pipeline is None:
             return result
         try:
-            with self._session_lock, torch.inference_mode():  # the cache pools are inference tensors
+            with self._session_lock:
                 self._pipeline.session.set_sliding_window(window)
                 self._refresh_session_stats()
         except (ValueError, RuntimeError) as exc:
