@@ -9,7 +9,8 @@ synthetic 518x378 frames with the node's default parameters:
 * ``publish``: `MappingOutputs.publish` on real publishers: pose -> TF + odometry + camera_info, depth image,
   point decoding (``FrameResult.points``), PointCloud2 packing, path, voxel-map insert on keyframes.
   Parts of it are also timed alone (indented rows): the points with their PointCloud2, the depth image
-  message, and building the Path message (outputs' private pose history read for this measurement only).
+  message, building the Path message (the outputs' private pose history is read for this only) and
+  publishing it on a second topic, and the voxel-map insert of a keyframe's points into a second map.
 
 ``--subscribers`` adds a subscriber node (same process, own thread) on every output so DDS delivers each
 message (as with RViz attached); it competes for the GIL, so those numbers are an upper bound.
@@ -22,6 +23,7 @@ end-to-end numbers of benchmarks/e2e.py, not of this script. Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import statistics
@@ -40,9 +42,11 @@ os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fa
 
 import rclpy  # noqa: E402  (after the DDS environment above)
 from builtin_interfaces.msg import Time  # noqa: E402
+from nav_msgs.msg import Path as PathMsg  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
+from lingbot_map_ros.engine.mapping import VoxelMap  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
 from lingbot_map_ros.ros.conversions import (  # noqa: E402
     depth_to_image,
@@ -105,7 +109,9 @@ class Handoff:
         self._publish.stop()
 
 
-def subscribe_all(node_name: str, outputs_node: str) -> tuple[object, SingleThreadedExecutor]:
+def subscribe_all(
+    node_name: str, outputs_node: str
+) -> tuple[object, SingleThreadedExecutor, threading.Thread]:
     """A node subscribing to every per-frame output of ``outputs_node`` and /tf, spun on its own thread."""
     from nav_msgs.msg import Odometry
     from nav_msgs.msg import Path as PathMsg
@@ -120,14 +126,25 @@ def subscribe_all(node_name: str, outputs_node: str) -> tuple[object, SingleThre
     node.create_subscription(TFMessage, "/tf", lambda msg: None, 100)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    return node, executor
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    return node, executor, thread
+
+
+def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
+    """``FIELD=VALUE`` strings applied to ``config`` (values parsed as the field's current type)."""
+    changes = {}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep or not hasattr(config, name):
+            raise SystemExit(f"--set expects FIELD=VALUE with an OutputConfig field, got {item!r}")
+        kind = type(getattr(config, name))
+        changes[name] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return dataclasses.replace(config, **changes)
 
 
 def path_message(outputs: MappingOutputs, header: Header) -> object:
     """The nav_msgs/Path that `publish` builds each frame from its pose history (serialised by rclpy)."""
-    from nav_msgs.msg import Path as PathMsg
-
     with outputs.lock:
         poses = list(outputs._path)
     return PathMsg(header=header, poses=poses)
@@ -151,16 +168,26 @@ def main() -> None:
     parser.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
     parser.add_argument("--subscribers", action="store_true")
     parser.add_argument("--keyframe-interval", type=int, default=1)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an output option (OutputConfig field, e.g. path_max_length=100, map_stride=4)",
+    )
     args = parser.parse_args()
 
     rclpy.init()
     node = rclpy.create_node("lingbot_map_overhead")
     declare_parameters(node)
     params = read_parameters(node)
-    outputs = MappingOutputs(node, OutputConfig.from_params(params))
+    config = with_overrides(OutputConfig.from_params(params), args.set)
+    outputs = MappingOutputs(node, config)
     subscriber = subscribe_all("overhead_subscriber", node.get_name()) if args.subscribers else None
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()
+    path_publisher = node.create_publisher(PathMsg, "~/path_timing", FRAME_QOS)  # a copy, timed alone
+    voxel_map = VoxelMap(MappingOutputs._map_config(config))
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, size=(*HW, 3), dtype=np.uint8) for _ in range(8)]
     samples: dict[str, list[float]] = {}
@@ -177,19 +204,23 @@ def main() -> None:
             handoff.run_once()
             result = synthetic_result(index, rgb, rng, keyframe=index % args.keyframe_interval == 0)
             start = time.perf_counter()
-            xyz, colors = result.points(params.map_conf_threshold, params.map_stride)
+            xyz, colors = result.points(config.map_conf_threshold, config.map_stride)
             points_to_cloud(world_to_map_points(xyz), colors, header)
             samples.setdefault("  points + PointCloud2 packing (part)", []).append(
                 1e3 * (time.perf_counter() - start)
             )
             timed(samples, "  depth image message (part)", depth_to_image, result.depth, header)
-            timed(samples, "  path message (part)", path_message, outputs, header)
+            path = timed(samples, "  path message (part)", path_message, outputs, header)
+            timed(samples, "  path publish (part)", path_publisher.publish, path)
+            if result.is_keyframe:
+                timed(samples, "  voxel-map insert, keyframes (part)", voxel_map.insert, xyz, colors)
             timed(samples, "publish (all outputs)", outputs.publish, result, header)
         samples["queue handoff x2"] = handoff.samples
     finally:
         handoff.stop()
         if subscriber is not None:
             subscriber[1].shutdown()
+            subscriber[2].join(timeout=5.0)
             subscriber[0].destroy_node()
         outputs.destroy()
         node.destroy_node()
@@ -198,7 +229,8 @@ def main() -> None:
     print(
         f"\n## node overhead, {HW[1]}x{HW[0]} {args.encoding}, {args.frames} frames, keyframe interval "
         f"{args.keyframe_interval}, subscribers: {'yes' if args.subscribers else 'no'}, map_stride "
-        f"{params.map_stride}, publish_depth {params.publish_depth}, frame_cloud {params.publish_frame_cloud}"
+        f"{config.map_stride}, path_max_length {config.path_max_length}, publish_depth "
+        f"{config.publish_depth}, frame_cloud {config.publish_frame_cloud}"
     )
     print("\n| stage | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|")
     for name, values in samples.items():
