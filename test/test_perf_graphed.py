@@ -66,3 +66,30 @@ def test_plain_path_on_cpu_even_with_cuda_graphs_requested(model: LingBotMap) ->
     model.step(torch.rand(S0, 3, *HW), state)
     model.step(torch.rand(1, 3, *HW), state)
     assert state.graphed is None
+
+
+@pytest.mark.slow
+def test_compiled_regions_equal_plain_step(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compile_blocks`: the four torch.compile regions (one per block kind, shared by all layers) give the
+    plain path's outputs (float32 on CPU: only fused rounding differs)."""
+    torch.manual_seed(2)
+    images = torch.rand(S0 + 4, 3, *HW)
+    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8)
+    plain, compiled = model.new_stream(config), model.new_stream(config)
+    model.step(images[:S0], plain)
+    model.step(images[:S0], compiled)
+    with torch.inference_mode():
+        compiled.graphed = GraphedStreamStep(
+            model, compiled.camera, HW, S0, capture=False, compile_blocks=True
+        )
+    plain_path = model._graphed_step
+
+    def graphed_step(state, *args):
+        return state.graphed if state is compiled else plain_path(state, *args)
+
+    monkeypatch.setattr(model, "_graphed_step", graphed_step)
+    for index in range(S0, images.shape[0]):
+        a = model.step(images[index : index + 1], plain)
+        b = model.step(images[index : index + 1], compiled)
+        for name in ("pose_enc", "depth", "depth_conf"):
+            torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,59 @@
+"""The benchmark scripts of issue 7 run end to end on the CPU (tiny preset / synthetic frames), so they cannot
+rot between GPU sessions: `benchmarks/e2e.py` (check, stage split, session runs, JSON and PNGs) and
+`benchmarks/node_overhead.py` (real rclpy publishers, DDS environment from conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> str:
+    environment = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **(env or {}))
+    done = subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_e2e_smoke_on_cpu(tmp_path: Path) -> None:
+    out = run(
+        [
+            "benchmarks/e2e.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width", "56",
+            "--frames", "10", "--plain-frames", "6", "--check-frames", "3", "--split-frames", "2",
+            "--window", "3", "--max-window", "6", "--anchors", "3", "--keyframe-interval", "2",
+            "--out", str(tmp_path),
+        ]
+    )
+    summary = json.loads((tmp_path / "e2e.json").read_text())
+    assert summary["check"]["fast"] == {"pose_enc": 0.0, "depth": 0.0, "depth_conf": 0.0}
+    assert {"patch embed", "frame blocks", "global blocks", "attention", "depth head", "camera head"} <= set(
+        summary["split"]["plain"]
+    )
+    runs = {r["mode"]: r for r in summary["stream"]}
+    assert runs["fast"]["frames"] == 10 and runs["plain"]["frames"] == 6
+    assert runs["fast"]["keyframe_interval"] == 2
+    latency = np.load(tmp_path / "e2e_runs.npz")["fast_latency_ms"]
+    assert latency.shape == (10 - 3,) and (latency > 0).all()  # one sample per streaming frame
+    for png in ("latency.png", "memory.png", "stages.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    assert "| fast | 10 | 2 |" in out
+
+
+@pytest.mark.dds
+def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
+    out = run(
+        ["benchmarks/node_overhead.py", "--frames", "8", "--warmup", "2", "--set", "map_stride=4"], dds_env
+    )
+    assert "map_stride 4" in out
+    for stage in ("image_to_rgb", "queue handoff x2", "publish (all outputs)", "total per frame"):
+        assert stage in out
