@@ -260,11 +260,11 @@ def write_outputs(report: SoakReport, out_dir: Path) -> tuple[Path, Path]:
     centres = report.centres
     axes[1].plot(centres[:, 0], centres[:, 2], lw=0.5)
     b = report.boundary_frames
-    axes[1].scatter(centres[b, 0], centres[b, 2], c="red", s=8, label="re-anchor boundary")
+    axes[1].scatter(centres[b, 0], centres[b, 2], c="red", s=10, zorder=3, label="re-anchor boundary")
     axes[1].set(xlabel="x", ylabel="z", title="camera centres (map frame, top view)")
     axes[1].legend()
     axes[2].semilogy(np.arange(1, len(report.steps) + 1), report.steps + 1e-12, lw=0.3, label="step")
-    axes[2].scatter(b, report.steps[np.array(b) - 1] + 1e-12, c="red", s=8, label="at boundary")
+    axes[2].scatter(b, report.steps[np.array(b) - 1] + 1e-12, c="red", s=10, zorder=3, label="at boundary")
     axes[2].set(xlabel="frame", ylabel="camera-centre step", title="frame-to-frame step")
     axes[2].legend()
     fig.suptitle(f"soak: {report.config.frames} frames, tiny preset, {report.config.device}")
