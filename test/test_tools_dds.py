@@ -1,17 +1,14 @@
-"""DDS helpers of the tools: isolated environments for child processes, QoS matching, message classes."""
+"""DDS helpers: isolated environments for child processes (tools.dds), QoS matching (ros.qos), message
+classes (ros.message_types)."""
 
 from __future__ import annotations
 
 import pytest
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from lingbot_map_ros.tools.dds import (
-    fastdds_profile,
-    isolated_dds_env,
-    matching_subscription_qos,
-    message_class,
-    publisher_qos,
-)
+from lingbot_map_ros.ros.message_types import message_class
+from lingbot_map_ros.ros.qos import matching_subscription_qos, publisher_qos
+from lingbot_map_ros.tools.dds import fastdds_profile, isolated_dds_env
 
 
 def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> None:

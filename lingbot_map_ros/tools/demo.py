@@ -16,23 +16,19 @@ import argparse
 import os
 import shutil
 import sys
-import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
-from std_srvs.srv import Trigger
-
+from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, COMPRESSED_IMAGE, camera_connection, open_bag
 from lingbot_map_ros.tools.dds import isolated_dds_env
 from lingbot_map_ros.tools.demo_analysis import DemoOutcome, analyse, print_report
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 from lingbot_map_ros.tools.node_process import NodeProcess
-from lingbot_map_ros.tools.progress import MappingProgress
+from lingbot_map_ros.tools.progress import wait_until_done
 from lingbot_map_ros.tools.record import RecordConfig, Recorder, node_output_topics
 from lingbot_map_ros.tools.replay import ReplayConfig, replay
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
@@ -137,20 +133,13 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
     if source.info_topics:
         remaps["camera_info"] = source.info_topics[0]
     with ExitStack() as cleanup:  # unwinds in reverse: node first, rclpy last, also on errors
-        context = Context()
-        rclpy.init(context=context)
-        cleanup.callback(rclpy.try_shutdown, context=context)
-        client = rclpy.create_node("lingbot_map_demo", context=context)
-        cleanup.callback(client.destroy_node)
-        executor = MultiThreadedExecutor(num_threads=2, context=context)
-        executor.add_node(client)
-        cleanup.callback(executor.shutdown)
-        threading.Thread(target=executor.spin, daemon=True).start()
+        client = ClientNode("lingbot_map_demo", private_context=True, spin_threads=2)
+        cleanup.callback(client.close)
         recorder = Recorder(client, RecordConfig(output=run_dir / "outputs",
                                                  topics=node_output_topics(NODE_NAME)))
         cleanup.callback(recorder.close)
-        progress = MappingProgress(client, f"/{NODE_NAME}/odometry")
-        cleanup.callback(progress.close)
+        monitor = MappingMonitor(client.node, f"/{NODE_NAME}/odometry")
+        cleanup.callback(monitor.close)
         started = time.monotonic()
         node = NodeProcess(node_parameters(config, run_dir, compressed), remaps, env, run_dir / "node.log")
         cleanup.callback(node.stop)
@@ -163,13 +152,13 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
         stats = replay(client, ReplayConfig(bag=source.bag, rate=config.replay_rate, topics=topics,
                                             qos="reliable", wait_for_subscribers_s=30.0,
                                             await_topics=(source.topic,)))
-        progress.wait_until_done(stats.published[source.topic], node, deadline=started + config.timeout_s)
-        response = _call(client, f"/{NODE_NAME}/save_map", timeout_s=60.0)
+        wait_until_done(monitor, stats.published[source.topic], node, deadline=started + config.timeout_s)
+        response = client.call_trigger(f"/{NODE_NAME}/save_map", timeout_s=60.0)
         print(f"[demo] ~/save_map: {response.message}")
         exit_code = node.stop()
         record_stats = recorder.close()
     return analyse(config=config, run_dir=run_dir, source=source, replay_stats=stats,
-                   record_stats=record_stats, diagnostics=progress.diagnostics, save_response=response,
+                   record_stats=record_stats, diagnostics=monitor.diagnostics, save_response=response,
                    node_exit_code=exit_code)
 
 
@@ -185,22 +174,6 @@ def _new_run_dir(output_dir: Path) -> Path:
         except FileExistsError:
             continue
     raise RuntimeError(f"cannot create a new run folder in {output_dir}")
-
-
-def _call(node: rclpy.node.Node, service: str, timeout_s: float) -> Trigger.Response:
-    client = node.create_client(Trigger, service)
-    try:
-        if not client.wait_for_service(timeout_sec=timeout_s):
-            raise RuntimeError(f"service {service} is not available")
-        future = client.call_async(Trigger.Request())
-        deadline = time.monotonic() + timeout_s
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"service {service} did not answer within {timeout_s:g} s")
-            time.sleep(0.02)
-        return future.result()
-    finally:
-        node.destroy_client(client)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -10,11 +10,9 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from rclpy.node import Node
-from std_srvs.srv import Trigger
+from lingbot_map_ros.ros.client import ClientNode
 
 NODE_MODULE = "lingbot_map_ros.ros.node"
 
@@ -48,21 +46,15 @@ class NodeProcess:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def wait_for_service(self, node: Node, name: str, timeout_s: float) -> None:
+    def wait_for_service(self, client: ClientNode, name: str, timeout_s: float) -> None:
         """Block until the Trigger service `name` is available; NodeProcessError if the node dies first."""
-        client = node.create_client(Trigger, name)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not client.wait_for_service(timeout_sec=0.2):
-                if not self.alive():
-                    raise NodeProcessError(f"the node exited with code {self.proc.returncode} while "
-                                           f"starting; its log ({self.log_path}) ends with:\n"
-                                           f"{self.log_tail()}")
-                if time.monotonic() > deadline:
-                    raise NodeProcessError(f"service {name} not available after {timeout_s:g} s; the node's "
-                                           f"log ({self.log_path}) ends with:\n{self.log_tail()}")
-        finally:
-            node.destroy_client(client)
+        if client.wait_for_service(name, timeout_s, give_up=lambda: not self.alive()):
+            return
+        if not self.alive():
+            raise NodeProcessError(f"the node exited with code {self.proc.returncode} while starting; its "
+                                   f"log ({self.log_path}) ends with:\n{self.log_tail()}")
+        raise NodeProcessError(f"service {name} not available after {timeout_s:g} s; the node's "
+                               f"log ({self.log_path}) ends with:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGINT and wait; kill if it hangs. Returns the exit code."""

@@ -8,20 +8,18 @@ Topics are subscribed as they appear (generic raw subscriptions, QoS matched to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.subscription import Subscription
 from tqdm import tqdm
 
+from lingbot_map_ros.ros.bag_recorder import RawTopicSubscriber
+from lingbot_map_ros.ros.client import ClientNode
 from lingbot_map_ros.tools.bag_io import STORAGE_PLUGINS, BagWriter
-from lingbot_map_ros.tools.dds import matching_subscription_qos, message_class
 
 
 def node_output_topics(node_name: str = "lingbot_map", namespace: str = "",
@@ -65,44 +63,26 @@ class RecordStats:
 
 
 class Recorder:
-    """Subscribes on `node` (spun by the caller) to `config.topics` as they appear and writes the bag.
+    """Subscribes on `client`'s node (spun by the caller) to `config.topics` as they appear (a
+    `RawTopicSubscriber`) and writes the bag.
 
     Thread-safe: callbacks may run on any executor thread. `close()` finishes the bag."""
 
-    def __init__(self, node: Node, config: RecordConfig) -> None:
-        self._node = node
+    def __init__(self, client: ClientNode, config: RecordConfig) -> None:
         self._config = config
         self._lock = threading.Lock()
         self._writer = BagWriter(config.output, config.storage).__enter__()
-        self._subscriptions: dict[str, Subscription] = {}
         self._counts: dict[str, int] = {}
         self.last_message_time = time.monotonic()
         self.started = time.monotonic()
-        self._timer = node.create_timer(config.discovery_period_s, self._discover)
-        self._discover()
+        self._subscriber = RawTopicSubscriber(client.node, config.topics, self._write,
+                                              config.discovery_period_s)
 
-    def _discover(self) -> None:
-        with self._lock:
-            if self._writer is None:  # closed (a timer callback may still be in flight)
-                return
-        for name, types in self._node.get_topic_names_and_types():
-            if name not in self._config.topics or name in self._subscriptions or not types:
-                continue
-            offered = [info.qos_profile for info in self._node.get_publishers_info_by_topic(name)]
-            if not offered:
-                continue
-            msgtype = types[0]
-            self._subscriptions[name] = self._node.create_subscription(
-                message_class(msgtype), name,
-                lambda data, topic=name, kind=msgtype: self._write(topic, kind, data),
-                matching_subscription_qos(offered), raw=True)
-
-    def _write(self, topic: str, msgtype: str, data: bytes) -> None:
-        stamp = self._node.get_clock().now().nanoseconds
+    def _write(self, topic: str, msgtype: str, data: bytes, stamp_ns: int) -> None:
         with self._lock:
             if self._writer is None:
                 return
-            self._writer.write_raw(topic, msgtype, data, stamp)
+            self._writer.write_raw(topic, msgtype, data, stamp_ns)
             self._counts[topic] = self._counts.get(topic, 0) + 1
             self.last_message_time = time.monotonic()
 
@@ -125,9 +105,7 @@ class Recorder:
         with self._lock:
             writer, self._writer = self._writer, None
         if writer is not None:
-            self._node.destroy_timer(self._timer)
-            for sub in self._subscriptions.values():
-                self._node.destroy_subscription(sub)
+            self._subscriber.close()
             writer.__exit__(None, None, None)
         with self._lock:
             missing = [t for t in self._config.topics if t not in self._counts]
@@ -156,25 +134,13 @@ def main_args(args: argparse.Namespace) -> int:
               else node_output_topics(args.node_name, args.namespace, args.depth))
     config = RecordConfig(output=args.output, topics=topics, storage=args.storage, duration_s=args.duration,
                           until_idle_s=args.until_idle)
-    rclpy.init()
-    node = rclpy.create_node("lingbot_map_record")
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    recorder = Recorder(node, config)
-    shown = 0
-    with tqdm(desc="record", unit="msg", file=sys.stderr) as progress:
-        try:
-            while not recorder.should_stop():
-                executor.spin_once(timeout_sec=0.1)
-                total = recorder.total
-                progress.update(total - shown)
-                shown = total
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
+    client = ClientNode("lingbot_map_record")
+    recorder = Recorder(client, config)
+    # Ctrl-C ends the recording; the bag is still finished below
+    with tqdm(desc="record", unit="msg", file=sys.stderr) as progress, contextlib.suppress(KeyboardInterrupt):
+        client.spin_until(recorder.should_stop, lambda: progress.update(recorder.total - progress.n))
     stats = recorder.close()
-    executor.shutdown()
-    node.destroy_node()
-    rclpy.try_shutdown()
+    client.close()
     print(f"recorded {sum(stats.recorded.values())} messages to {config.output}: "
           + ", ".join(f"{t}: {n}" for t, n in sorted(stats.recorded.items())))
     if stats.missing:

@@ -13,15 +13,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import rclpy
-from rclpy.duration import Duration
-from rclpy.node import Node
-from rclpy.publisher import Publisher
 from rosbags.interfaces import Connection
 from tqdm import tqdm
 
+from lingbot_map_ros.ros.bag_player import BagPlayer
+from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.qos import QOS_CHOICES
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, CAMERA_TYPES, BagError, open_bag
-from lingbot_map_ros.tools.dds import QOS_CHOICES, message_class, publisher_qos
 
 
 @dataclass(frozen=True)
@@ -78,60 +76,37 @@ def _selected(connections: list[Connection], topics: tuple[str, ...] | None, bag
     return [c for c in connections if c.topic in topics]
 
 
-def replay(node: Node, config: ReplayConfig) -> ReplayStats:
-    """Play `config.bag` through publishers created on `node` (which someone else may spin)."""
+def replay(client: ClientNode, config: ReplayConfig) -> ReplayStats:
+    """Play `config.bag` through a `BagPlayer` on `client`'s node (which someone else may spin)."""
     reader = open_bag(config.bag)
-    publishers: dict[str, Publisher] = {}
+    player: BagPlayer | None = None
     try:
         connections = _selected(list(reader.connections), config.topics, config.bag)
-        qos = publisher_qos(config.qos, config.depth)
+        topics: dict[str, str] = {}
         for conn in connections:
-            name = config.remap.get(conn.topic, conn.topic)
-            if name not in publishers:
-                publishers[name] = node.create_publisher(message_class(conn.msgtype), name, qos)
-        awaited = {name: pub for name, pub in publishers.items()
-                   if config.await_topics is None or name in config.await_topics}
-        _wait_for_subscribers(node, awaited, config.wait_for_subscribers_s)
+            topics.setdefault(config.remap.get(conn.topic, conn.topic), conn.msgtype)
+        player = BagPlayer(client.node, topics, config.qos, config.depth)
+        player.wait_for_subscribers(config.await_topics, config.wait_for_subscribers_s)
         bag_start = reader.start_time + round(config.start_s * 1e9)
         per_pass = None if config.loop or config.start_s > 0 else sum(c.msgcount for c in connections)
-        published = dict.fromkeys(publishers, 0)
-        publish_times: dict[str, list[int]] = {name: [] for name in publishers}
         wall_start = time.monotonic()
         progress = tqdm(total=per_pass, desc="replay", unit="msg", file=sys.stderr,
                         disable=not config.progress)
         with progress:
             while True:
-                pass_start = time.monotonic()
-                for conn, log_time, raw in reader.messages(connections=connections, start=bag_start):
-                    delay = pass_start + (log_time - bag_start) / 1e9 / config.rate - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    name = config.remap.get(conn.topic, conn.topic)
-                    publishers[name].publish(bytes(raw))
-                    publish_times[name].append(time.time_ns())
-                    published[name] += 1
-                    progress.update()
+                stored = reader.messages(connections=connections, start=bag_start)
+                messages = ((config.remap.get(conn.topic, conn.topic), log_time, raw)
+                            for conn, log_time, raw in stored)
+                player.play(messages, bag_start, config.rate, progress.update)
                 if not config.loop:
                     break
-        all_acked = all(p.wait_for_all_acked(Duration(seconds=config.ack_timeout_s))
-                        for p in publishers.values())
-        return ReplayStats(published, publish_times, time.monotonic() - wall_start, all_acked)
+        all_acked = player.wait_for_all_acked(config.ack_timeout_s)
+        wall_s = time.monotonic() - wall_start
+        return ReplayStats(player.published, player.publish_times_ns, wall_s, all_acked)
     finally:
         reader.close()
-        for pub in publishers.values():
-            node.destroy_publisher(pub)
-
-
-def _wait_for_subscribers(node: Node, publishers: dict[str, Publisher], timeout_s: float) -> None:
-    """Block until every publisher in `publishers` has a subscriber or `timeout_s` passed (0: no wait)."""
-    deadline = time.monotonic() + timeout_s
-    while timeout_s > 0 and time.monotonic() < deadline:
-        if all(p.get_subscription_count() > 0 for p in publishers.values()):
-            return
-        time.sleep(0.05)
-    if timeout_s > 0:
-        lonely = [n for n, p in publishers.items() if p.get_subscription_count() == 0]
-        node.get_logger().warning(f"no subscriber after {timeout_s:g} s on {lonely}; playing anyway")
+        if player is not None:
+            player.close()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -169,16 +144,14 @@ def main_args(args: argparse.Namespace) -> int:
                           topics=tuple(args.topics) if args.topics else None, remap=parse_remaps(args.remap),
                           qos=args.qos, wait_for_subscribers_s=args.wait_for_subscribers,
                           ack_timeout_s=args.ack_timeout)
-    rclpy.init()
-    node = rclpy.create_node("lingbot_map_replay")
+    client = ClientNode("lingbot_map_replay")
     try:
-        stats = replay(node, config)
+        stats = replay(client, config)
     except KeyboardInterrupt:
         print("replay interrupted", file=sys.stderr)
         return 130
     finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+        client.close()
     total = sum(stats.published.values())
     print(f"published {total} messages in {stats.wall_s:.1f} s "
           f"({', '.join(f'{t}: {n}' for t, n in stats.published.items())}); "
