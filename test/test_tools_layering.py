@@ -1,0 +1,72 @@
+"""The layering rule of docs/architecture.md, checked on the source: `lingbot_map_ros/ros/` is the only
+package that imports rclpy (or a ROS message / service package, tf2_ros, cv_bridge), at module level or
+inside a function; `ros` never imports `tools`; `cache`, `model`, `engine` import neither
+`ros` nor `tools` (and only upwards: cache <- model <- engine)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lingbot_map_ros"
+ROS_ONLY_ROOTS = ("rclpy", "tf2_ros", "cv_bridge", "rosidl_runtime_py")
+ROS_ONLY_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
+OUTSIDE_ROS = ("cache", "model", "engine", "tools")
+FORBIDDEN_LAYERS = {"ros": ("tools",), "cache": ("model", "engine", "ros", "tools"),
+                    "model": ("engine", "ros", "tools"), "engine": ("ros", "tools")}
+
+
+def imported_modules(path: Path, package_root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import statement in `path`, at any nesting depth; relative
+    imports resolved against the file's package; `from a import b` gives both `a` and `a.b` (b may be a
+    submodule)."""
+    package = list(path.relative_to(package_root.parent).with_suffix("").parts[:-1])
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def is_ros_only(module: str) -> bool:
+    """rclpy and the packages that need it (message/service packages, tf2_ros, cv_bridge)."""
+    root = module.split(".")[0]
+    return root in ROS_ONLY_ROOTS or root.endswith(ROS_ONLY_SUFFIXES)
+
+
+def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
+    source = tmp_path / "lingbot_map_ros" / "engine" / "lazy.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("import os\nfrom lingbot_map_ros import tools\nfrom ..ros import node\n\ndef f():\n"
+                      "    from rclpy.node import Node\n    import std_srvs.srv\n")
+    modules = imported_modules(source, tmp_path / "lingbot_map_ros")
+    assert [m for _, m in modules if is_ros_only(m)] == ["rclpy.node", "rclpy.node.Node", "std_srvs.srv"]
+    assert (2, "lingbot_map_ros.tools") in modules and (3, "lingbot_map_ros.ros.node") in modules
+    assert not is_ros_only("os") and not is_ros_only("rosbags.rosbag2")
+
+
+@pytest.mark.parametrize("layer", OUTSIDE_ROS)
+def test_only_ros_imports_rclpy(layer: str) -> None:
+    files = sorted((PACKAGE / layer).rglob("*.py"))
+    assert files, f"no sources under {PACKAGE / layer}"
+    offenders = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+                 for path in files for line, module in imported_modules(path) if is_ros_only(module)]
+    where = "rclpy / ROS packages may only be imported under lingbot_map_ros/ros/"
+    assert not offenders, where + ":\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN_LAYERS))
+def test_dependencies_point_one_way(layer: str) -> None:
+    forbidden = tuple(f"lingbot_map_ros.{name}" for name in FORBIDDEN_LAYERS[layer])
+    offenders = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+                 for path in sorted((PACKAGE / layer).rglob("*.py"))
+                 for line, module in imported_modules(path)
+                 if module in forbidden or module.startswith(tuple(f"{f}." for f in forbidden))]
+    assert not offenders, f"{layer} must not import {forbidden}:\n" + "\n".join(offenders)
