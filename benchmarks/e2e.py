@@ -38,7 +38,6 @@ import torch
 from e2e_report import plot_latency, plot_memory, plot_stages, print_tables
 from stages import StageRecorder
 
-from lingbot_map_ros.cache.backends import TorchAttention
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, StreamConfig
@@ -231,11 +230,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
     parser.add_argument("--modes", default="fast,plain", help=f"paths, comma-separated, of {sorted(MODES)}")
     parser.add_argument("--stream-modes", help="paths of the session runs (default: --modes)")
-    parser.add_argument(
-        "--recent-counts",
-        type=int,
-        help="TorchAttention.RECENT_COUNTS (0: never the fused cuDNN call while the special stream grows)",
-    )
     parser.add_argument("--check-frames", type=int, default=24, help="streaming frames compared (0: skip)")
     parser.add_argument("--tolerance", type=float, default=1e-2, help="max relative error fast vs plain")
     parser.add_argument("--split-frames", type=int, default=20, help="steps timed per path (0: skip)")
@@ -265,8 +259,6 @@ def main() -> int:
     modes = args.modes.split(",")
     if unknown := set(modes) - set(MODES):
         raise SystemExit(f"--modes: unknown {sorted(unknown)}; expected some of {sorted(MODES)}")
-    if args.recent_counts is not None:
-        TorchAttention.RECENT_COUNTS = args.recent_counts
     failed = False
     if args.check_frames:
         summary["check"] = {m: check(model, args, m, frames) for m in modes if m != "plain"}

@@ -80,7 +80,7 @@ def test_flashinfer_matches_torch_and_fp32_reference(keyframe):
         (3, config.num_layers, TOKENS, 16, 64), generator=gen, device="cuda", dtype=torch.bfloat16
     )
     steps = [cache.begin_step(1, keyframe=keyframe) for cache in caches]
-    assert caches[0].backend.fused == keyframe  # capped stream: a keyframe's key count recurs, fused cuDNN
+    assert caches[0].backend.fused  # special stream at its cap: the key count is steady, one fused cuDNN call
     assert (
         steps[0].visible_tokens
         == steps[1].visible_tokens

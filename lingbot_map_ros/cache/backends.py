@@ -8,7 +8,6 @@ token-major); queries are ``[T, num_heads, head_dim]``. Attention is non-causal 
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Protocol
 
 import torch
@@ -24,10 +23,14 @@ class AttentionBackend(Protocol):
 
     name: str
 
-    def plan(self, start: int, stop: int, num_queries: int, frames_start: int) -> None:
+    def plan(
+        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
+    ) -> None:
         """Fix the visible pool tokens ``[start, stop)`` and the query count for all layers of one step.
 
         Tokens ``[start, frames_start)`` are the special stream, ``[frames_start, stop)`` the frame slots.
+        ``specials_capped``: the special stream is at ``max_special_frames``, so the key count of a step no
+        longer changes from one keyframe to the next.
         """
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
@@ -53,29 +56,28 @@ class TorchAttention:
 
     CUDA: cuDNN is the fastest kernel for this shape (1,005 queries x ~75k keys, 16 x 64, bf16;
     ../shared/gpu/README.md), but it builds an execution graph for every new key count (~60 ms per step
-    measured), and the special stream grows by 6 keys per keyframe for the first ~1,000 frames. So a key count
-    not among the last ``RECENT_COUNTS`` steps' (growth) is split: the frame slots (a count that changes only
-    while the window fills) go through cuDNN, the special stream through the flash kernel, and the partial
-    results are merged with their log-sum-exp (:func:`merge_partial_attention`). A recurring count (steady
-    state: special stream at its cap) takes one fused cuDNN call. Measurements: docs/benchmarks.md.
+    measured), and the special stream grows by 6 keys per keyframe until it reaches ``max_special_frames``
+    (never, in a session that re-anchors every 320 frames). While the special stream grows, a step is split:
+    the frame slots (a count that changes only while the window fills) go through cuDNN, the special stream
+    through the flash kernel, and the partial results are merged with their log-sum-exp
+    (:func:`merge_partial_attention`). Once the special stream is at its cap the key count is steady and one
+    fused cuDNN call attends everything. Measurements: docs/benchmarks.md.
     """
-
-    RECENT_COUNTS = 4
 
     name = "torch"
 
     def __init__(self, config: KVCacheConfig) -> None:
         self._range = (0, 0, 0)
         self._cuda_half = config.device.type == "cuda" and config.dtype in (torch.bfloat16, torch.float16)
-        self._recent: deque[int] = deque(maxlen=self.RECENT_COUNTS)
         self.fused = True
         self.frames_kernel = "cudnn" if self._cuda_half else "sdpa"
 
-    def plan(self, start: int, stop: int, num_queries: int, frames_start: int) -> None:
+    def plan(
+        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
+    ) -> None:
         frames_start = max(start, min(frames_start, stop))
         self._range = (start, frames_start, stop)
-        self.fused = frames_start == start or (stop - start) in self._recent
-        self._recent.append(stop - start)
+        self.fused = frames_start == start or specials_capped
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
         start, frames_start, stop = self._range

@@ -123,7 +123,8 @@ class PagedKVCache:
             raise ValueError(f"keyframe must be a bool, got {keyframe!r}")
         plan, committed = self.layout.plan_step(num_frames, keyframe)
         tokens = plan.num_frames * self.config.tokens_per_frame
-        self.backend.plan(plan.visible_start, plan.visible_stop, tokens, self.layout.frame_base)
+        capped = committed.committed_frames + len(committed.special_frame) >= self.config.max_special_frames
+        self.backend.plan(plan.visible_start, plan.visible_stop, tokens, self.layout.frame_base, capped)
         step = CacheStep(self, plan, committed)
         self._open_step = step
         return step
