@@ -175,3 +175,19 @@ def test_runtime_stats_and_diagnostic_message() -> None:
 def test_cause_throttle() -> None:
     throttle = CauseThrottle(period_s=60)
     assert throttle.should_log("a") and not throttle.should_log("a") and throttle.should_log("b")
+
+
+def test_pipeline_passes_the_gpu_fast_path_switches_to_the_session() -> None:
+    from dataclasses import replace
+
+    from lingbot_map_ros.ros.pipeline import build_pipeline
+
+    params = replace(
+        _defaults(), model_preset="tiny", model_device="cpu", model_image_width=56,
+        model_cuda_graphs=False, model_compile_blocks=True,
+    )
+    warnings: list[str] = []
+    pipeline = build_pipeline(params, warnings.append)
+    config = pipeline.session.config
+    assert (config.cuda_graphs, config.compile_blocks) == (False, True)
+    assert any("SYNTHETIC" in w for w in warnings)

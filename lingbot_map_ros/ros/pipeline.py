@@ -96,6 +96,8 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         keyframe_interval=params.keyframe_interval,
         image_width=params.model_image_width,
         backend=params.attention_backend,
+        cuda_graphs=params.model_cuda_graphs,
+        compile_blocks=params.model_compile_blocks,
     )
     try:
         session = StreamingSession(model, session_config)
