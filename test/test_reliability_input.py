@@ -172,6 +172,27 @@ def test_a_png_bomb_is_rejected_from_its_header_without_decoding() -> None:
     assert compressed_image_size(b"\xff\xd8\xff\xda") is None and compressed_image_size(b"GIF89a") is None
 
 
+@pytest.mark.parametrize(
+    ("ext", "params"),
+    [
+        (".jpg", []),
+        (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]),
+        (".jpg", [cv2.IMWRITE_JPEG_OPTIMIZE, 1]),
+        (".png", []),
+    ],
+)
+def test_compressed_image_size_reads_real_headers(ext: str, params: list[int]) -> None:
+    rgb = np.random.default_rng(2).integers(0, 256, (37, 91, 3), dtype=np.uint8)
+    ok, buf = cv2.imencode(ext, rgb, params)
+    assert ok and compressed_image_size(buf.tobytes()) == (37, 91)
+    exif = b"\xff\xd8\xff\xe1\x00\x08Exif\x00\x00" + buf.tobytes()[2:]  # an APP1 segment before the frame
+    if ext == ".jpg":
+        assert compressed_image_size(exif) == (37, 91)
+        np.testing.assert_array_equal(
+            compressed_to_rgb(CompressedImage(format="jpeg", data=exif)).shape, (37, 91, 3)
+        )
+
+
 def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple[str, CompressedImage]]:
     """50 malformed `sensor_msgs/CompressedImage`s (each checked to fail locally as its cause says)."""
     h = Header(stamp=stamp(0), frame_id="cam")
