@@ -245,13 +245,17 @@ def raw_node(ros_client: RosClient, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def publish_valid(
-    pub: object, frames: list[np.ndarray], indices: range, size: tuple[int, int] | None = None
+    pub: object,
+    frames: list[np.ndarray],
+    indices: range,
+    size: tuple[int, int] | None = None,
+    frame_id: str = "cam",
 ) -> None:
     for i in indices:
         rgb = frames[i % len(frames)]
         if size is not None:
             rgb = cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
-        pub.publish(rgb_to_image(rgb, Header(stamp=stamp(i), frame_id="cam")))
+        pub.publish(rgb_to_image(rgb, Header(stamp=stamp(i), frame_id=frame_id)))
         time.sleep(0.02)
 
 
@@ -283,7 +287,7 @@ def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
     assert "expected one of" in log and "smaller than a row" in log and "at least" in log
 
 
-def test_resolution_change_resets_with_a_log_line_and_mapping_continues(
+def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continues(
     ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
 ) -> None:
     odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
@@ -301,6 +305,14 @@ def test_resolution_change_resets_with_a_log_line_and_mapping_continues(
     assert "input resolution changed from 294x518 to 147x259" in after["session.last_reset_reason"]
     log = raw_node.output()
     assert "mapping restarted" in log and "input resolution changed from 294x518 to 147x259" in log
+
+    publish_valid(pub, frames, range(110, 110 + S0 + 2), size=(259, 147), frame_id="cam_b")  # same size
+    got = odom.wait_for(4 + 2 * (S0 + 2))
+    assert [m.header.stamp for m in got[-(S0 + 2) :]] == [stamp(i) for i in range(110, 110 + S0 + 2)]
+    assert {m.child_frame_id for m in got[-(S0 + 2) :]} == {"cam_b"}
+    switched = latest(diag, "fuzz_raw", lambda v: "cam_b" in v.get("session.last_reset_reason", ""))
+    assert int(switched["session.epoch"]) == int(after["session.epoch"]) + 1
+    assert "camera changed from 'cam' to 'cam_b'" in raw_node.output()
 
 
 def test_fuzzed_compressed_images_are_rejected(

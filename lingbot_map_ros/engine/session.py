@@ -122,11 +122,12 @@ class StreamingSession:
                 self._recover(exc)
                 raise
 
-    def reset(self) -> None:
+    def reset(self, reason: str = "reset requested") -> None:
         """Forget the stream: caches, anchor phase, trajectory alignment. The next frame starts a new anchor
-        phase in a new map frame (``FrameResult.epoch`` increments)."""
+        phase in a new map frame (``FrameResult.epoch`` increments); ``reason`` goes to ``stats()`` and the
+        new epoch's first results (``reset_reason``)."""
         with self._lock:
-            self._clear(reason="reset requested")
+            self._clear(reason=reason)
 
     def set_sliding_window(self, n: int) -> None:
         """Resize the live window of the global-attention cache (1..max_window), from the next step on."""

@@ -105,6 +105,7 @@ class LingBotMapNode(LifecycleNode):
         # already belong to the new stream; the session (under the session lock) and the outputs (under the
         # publish lock) catch up with it lazily, whichever thread gets there first (`_sync_*`).
         self._generation = 0
+        self._camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
         self._session_generation = 0
         self._outputs_generation = 0
         self._session_stats: dict[str, object] = {}
@@ -248,6 +249,7 @@ class LingBotMapNode(LifecycleNode):
                 self._pipeline.release()
                 self._pipeline = None
             self._session_stats = {}
+            self._camera_id = None
 
     # ---------------------------------------------------------------------------------------- frames in
     def _on_image(self, msg: Image) -> None:
@@ -300,6 +302,7 @@ class LingBotMapNode(LifecycleNode):
                 return  # a reset came after this frame arrived
             self._sync_session(frame.generation)
             epoch = self._session_stats.get("epoch")
+            self._follow_camera(frame.header.frame_id)
             results = self._pipeline.session.push(frame.rgb, meta=frame)
             if not self.context.ok():
                 return  # shutting down (SIGINT during the step): nothing can be published any more
@@ -314,6 +317,13 @@ class LingBotMapNode(LifecycleNode):
         publisher = self._publisher
         if results and publisher is not None:
             publisher.submit(StepResults(frame.generation, results), block=True)  # back-pressure, no drop
+
+    def _follow_camera(self, frame_id: str) -> None:
+        """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
+        never mixes two cameras (call with `_session_lock` held)."""
+        previous, self._camera_id = self._camera_id, frame_id
+        if previous is not None and frame_id != previous:
+            self._pipeline.session.reset(f"camera changed from '{previous}' to '{frame_id}'")
 
     def _publish(self, step: StepResults) -> None:
         """Publish thread: every output of one step, in order, unless a reset came in between."""
