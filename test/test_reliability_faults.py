@@ -17,6 +17,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import Collector, NodeProcess, RosClient, load_frames
 from sensor_msgs.msg import Image
@@ -284,9 +286,25 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
                 responses.append((service, response.success, response.message))
                 time.sleep(rng.uniform(0.0, 0.15))
 
+        windows: list[tuple[int, bool]] = []
+        params_client = AsyncParameterClient(ros_client.node, f"/{name}/{name}")
+        assert params_client.wait_for_services(timeout_sec=10)
+
+        def resize_window(calls: int) -> None:  # the live kv_cache.sliding_window, changed mid-inference
+            rng = random.Random(7)
+            for _ in range(calls):
+                value = rng.randint(1, 64)
+                future = params_client.set_parameters([Parameter("kv_cache.sliding_window", value=value)])
+                deadline = time.monotonic() + 30
+                while not future.done() and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                windows.append((value, future.result().results[0].successful))
+                time.sleep(rng.uniform(0.0, 0.15))
+
         publish(pub, frames, range(S0 + 6))
         odom.wait_for(S0 + 6)
         threads = [threading.Thread(target=stream), threading.Thread(target=watch)]
+        threads.append(threading.Thread(target=resize_window, args=(12,)))
         for k, service in enumerate(("save_map", "save_map", "reset", "reset")):
             client = ros_client.node.create_client(Trigger, f"/{name}/{name}/{service}")
             assert client.wait_for_service(timeout_sec=10)
@@ -300,13 +318,15 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
         for t in threads[:2]:
             t.join(10)
         assert len(responses) == 48 and all(ok for _, ok, _ in responses), [r for r in responses if not r[1]]
+        assert len(windows) == 12 and all(ok for _, ok in windows), windows
         assert not problems, problems
         saved = [r[2] for r in responses if r[0] == "save_map"]
         assert len(seen) == 2 * len(saved) and all(size > 0 for size in seen.values())
         assert max(seen.values()) > 10_000  # some saves carried a real map, not only empty files
         assert not list(out_dir.glob(".*.tmp"))  # no temp file left behind
         print(
-            f"\nraces: {len(responses)} service calls, {len(seen)} files read at first sight, 0 partial, "
+            f"\nraces: {len(responses)} service calls, {len(windows)} window changes, {len(seen)} files read "
+            "at first sight, 0 partial, "
             f"largest {max(seen.values())} B"
         )
         assert ros_client.call(Trigger, f"/{name}/{name}/reset").success
