@@ -28,10 +28,12 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.faults import FAULTS_ENV
+from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.conversions import (
     ImageConversionError,
     compressed_image_size,
     compressed_to_rgb,
+    image_to_rgb,
     rgb_to_image,
 )
 
@@ -191,6 +193,50 @@ def test_compressed_image_size_reads_real_headers(ext: str, params: list[int]) -
         np.testing.assert_array_equal(
             compressed_to_rgb(CompressedImage(format="jpeg", data=exif)).shape, (37, 91, 3)
         )
+
+
+class StubBridge:
+    """Stands in for cv_bridge (absent here): fails as cv_bridge does on a corrupt payload, or succeeds."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def _answer(self, *args: object, **kwargs: object) -> object:
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+    imgmsg_to_cv2 = compressed_imgmsg_to_cv2 = _answer
+
+
+@pytest.mark.parametrize(
+    ("result", "accepted"),
+    [
+        (AttributeError("'NoneType' object has no attribute 'shape'"), False),  # a failed imdecode inside
+        (cv2.error("bad image"), False),
+        (None, False),
+        (np.zeros((4, 4), np.uint8), False),
+        (np.zeros((20, 30, 3), np.uint8), True),
+    ],
+)
+def test_cv_bridge_failures_become_rejections(
+    monkeypatch: pytest.MonkeyPatch, result: object, accepted: bool
+) -> None:
+    monkeypatch.setattr(conversions, "_BRIDGE", StubBridge(result))
+    raw = rgb_to_image(np.zeros((20, 30, 3), np.uint8), Header())
+    jpeg = CompressedImage(
+        format="jpeg", data=cv2.imencode(".jpg", np.zeros((20, 30, 3), np.uint8))[1].tobytes()
+    )
+    for convert, msg, cause in (
+        (image_to_rgb, raw, "malformed_image"),
+        (compressed_to_rgb, jpeg, "undecodable_image"),
+    ):
+        if accepted:
+            assert convert(msg).shape == (20, 30, 3)
+        else:
+            with pytest.raises(ImageConversionError, match="cv_bridge") as info:
+                convert(msg)
+            assert info.value.cause == cause
 
 
 def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple[str, CompressedImage]]:

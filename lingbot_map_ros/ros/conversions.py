@@ -8,6 +8,7 @@ message is malformed, so the node can count the rejection by cause and keep runn
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import cv2
 import numpy as np
@@ -84,8 +85,8 @@ def image_to_rgb(msg: Image) -> np.ndarray:
             "malformed_image",
             f"image data has {data.size} bytes, expected at least {needed} ({height} rows of step {step})",
         )
-    if _BRIDGE is not None:  # pragma: no cover - only on a real ROS install
-        return np.ascontiguousarray(_BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"))
+    if _BRIDGE is not None:  # a real ROS install
+        return _bridged(lambda: _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"), "malformed_image")
     rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
     pixels = rows.reshape(height, width, channels)
     if encoding == "mono8":
@@ -124,8 +125,10 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
             f"compressed image header claims {size[1]}x{size[0]} px: expected at most "
             f"{MAX_COMPRESSED_SIDE} px a side (not decoded)",
         )
-    if _BRIDGE is not None:  # pragma: no cover - only on a real ROS install
-        return np.ascontiguousarray(_BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"))
+    if _BRIDGE is not None:  # a real ROS install
+        return _bridged(
+            lambda: _BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"), "undecodable_image"
+        )
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if bgr is None:
         raise ImageConversionError(
@@ -133,6 +136,22 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
             f"cannot decode compressed image (format '{msg.format}'): expected jpeg or png",
         )
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def _bridged(convert: Callable[[], np.ndarray], cause: str) -> np.ndarray:
+    """Run a cv_bridge conversion; whatever it raises (CvBridgeError, cv2.error, AttributeError on a failed
+    decode) or a result that is not `[H, W, 3]` becomes an `ImageConversionError` with `cause`, so the node's
+    callback never raises (an exception in a subscription callback ends the executor's spin)."""
+    try:
+        out = convert()
+    except Exception as exc:  # noqa: BLE001 - cv_bridge's failure types differ between ROS distributions
+        raise ImageConversionError(
+            cause, f"cv_bridge cannot convert the image: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(out, np.ndarray) or out.ndim != 3 or out.shape[2] != 3:
+        shape = getattr(out, "shape", None)
+        raise ImageConversionError(cause, f"cv_bridge returned {shape}: expected an [H, W, 3] rgb8 image")
+    return np.ascontiguousarray(out)
 
 
 def compressed_image_size(data: bytes) -> tuple[int, int] | None:

@@ -268,6 +268,9 @@ class LingBotMapNode(LifecycleNode):
         except ImageConversionError as exc:
             self._reject(exc.cause, str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - a raising subscription callback would end the executor's spin
+            self._reject("conversion_error", f"unexpected {type(exc).__name__} while converting: {exc}")
+            return
         worker = self._worker
         if worker is not None:
             worker.submit(InputFrame(msg.header, rgb, received, self._generation))
