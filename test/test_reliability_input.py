@@ -434,7 +434,9 @@ def test_flood_at_60hz_into_a_slow_model_is_bounded(
 
         values = latest(diag, "flood60", settled_counts, timeout=20)
         received = int(values["frames_received"])
-        assert received >= count // 2, values  # DDS delivered most of the flood (reliable, depth 5)
+        # DDS (reliable, reader history 5) may drop part of the flood before the callback on a busy machine;
+        # enough must reach the node to overflow its queue many times over.
+        assert received >= 100, values
         stop.set()
         sampler.join()
         assert rate > 50, f"the flood ran at {rate:.1f} Hz"
