@@ -139,3 +139,36 @@ def test_tum_and_trajectory(tmp_path: Path) -> None:
         write_tum(tmp_path / "x.txt", np.zeros(2), traj.poses())
     with pytest.raises(ValueError, match="full history is off"):
         Trajectory().full_history()
+
+
+def test_trajectory_full_log_is_capped_oldest_dropped(tmp_path: Path) -> None:
+    cap = 1500  # above the ring's initial 1024 rows: it grows once, then wraps
+    traj = Trajectory(max_length=1, keep_full_history=True, max_history=cap)
+    n = 4000
+    for i in range(n):
+        pose = np.eye(4)
+        pose[:3, 3] = [float(i), 0.0, 0.0]
+        traj.append(10.0 + i, pose)
+    stamps, rows = traj.full_history()
+    assert traj.history_length == cap and stamps.shape == (cap,) and rows.shape == (cap, 7)
+    assert traj.history_dropped == n - cap
+    np.testing.assert_array_equal(stamps, 10.0 + np.arange(n - cap, n))  # the newest, oldest first
+    np.testing.assert_array_equal(rows[:, 0], np.arange(n - cap, n))
+    np.testing.assert_array_equal(rows[:, 6], 1.0)  # qw of the identity rotation
+    assert traj.history_capacity == cap  # bounded storage: 64 B per pose, no more
+    traj.write_tum(str(tmp_path / "capped.tum"))
+    assert read_tum(tmp_path / "capped.tum")[0].shape == (cap,)
+    traj.clear()
+    assert traj.history_length == 0 and traj.history_dropped == 0
+    traj.append(1.0, np.eye(4))
+    np.testing.assert_array_equal(traj.full_history()[0], [1.0])
+    with pytest.raises(ValueError, match="max_history must be >= 1"):
+        Trajectory(max_history=0)
+
+
+def test_trajectory_cap_of_one_keeps_the_latest_pose() -> None:
+    traj = Trajectory(keep_full_history=True, max_history=1)
+    for i in range(3):
+        traj.append(float(i), np.eye(4))
+    np.testing.assert_array_equal(traj.full_history()[0], [2.0])
+    assert traj.history_dropped == 2
