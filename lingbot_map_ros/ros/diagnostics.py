@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.impl.rcutils_logger import RcutilsLogger
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
@@ -102,6 +103,43 @@ class CauseThrottle:
                 return False
             self._last[cause] = now
             return True
+
+
+class CauseLog:
+    """Count rejected frames and failed steps by cause in `stats` and log each cause through a `CauseThrottle`
+    (once, then at most every 10 s), so a bad stream cannot flood the log. Used by every stage's thread."""
+
+    def __init__(self, stats: RuntimeStats, logger: RcutilsLogger) -> None:
+        self.stats = stats
+        self._logger = logger
+        self._throttle = CauseThrottle()
+
+    def rejected(self, cause: str, reason: str) -> None:
+        """An input frame the node cannot use (`rejected_<cause>`), skipped."""
+        count = self.stats.record_rejected(cause)
+        if self._throttle.should_log(cause):
+            self._logger.warning(f"frame rejected ({cause}, {count} so far): {reason}")
+
+    def inference_failed(self, exc: Exception, restarted: bool) -> None:
+        """A failed session step (`failed_<ExceptionType>`); `restarted`: the engine started a new stream."""
+        cause = type(exc).__name__
+        count = self.stats.record_failed(cause)
+        if self._throttle.should_log(f"failed:{cause}"):
+            recovery = (
+                "the stream restarts with a new anchor phase"
+                if restarted
+                else "caches reset, the next frame re-anchors on the kept keyframes, map kept"
+            )
+            self._logger.error(
+                f"inference failed ({cause}, {count} so far), frame skipped, {recovery}: {exc}"
+            )
+
+    def publish_failed(self, exc: Exception) -> None:
+        """A step whose outputs could not be published (`failed_publish_<ExceptionType>`), skipped."""
+        cause = f"publish_{type(exc).__name__}"
+        count = self.stats.record_failed(cause)
+        if self._throttle.should_log(cause):
+            self._logger.error(f"publishing failed ({cause}, {count} so far), step skipped: {exc}")
 
 
 def intrinsics_report(info: CameraInfo, predicted: np.ndarray, image_hw: tuple[int, int]) -> dict[str, float]:

@@ -1,13 +1,14 @@
 """The `lingbot_map` lifecycle node: camera in; TF, odometry, path, depth and a point-cloud map out.
 
 Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py),
-activate creates the subscription, publishers (outputs.py), services and timers, deactivate/cleanup release
-them (and the GPU). Three stages: the image callback converts and enqueues (worker.py, drop-oldest) and
-never blocks; the inference thread pushes frames through the session under `_session_lock`; the publish
-thread publishes each step's results in input order with the input stamps (back-pressure to inference, never
-dropped), so the next frame's inference overlaps the previous frame's unprojection, voxel map and message
-serialisation. `~/reset` and live `kv_cache.sliding_window` take the session lock, so they are safe while a
-frame is being inferred; results of steps from before a reset are not published.
+activate creates the subscription, publishers (outputs.py), services (services.py) and timers,
+deactivate/cleanup release them (and the GPU). Three stages: the image callback converts and enqueues
+(intake.py, then worker.py's drop-oldest queue) and never blocks; the inference thread pushes frames through
+the session under `_session_lock`; the publish thread publishes each step's results in input order with the
+input stamps (back-pressure to inference, never dropped), so the next frame's inference overlaps the previous
+frame's unprojection, voxel map and message serialisation. `~/reset` and live `kv_cache.sliding_window` take
+the session lock, so they are safe while a frame is being inferred; results of steps from before a reset are
+not published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -19,9 +20,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import rclpy
@@ -32,17 +31,14 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
-from std_srvs.srv import Trigger
 
-from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
-from .conversions import ImageConversionError, compressed_to_rgb, image_to_rgb
-from .diagnostics import CauseThrottle, RuntimeStats, diagnostic_array, intrinsics_report
+from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
+from .intake import FrameIntake, InputFrame
 from .outputs import MappingOutputs, OutputConfig
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
+from .services import MappingServices
 from .worker import InferenceWorker
 
 NODE_NAME = "lingbot_map"
@@ -52,23 +48,6 @@ SHUTDOWN_STEP_WAIT_S = 1.0
 PUBLISH_QUEUE_STEPS = 2
 #: On deactivate/shutdown, how long the publish thread may take to publish what was already inferred.
 PUBLISH_DRAIN_S = 1.0
-
-
-@dataclass(frozen=True)
-class InputFrame:
-    """A converted camera frame waiting for inference.
-
-    Attributes:
-        header: the input image header (stamp and frame_id reused by every output of this frame).
-        rgb: `[H, W, 3]` uint8 at the input resolution.
-        received: `time.monotonic()` at the callback (latency origin).
-        generation: reset counter when it arrived; frames from before a reset are discarded.
-    """
-
-    header: Header
-    rgb: np.ndarray
-    received: float
-    generation: int
 
 
 @dataclass(frozen=True)
@@ -98,7 +77,7 @@ class LingBotMapNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._check_parameters)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self.stats = RuntimeStats()
-        self._throttle = CauseThrottle()
+        self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
         self._pipeline: Pipeline | None = None
         self._session_lock = threading.Lock()
         # Stream generations: `_generation` is bumped by ~/reset first, so frames arriving during a reset
@@ -116,8 +95,10 @@ class LingBotMapNode(LifecycleNode):
         self._outputs: MappingOutputs | None = None
         self._entities: list[tuple[str, object]] = []  # (kind, handle) created in activate
         self._diag_pub = None
-        self._saves = 0
-        self._camera_info: CameraInfo | None = None  # latest input CameraInfo (optional)
+        self._intake = FrameIntake(self._causes, lambda: self.params.model_image_width, self._enqueue)
+        self._triggers = MappingServices(
+            self.get_logger(), lambda: self.params, lambda: self._outputs, self.reset_stream
+        )
         self._intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
         self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
@@ -144,56 +125,20 @@ class LingBotMapNode(LifecycleNode):
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
-        qos = QoSProfile(
-            depth=p.qos_depth,
-            history=HistoryPolicy.KEEP_LAST,
-            reliability=ReliabilityPolicy.RELIABLE
-            if p.qos_reliability == "reliable"
-            else ReliabilityPolicy.BEST_EFFORT,
-        )
-        if p.image_transport == "compressed":
-            sub = self.create_subscription(
-                CompressedImage,
-                "image/compressed",
-                self._on_compressed,
-                qos,
-                callback_group=self._input_group,
-            )
-        else:
-            sub = self.create_subscription(
-                Image, "image", self._on_image, qos, callback_group=self._input_group
-            )
-        info_sub = self.create_subscription(
-            CameraInfo, "camera_info", self._on_camera_info, qos, callback_group=self._input_group
-        )
+        subscriptions = self._intake.subscribe(self, p, self._input_group)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._entities = [
-            ("subscription", sub),
-            ("subscription", info_sub),
-            (
-                "service",
-                self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._service_group),
-            ),
-            (
-                "service",
-                self.create_service(
-                    Trigger, "~/save_map", self._on_save_map, callback_group=self._service_group
-                ),
-            ),
-            (
-                "timer",
-                self.create_timer(
-                    1.0 / p.map_publish_rate, self._publish_map, callback_group=self._timer_group
-                ),
-            ),
-            (
-                "timer",
-                self.create_timer(
-                    1.0 / p.diagnostics_rate, self.publish_diagnostics, callback_group=self._timer_group
-                ),
+        timers = [
+            self.create_timer(1.0 / p.map_publish_rate, self._publish_map, callback_group=self._timer_group),
+            self.create_timer(
+                1.0 / p.diagnostics_rate, self.publish_diagnostics, callback_group=self._timer_group
             ),
         ]
-        topic = sub.topic_name
+        self._entities = (
+            [("subscription", sub) for sub in subscriptions]
+            + [("service", srv) for srv in self._triggers.create(self, self._service_group)]
+            + [("timer", timer) for timer in timers]
+        )
+        topic = subscriptions[0].topic_name
         self.get_logger().info(f"active: listening on {topic} ({p.image_transport}, {p.qos_reliability})")
         return TransitionCallbackReturn.SUCCESS
 
@@ -252,51 +197,11 @@ class LingBotMapNode(LifecycleNode):
             self._camera_id = None
 
     # ---------------------------------------------------------------------------------------- frames in
-    def _on_image(self, msg: Image) -> None:
-        self._enqueue(msg, image_to_rgb)
-
-    def _on_compressed(self, msg: CompressedImage) -> None:
-        self._enqueue(msg, compressed_to_rgb)
-
-    def _enqueue(
-        self, msg: Image | CompressedImage, convert: Callable[[Image | CompressedImage], np.ndarray]
-    ) -> None:
-        received = time.monotonic()
-        try:
-            rgb = convert(msg)
-            self._check_size(rgb)
-        except ImageConversionError as exc:
-            self._reject(exc.cause, str(exc))
-            return
-        except Exception as exc:  # noqa: BLE001 - a raising subscription callback would end the executor's spin
-            self._reject("conversion_error", f"unexpected {type(exc).__name__} while converting: {exc}")
-            return
+    def _enqueue(self, header: Header, rgb: np.ndarray, received: float) -> None:
+        """An accepted frame (intake.py) joins the inference queue (drop-oldest) in the current generation."""
         worker = self._worker
         if worker is not None:
-            worker.submit(InputFrame(msg.header, rgb, received, self._generation))
-
-    def _check_size(self, rgb: np.ndarray) -> None:
-        """Reject a decoded image the network cannot use (it would otherwise reset the stream as a new
-        resolution): a side under one patch, or so flat that the resized input has no patch row."""
-        height, width = rgb.shape[:2]
-        try:
-            if min(height, width) < PATCH_SIZE:
-                raise ValueError(
-                    f"an image of {width}x{height} px has a side under one {PATCH_SIZE} px patch"
-                )
-            preprocess_geometry((height, width), self.params.model_image_width)
-        except ValueError as exc:
-            raise ImageConversionError(
-                "unsupported_size", f"{exc}; expected at least {PATCH_SIZE}x{PATCH_SIZE} px and one patch row"
-            ) from exc
-
-    def _reject(self, cause: str, reason: str) -> None:
-        count = self.stats.record_rejected(cause)
-        if self._throttle.should_log(cause):
-            self.get_logger().warning(f"frame rejected ({cause}, {count} so far): {reason}")
-
-    def _on_camera_info(self, msg: CameraInfo) -> None:
-        self._camera_info = msg
+            worker.submit(InputFrame(header, rgb, received, self._generation))
 
     def _process(self, frame: InputFrame) -> None:
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
@@ -337,9 +242,10 @@ class LingBotMapNode(LifecycleNode):
             for result in step.results:
                 self._outputs.publish(result, result.meta.header)
                 self.stats.record_output(time.monotonic() - result.meta.received)
-            if self._camera_info is not None:
+            camera_info = self._intake.camera_info
+            if camera_info is not None:
                 last = step.results[-1]
-                self._intrinsics = intrinsics_report(self._camera_info, last.intrinsics, last.image_hw)
+                self._intrinsics = intrinsics_report(camera_info, last.intrinsics, last.image_hw)
 
     def _sync_session(self, generation: int) -> None:
         """Reset the session once for a new stream generation (call with `_session_lock` held)."""
@@ -357,38 +263,27 @@ class LingBotMapNode(LifecycleNode):
             self._outputs_generation = generation
 
     def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
-        if not self.context.ok():
-            return  # shutting down: the publishers are gone
-        cause = f"publish_{type(exc).__name__}"
-        count = self.stats.record_failed(cause)
-        if self._throttle.should_log(cause):
-            self.get_logger().error(f"publishing failed ({cause}, {count} so far), step skipped: {exc}")
+        if self.context.ok():  # else shutting down: the publishers are gone
+            self._causes.publish_failed(exc)
 
     def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
         if not self.context.ok():
             return  # shutting down: the publishers are gone, the frame is not a failure
-        cause = type(exc).__name__
-        count = self.stats.record_failed(cause)
         with self._session_lock:
             epoch = self._session_stats.get("epoch")
             if self._pipeline is not None:
                 self._refresh_session_stats()
             restarted = self._session_stats.get("epoch") != epoch
-        if self._throttle.should_log(f"failed:{cause}"):
-            recovery = (
-                "the stream restarts with a new anchor phase"
-                if restarted
-                else "caches reset, the next frame re-anchors on the kept keyframes, map kept"
-            )
-            self.get_logger().error(
-                f"inference failed ({cause}, {count} so far), frame skipped, {recovery}: {exc}"
-            )
+        self._causes.inference_failed(exc, restarted)
 
-    # --------------------------------------------------------------------------------- services, timers
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+    # --------------------------------------------------------------------------------- reset, timers
+    def reset_stream(self) -> int | None:
+        """Start a new stream (`~/reset`): bump the generation first (frames arriving from now on belong to
+        the new stream), drop the queued frames, then reset the session after a step in progress and clear
+        path, trajectory and map after a step being published. Returns the number of queued frames
+        discarded, None when the node is not active."""
         if self._pipeline is None or self._outputs is None or self._worker is None:
-            response.success, response.message = False, "not active"
-            return response
+            return None
         self._generation += 1  # frames from now on start the new stream; older ones are dropped
         generation = self._generation
         discarded = self._worker.clear()
@@ -399,31 +294,7 @@ class LingBotMapNode(LifecycleNode):
             if self._outputs is not None:
                 self._sync_outputs(generation)
         self.stats.record_reset()
-        response.success = True
-        response.message = (
-            f"reset: cache, trajectory and map cleared, {discarded} queued frame(s) discarded; the next "
-            f"{self.params.kv_cache_scale_frames} frames form a new anchor phase"
-        )
-        self.get_logger().info(response.message)
-        return response
-
-    def _on_save_map(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        if self._outputs is None:
-            response.success, response.message = False, "not active"
-            return response
-        out_dir = Path(self.params.output_dir).expanduser()
-        self._saves += 1
-        try:
-            response.message = self._outputs.save(
-                out_dir, f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
-            )
-        except (OSError, ValueError) as exc:
-            response.success, response.message = False, f"save_map failed in '{out_dir}': {exc}"
-            self.get_logger().error(response.message)
-            return response
-        response.success = True
-        self.get_logger().info(f"saved {response.message}")
-        return response
+        return discarded
 
     def _publish_map(self) -> None:
         if self._outputs is not None:
