@@ -35,6 +35,7 @@ NODE = f"{NS}/lingbot_map"
 IMAGE_TOPIC = "/outputs_cam/image_raw"
 CAMERA_FRAME = "loop_cam"
 SCALE_FRAMES = 4
+MAX_POSES = 10  # trajectory.max_poses: test_save_map_drops_the_oldest_poses_beyond_the_cap goes past it
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
@@ -53,6 +54,7 @@ PARAMS = {
     "diagnostics_rate": 20.0,
     "map.stride": 4,
     "map.conf_threshold": 0.0,
+    "trajectory.max_poses": MAX_POSES,
 }
 
 
@@ -323,8 +325,27 @@ def test_save_map_writes_ply_and_tum(ros_client: RosClient, fresh: Streams, fram
     assert len(xyz) > 0 and xyz.shape == rgb.shape and f"({len(xyz)} points)" in response.message
     tum_stamps, rows = read_tum(tum)
     np.testing.assert_allclose(tum_stamps, [s + 1e-9 * ns for s, ns in as_pairs(range(SCALE_FRAMES + 2))])
-    assert rows.shape == (SCALE_FRAMES + 2, 7)
+    assert rows.shape == (SCALE_FRAMES + 2, 7) and "dropped" not in response.message
     assert not list(ply.parent.glob("*.tmp*"))  # atomic writes leave no temp files
+
+
+def test_save_map_drops_the_oldest_poses_beyond_the_cap(
+    ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]
+) -> None:
+    count = MAX_POSES + 4
+    publish(fresh, frames, range(count))
+    fresh.odometry.wait_for(count)
+    values = fresh.latest_diagnostics(lambda v: v.get("trajectory_dropped") == "4")
+    assert values["trajectory_poses"] == str(MAX_POSES)
+    response = ros_client.call(Trigger, f"{NODE}/save_map")
+    assert response.success, response.message
+    assert f"({MAX_POSES} poses)" in response.message
+    assert f"the oldest 4 poses since the reset were dropped (trajectory.max_poses = {MAX_POSES})" in (
+        response.message
+    )
+    tum_stamps, rows = read_tum(Path(response.message.split("trajectory: ")[1].split(" (")[0]))
+    np.testing.assert_allclose(tum_stamps, [s + 1e-9 * ns for s, ns in as_pairs(range(4, count))])
+    assert rows.shape == (MAX_POSES, 7)
 
 
 def test_save_map_into_an_unwritable_place_fails_with_the_reason(

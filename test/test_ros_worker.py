@@ -150,6 +150,20 @@ def test_parameter_updates_live_vs_reload() -> None:
     assert SPECS["map.conf_threshold"].validate(2) is None  # an int for a float parameter is fine
 
 
+def test_trajectory_max_poses_is_a_validated_reload_parameter() -> None:
+    current = _defaults()
+    assert current.trajectory_max_poses == 1_000_000  # 64 MB of TUM rows at 64 B/pose
+    assert SPECS["trajectory.max_poses"].descriptor().integer_range[0].to_value == 50_000_000
+    for value, reason in ((0, "in [1, 50000000]"), (50_000_001, "in [1, 50000000]"), (2.5, "must be a int")):
+        result = check_update([Parameter("trajectory.max_poses", value=value)], current, configured=False)
+        assert not result.successful and reason in result.reason, (value, result.reason)
+    change = [Parameter("trajectory.max_poses", value=5000)]
+    configured = check_update(change, current, configured=True)
+    assert not configured.successful and "needs a reload" in configured.reason
+    assert check_update(change, current, configured=False).successful
+    assert apply_update(current, change).trajectory_max_poses == 5000
+
+
 def test_runtime_stats_and_diagnostic_message() -> None:
     stats = RuntimeStats(window_s=60)
     for _ in range(3):

@@ -309,6 +309,7 @@ class LingBotMapNode(LifecycleNode):
         runtime.update(self._intrinsics)
         if self._outputs is not None:
             runtime["map_points"] = self._outputs.map_size()
+            runtime.update(self._outputs.trajectory_stats())
         worker = self._worker.stats() if self._worker is not None else None
         msg = diagnostic_array(
             self.get_name(),

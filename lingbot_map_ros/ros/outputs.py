@@ -55,6 +55,7 @@ class OutputConfig:
     map_frame: str
     camera_frame: str  # empty: the input header's frame_id
     path_max_length: int
+    trajectory_max_poses: int
     map_conf_threshold: float
     map_stride: int
     map_voxel_size: float
@@ -68,6 +69,7 @@ class OutputConfig:
             map_frame=p.map_frame,
             camera_frame=p.camera_frame,
             path_max_length=p.path_max_length,
+            trajectory_max_poses=p.trajectory_max_poses,
             map_conf_threshold=p.map_conf_threshold,
             map_stride=p.map_stride,
             map_voxel_size=p.map_voxel_size,
@@ -106,7 +108,10 @@ class MappingOutputs:
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._map = VoxelMap(self._map_config(config))
         self._map_dirty = False
-        self._trajectory = Trajectory(max_length=1, keep_full_history=True)  # only its full TUM log is used
+        # Only its full log (TUM, ~/save_map) is used: the last `trajectory.max_poses` poses since a reset.
+        self._trajectory = Trajectory(
+            max_length=1, keep_full_history=True, max_history=config.trajectory_max_poses
+        )
         self._prev: tuple[np.ndarray, float] | None = None  # (pose in map, stamp s) of the last frame
         self._epoch: int | None = None
         self.frames_published = 0
@@ -179,16 +184,18 @@ class MappingOutputs:
         self._pubs["path"].publish(Path(header=header))
         self.publish_map(stamp, force=True)
 
-    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Map and full trajectory since the last reset, in map_frame.
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """Map and trajectory (the last `trajectory.max_poses` poses) since the last reset, in map_frame.
 
         Returns:
-            `(xyz [N, 3] float32, rgb [N, 3] uint8, stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw)`.
+            `(xyz [N, 3] float32, rgb [N, 3] uint8, stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw,
+            poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
         with self.lock:
             xyz, rgb = self._map.points()
             stamps, rows = self._trajectory.full_history()
-        return xyz, rgb, stamps, rows
+            dropped = self._trajectory.history_dropped
+        return xyz, rgb, stamps, rows, dropped
 
     def save(self, out_dir: pathlib.Path, tag: str) -> str:
         """Write `map_<tag>.ply` and `trajectory_<tag>.tum` (atomic) into `out_dir`; returns the report line.
@@ -196,15 +203,30 @@ class MappingOutputs:
         Raises:
             OSError: the directory cannot be created or written.
         """
-        xyz, rgb, stamps, rows = self.snapshot()
+        xyz, rgb, stamps, rows, dropped = self.snapshot()
         out_dir.mkdir(parents=True, exist_ok=True)
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
-        return f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
+        report = f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
+        if dropped:
+            report += (
+                f"; the oldest {dropped} poses since the reset were dropped "
+                f"(trajectory.max_poses = {self.config.trajectory_max_poses})"
+            )
+        return report
 
     def map_size(self) -> int:
         with self.lock:
             return len(self._map)
+
+    def trajectory_stats(self) -> dict[str, int]:
+        """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
+        last reset, beyond `trajectory.max_poses`)."""
+        with self.lock:
+            return {
+                "trajectory_poses": self._trajectory.history_length,
+                "trajectory_dropped": self._trajectory.history_dropped,
+            }
 
     def clear(self) -> None:
         """Forget path, map and last pose (reset); the next publish_map sends an empty cloud."""

@@ -135,6 +135,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         live=True,
         int_range=(1, 100_000),
     ),
+    ParamSpec(
+        "trajectory.max_poses",
+        1_000_000,
+        "Poses of the trajectory kept for ~/save_map since the last reset (64 B each: 64 MB at 1,000,000, "
+        "~9 h at 30 Hz); beyond it the oldest are dropped and counted (/diagnostics trajectory_dropped).",
+        int_range=(1, 50_000_000),
+    ),
     ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
     ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
@@ -187,6 +194,7 @@ class NodeParams:
     map_stride: int
     map_publish_rate: float
     path_max_length: int
+    trajectory_max_poses: int
     publish_depth: bool
     publish_frame_cloud: bool
     queue_size: int
