@@ -9,7 +9,13 @@ import pytest
 from builtin_interfaces.msg import Time
 from rclpy.parameter import Parameter
 
-from lingbot_map_ros.ros.diagnostics import CauseThrottle, RuntimeStats, diagnostic_array, diagnostic_values
+from lingbot_map_ros.ros.diagnostics import (
+    CauseLog,
+    CauseThrottle,
+    RuntimeStats,
+    diagnostic_array,
+    diagnostic_values,
+)
 from lingbot_map_ros.ros.params import PARAMETERS, SPECS, NodeParams, apply_update, check_update, field_name
 from lingbot_map_ros.ros.worker import InferenceWorker
 
@@ -189,6 +195,44 @@ def test_runtime_stats_and_diagnostic_message() -> None:
 def test_cause_throttle() -> None:
     throttle = CauseThrottle(period_s=60)
     assert throttle.should_log("a") and not throttle.should_log("a") and throttle.should_log("b")
+
+
+class _Logger:
+    """Records what the node's RcutilsLogger would print, by severity."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def warning(self, text: str) -> None:
+        self.lines.append(("warning", text))
+
+    def error(self, text: str) -> None:
+        self.lines.append(("error", text))
+
+
+def test_cause_log_counts_every_event_and_logs_each_cause_once() -> None:
+    stats, logger = RuntimeStats(), _Logger()
+    causes = CauseLog(stats, logger)
+    for _ in range(3):
+        causes.rejected("oversized_image", "header claims 9000x9000 px")
+        causes.inference_failed(MemoryError("oom"), restarted=False)
+        causes.publish_failed(RuntimeError("publisher gone"))
+    causes.rejected("conversion_error", "unexpected KeyError")
+    snap = stats.snapshot()
+    assert snap["rejected_oversized_image"] == 3 and snap["rejected_conversion_error"] == 1
+    assert snap["rejected_total"] == 4
+    assert snap["failed_MemoryError"] == 3 and snap["failed_publish_RuntimeError"] == 3
+    assert snap["failed_total"] == 6
+    assert logger.lines == [
+        ("warning", "frame rejected (oversized_image, 1 so far): header claims 9000x9000 px"),
+        (
+            "error",
+            "inference failed (MemoryError, 1 so far), frame skipped, caches reset, the next frame "
+            "re-anchors on the kept keyframes, map kept: oom",
+        ),
+        ("error", "publishing failed (publish_RuntimeError, 1 so far), step skipped: publisher gone"),
+        ("warning", "frame rejected (conversion_error, 1 so far): unexpected KeyError"),
+    ]
 
 
 def test_pipeline_passes_the_gpu_fast_path_switches_to_the_session() -> None:
