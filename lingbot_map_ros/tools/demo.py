@@ -37,6 +37,12 @@ NODE_NAME = "lingbot_map"
 DDS_VARIABLES = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "ROS_LOG_DIR",
                  "FASTDDS_DEFAULT_PROFILES_FILE")
 
+# Reliable KEEP_LAST history of the replay and of the node's image subscription. With 10, a burst of frames
+# while the node's executor waits for the GIL (inference thread) overflowed the reader's history and DDS
+# dropped frames before the node could count them (seen once in CI); 100 frames of the demo's sizes are
+# at most ~15 MB.
+DDS_HISTORY_DEPTH = 100
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -108,12 +114,14 @@ def prepare_input(config: DemoConfig, run_dir: Path) -> DemoInput:
 
 
 def node_parameters(config: DemoConfig, run_dir: Path, compressed: bool) -> dict[str, object]:
-    """The node's parameters for the demo: reliable image QoS (nothing lost on the way in; the node's
-    bounded queue is then the only place frames are dropped, and it counts them)."""
+    """The node's parameters for the demo: reliable image QoS with a history deep enough for a busy machine
+    (nothing lost on the way in; the node's bounded queue is then the only place frames are dropped, and it
+    counts them)."""
     params: dict[str, object] = {
         "model.preset": config.preset, "model.device": config.device, "model.image_width": config.image_width,
         "output_dir": str(run_dir), "queue_size": config.queue_size, "qos.reliability": "reliable",
-        "qos.depth": 10, "diagnostics_rate": 4.0, "image_transport": "compressed" if compressed else "raw",
+        "qos.depth": DDS_HISTORY_DEPTH, "diagnostics_rate": 4.0,
+        "image_transport": "compressed" if compressed else "raw",
     }
     if config.checkpoint is not None:
         params["model.checkpoint"] = str(config.checkpoint.expanduser().resolve())
@@ -150,8 +158,8 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
               f"at x{config.replay_rate:g}")
         topics = (source.topic, *source.info_topics)
         stats = replay(client, ReplayConfig(bag=source.bag, rate=config.replay_rate, topics=topics,
-                                            qos="reliable", wait_for_subscribers_s=30.0,
-                                            await_topics=(source.topic,)))
+                                            qos="reliable", depth=DDS_HISTORY_DEPTH,
+                                            wait_for_subscribers_s=30.0, await_topics=(source.topic,)))
         wait_until_done(monitor, stats.published[source.topic], node, deadline=started + config.timeout_s)
         response = client.call_trigger(f"/{NODE_NAME}/save_map", timeout_s=60.0)
         print(f"[demo] ~/save_map: {response.message}")
