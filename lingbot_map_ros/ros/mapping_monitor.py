@@ -44,12 +44,18 @@ class MappingMonitor:
         with self._lock:
             return int(float(self.diagnostics.get(key, "0")))
 
+    def arrived(self) -> int:
+        """Frames that reached the node: accepted into its queue or rejected."""
+        return self.counter("frames_received") + self.counter("rejected_total")
+
+    def idle(self) -> bool:
+        """Every frame the node accepted has left its queue (processed or dropped)."""
+        handled = self.counter("frames_processed") + self.counter("frames_dropped")
+        return handled >= self.counter("frames_received") and self.counter("queue_length") == 0
+
     def done(self, sent: int) -> bool:
         """Every sent frame reached the node and left its queue (processed, dropped or rejected)."""
-        received = self.counter("frames_received")
-        handled = self.counter("frames_processed") + self.counter("frames_dropped")
-        return (received + self.counter("rejected_total") >= sent and handled >= received
-                and self.counter("queue_length") == 0)
+        return self.arrived() >= sent and self.idle()
 
     def close(self) -> None:
         """Stop listening."""
