@@ -187,7 +187,7 @@ def main() -> None:
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()
     path_publisher = node.create_publisher(PathMsg, "~/path_timing", FRAME_QOS)  # a copy, timed alone
-    voxel_map = VoxelMap(MappingOutputs._map_config(config))
+    voxel_map = VoxelMap(config.voxel_map_config())
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, size=(*HW, 3), dtype=np.uint8) for _ in range(8)]
     samples: dict[str, list[float]] = {}

@@ -78,6 +78,15 @@ class OutputConfig:
             publish_frame_cloud=p.publish_frame_cloud,
         )
 
+    def voxel_map_config(self) -> VoxelMapConfig:
+        """The accumulated map's settings (voxel size, confidence threshold, pixel stride, point budget)."""
+        return VoxelMapConfig(
+            voxel_size=self.map_voxel_size,
+            conf_threshold=self.map_conf_threshold,
+            pixel_stride=self.map_stride,
+            max_points=self.map_max_points,
+        )
+
 
 def stamp_seconds(stamp: Time) -> float:
     """builtin_interfaces/Time -> float seconds."""
@@ -106,7 +115,7 @@ class MappingOutputs:
             "map_cloud": node.create_publisher(PointCloud2, "~/map_cloud", MAP_QOS),
         }
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
-        self._map = VoxelMap(self._map_config(config))
+        self._map = VoxelMap(config.voxel_map_config())
         self._map_dirty = False
         # Only its full log (TUM, ~/save_map) is used: the last `trajectory.max_poses` poses since a reset.
         self._trajectory = Trajectory(
@@ -238,15 +247,6 @@ class MappingOutputs:
             self._prev = None
             self._epoch = None
             self.last_stamp = None
-
-    @staticmethod
-    def _map_config(config: OutputConfig) -> VoxelMapConfig:
-        return VoxelMapConfig(
-            voxel_size=config.map_voxel_size,
-            conf_threshold=config.map_conf_threshold,
-            pixel_stride=config.map_stride,
-            max_points=config.map_max_points,
-        )
 
     def destroy(self) -> None:
         """Release all publishers (deactivate)."""
