@@ -305,13 +305,19 @@ def publish_valid(
         time.sleep(0.02)
 
 
-def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
-    ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
-) -> None:
+def raw_node_streams(ros_client: RosClient) -> tuple[Collector, Collector, object]:
+    """Odometry and /diagnostics collectors of the `fuzz_raw` node and a matched Image publisher into it."""
     odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
     diag = collect(ros_client, DiagnosticArray, "/diagnostics")
     pub = ros_client.publisher(Image, "/fuzz_raw/image", RELIABLE)
     ros_client.wait_for_subscribers(pub)
+    return odom, diag, pub
+
+
+def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
+    ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
+) -> None:
+    odom, diag, pub = raw_node_streams(ros_client)
     publish_valid(pub, frames, range(4))
     odom.wait_for(4)
     corpus = raw_corpus(np.random.default_rng(8))
@@ -336,10 +342,7 @@ def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
 def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continues(
     ros_client: RosClient, raw_node: NodeProcess, frames: list[np.ndarray]
 ) -> None:
-    odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
-    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
-    pub = ros_client.publisher(Image, "/fuzz_raw/image", RELIABLE)
-    ros_client.wait_for_subscribers(pub)
+    odom, diag, pub = raw_node_streams(ros_client)
     publish_valid(pub, frames, range(100, 104))
     odom.wait_for(4)
     before = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(294, 518)")
