@@ -110,6 +110,15 @@ class MappedFrame:
     scale: ScaleState
 
 
+def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> np.ndarray:
+    """[6] twist (vx, vy, vz, wx, wy, wz) of a body between two [4, 4] poses `dt` > 0 apart, in the body
+    frame (nav_msgs/Odometry: twist in child_frame_id): `Rᵀ(t − t_prev)/dt`, rotation vector of
+    `R_prevᵀR`/dt."""
+    linear = pose[:3, :3].T @ (pose[:3, 3] - prev_pose[:3, 3]) / dt
+    angular = rotation_vector(prev_pose[:3, :3].T @ pose[:3, :3]) / dt
+    return np.concatenate([linear, angular])
+
+
 class Mapper:
     """Frame chain, scale, voxel map, grid, trajectory, twist and epochs of one stream (module doc).
 
@@ -262,11 +271,9 @@ class Mapper:
             self.stamps_duplicate += 1
         if dt < cov.twist_min_dt:
             return unknown
-        linear = pose[:3, :3].T @ (pose[:3, 3] - prev[1][:3, 3]) / dt
-        angular = rotation_vector(prev[1][:3, :3].T @ pose[:3, :3]) / dt
         factor = 1.0 if self.scale.converged else cov.unscaled_factor
         var = factor * 2.0 / dt**2 * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3)
-        return np.concatenate([linear, angular]), np.diag(var)
+        return body_twist(prev[1], pose, dt), np.diag(var)
 
     def _pose_covariance(self) -> np.ndarray:
         cov = self.config.covariance
