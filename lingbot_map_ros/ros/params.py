@@ -197,7 +197,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         float_range=(0.0, 10.0),
     ),
     ParamSpec(
-        "map.voxel_size", 0.02, "Voxel edge of the accumulated map, model units.", float_range=(1e-4, 100.0)
+        "map.voxel_size",
+        0.02,
+        "Voxel edge of the map in metres (model units with scale.source none).",
+        float_range=(1e-4, 100.0),
     ),
     ParamSpec(
         "map.conf_threshold",
