@@ -1,7 +1,8 @@
 """A simulated robot over real DDS (issue 11): a robot process (test/robot_sim.py) publishes
 `odom -> base_link` with noise, the static `base_link -> camera_link -> camera_optical` and the camera
 images; the node (tiny preset, CPU, synthetic weights) must keep one TF tree: one parent per frame, only
-`map -> odom` from the node, and `map -> odom -> base_link -> camera_optical` equal to its `~/camera_pose` for every frame."""
+`map -> odom` from the node, and `map -> odom -> base_link -> camera_optical` equal to its `~/camera_pose`
+for every frame."""
 
 from __future__ import annotations
 
