@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
-from nav_msgs.msg import Odometry
+from nav_msgs.msg import OccupancyGrid, Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from robot_scene import BASE_CAM
 from ros_helpers import PYTHON, NodeProcess, RosClient
@@ -77,6 +77,7 @@ class Run:
         self.camera_pose = client.collect(PoseStamped, f"/{ns}/lingbot_map/camera_pose", RELIABLE)
         self.odometry = client.collect(Odometry, f"/{ns}/lingbot_map/odometry", RELIABLE)
         self.diagnostics = client.collect(DiagnosticArray, "/diagnostics", RELIABLE)
+        self.grid = client.collect(OccupancyGrid, f"/{ns}/lingbot_map/grid", STATIC)
         self.node = NodeProcess.start(
             tmp,
             name="lingbot_map",
@@ -114,7 +115,7 @@ class Run:
         self.robot.kill()  # the robot holds nothing to release (its /tf_static ends with it)
         self.robot.wait(10)
         self.node.stop()
-        for c in (self.tf, self.tf_static, self.camera_pose, self.odometry, self.diagnostics):
+        for c in (self.tf, self.tf_static, self.camera_pose, self.odometry, self.diagnostics, self.grid):
             self.client.node.destroy_subscription(c.subscription)
 
 
@@ -171,7 +172,12 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
         assert all(np.diag(np.reshape(m.pose.covariance, (6, 6))).min() > 0 for m in odom)
         values = [diagnostic_values(m) for m in run.diagnostics.messages]
         values = [v for v in values if v.get("tf_mode")]
-        assert values and values[-1]["tf_mode"] == "map_to_odom" and "scale_source" in values[-1]
+        assert values and values[-1]["tf_mode"] == "map_to_odom"
+        assert {"scale", "scale_spread", "scale_source", "scale_age_s", "scale_converged"} <= set(values[-1])
+        assert values[-1]["scale_source"] == "none" and values[-1]["rejected_total"] == "0"
+        grid = run.grid.wait_for(1, timeout=30)[-1]  # ~/grid, latched, in the map frame
+        assert grid.header.frame_id == "map" and grid.info.resolution == pytest.approx(0.05)
+        assert len(grid.data) == grid.info.width * grid.info.height > 0
     finally:
         run.stop()
 
