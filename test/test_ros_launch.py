@@ -149,7 +149,8 @@ def test_rviz_config_shows_tf_path_map_cloud_and_depth() -> None:
     assert clouds[0]["Topic"]["Durability Policy"] == "Transient Local"  # matches ~/map_cloud's QoS
     assert clouds[0]["Color Transformer"] == "RGB8"
     grid = displays["rviz_default_plugins/Map"]  # the Nav2 occupancy grid, latched like ~/grid
-    assert grid["Topic"]["Value"] == "/lingbot_map/grid" and grid["Topic"]["Durability Policy"] == "Transient Local"
+    assert grid["Topic"]["Value"] == "/lingbot_map/grid"
+    assert grid["Topic"]["Durability Policy"] == "Transient Local"
 
 
 def test_setup_installs_launch_and_config() -> None:
