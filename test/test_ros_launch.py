@@ -158,3 +158,12 @@ def test_setup_installs_launch_and_config() -> None:
     assert 'glob("launch/*.launch.py")' in setup and 'glob("config/*.yaml")' in setup
     assert "lingbot_map_node = lingbot_map_ros.ros.node:main" in setup
     assert Path(REPO / "resource" / "lingbot_map_ros").is_file()
+
+
+def test_node_doc_lists_every_parameter_and_output() -> None:
+    text = (REPO / "docs" / "node.md").read_text()
+    missing = [spec.name for spec in PARAMETERS if f"| `{spec.name}` |" not in text]
+    assert not missing, f"docs/node.md lacks the parameters {missing}"
+    for topic in ("`~/grid`", "`~/camera_pose`", "`depth_image`", "`tf_unavailable`", "`scale_spread`"):
+        assert topic in text
+    assert (REPO / "docs" / "robot.md").is_file()
