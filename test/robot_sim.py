@@ -26,11 +26,12 @@ from tf2_msgs.msg import TFMessage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, make_scene  # noqa: E402
 
-from lingbot_map_ros.ros.conversions import rgb_to_image  # noqa: E402
+from lingbot_map_ros.ros.conversions import depth_to_image, rgb_to_image  # noqa: E402
 from lingbot_map_ros.ros.geometry import transform_msg  # noqa: E402
 from lingbot_map_ros.ros.tf import TF_QOS  # noqa: E402
 
 IMAGE_TOPIC = "/robot/camera/image_raw"
+DEPTH_TOPIC = "/robot/camera/depth/image_raw"
 START_S = 1000.0
 DT = 0.1
 STATIC_QOS = QoSProfile(
@@ -50,6 +51,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--no-odom", action="store_true")
     parser.add_argument("--no-static", action="store_true")
+    parser.add_argument("--depth", action="store_true", help="also publish the true depth (32FC1 m)")
     parser.add_argument("--period", type=float, default=0.15, help="wall seconds between images")
     args = parser.parse_args()
     scene = make_scene(args.frames, 64, 48)
@@ -58,6 +60,7 @@ def main() -> int:
     tf_pub = node.create_publisher(TFMessage, "/tf", TF_QOS)
     static_pub = node.create_publisher(TFMessage, "/tf_static", STATIC_QOS)
     image_pub = node.create_publisher(Image, IMAGE_TOPIC, RELIABLE)
+    depth_pub = node.create_publisher(Image, DEPTH_TOPIC, RELIABLE)
     if not args.no_static:
         static_pub.publish(
             TFMessage(
@@ -82,7 +85,10 @@ def main() -> int:
                 stamps.append(t)
             if not args.no_odom:
                 tf_pub.publish(TFMessage(transforms=[transform_msg(odom, stamp(ts), "odom", "base_link")]))
-        image_pub.publish(rgb_to_image(scene.rgb[i], Header(stamp=stamp(t), frame_id="camera_optical")))
+        header = Header(stamp=stamp(t), frame_id="camera_optical")
+        if args.depth:  # before the image, so the node has it when the frame's results are published
+            depth_pub.publish(depth_to_image(scene.depth[i], header))
+        image_pub.publish(rgb_to_image(scene.rgb[i], header))
         time.sleep(args.period)
     np.savez(args.out, odom=np.array(odoms), stamps=np.array(stamps))
     print("robot_sim: done", flush=True)

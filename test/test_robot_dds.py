@@ -70,7 +70,8 @@ def tf_pose(tf: object) -> np.ndarray:
 class Run:
     """One node (namespace `ns`) and one robot process; every output collected."""
 
-    def __init__(self, client: RosClient, tmp: Path, ns: str, params: dict, robot_args: list[str]) -> None:
+    def __init__(self, client: RosClient, tmp: Path, ns: str, params: dict, robot_args: list[str],
+                 remaps: dict[str, str] | None = None) -> None:
         self.client = client
         self.tf = client.collect(TFMessage, "/tf", TF_QOS)
         self.tf_static = client.collect(TFMessage, "/tf_static", STATIC)
@@ -83,7 +84,7 @@ class Run:
             name="lingbot_map",
             namespace=f"/{ns}",
             params={**PARAMS, **params},
-            remaps={"image": "/robot/camera/image_raw"},
+            remaps={"image": "/robot/camera/image_raw", **(remaps or {})},
         )
         self.node.wait_ready(client, [f"/{ns}/lingbot_map/reset"])
         self.truth = tmp / f"{ns}_truth.npz"
@@ -138,7 +139,8 @@ def edges(run: Run) -> dict[tuple[str, str], int]:
 def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
     client: RosClient, tmp_path: Path
 ) -> None:
-    run = Run(client, tmp_path, "robot_auto", {}, [])  # tf.mode auto must pick map_to_odom
+    scale = {"scale.source": "odometry", "scale.min_samples": 3, "scale.min_baseline": 0.2}
+    run = Run(client, tmp_path, "robot_auto", scale, [])  # tf.mode auto must pick map_to_odom
     try:
         truth = run.wait_truth()
         poses = run.camera_pose.wait_for(FRAMES, timeout=120)
@@ -174,7 +176,9 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
         values = [v for v in values if v.get("tf_mode")]
         assert values and values[-1]["tf_mode"] == "map_to_odom"
         assert {"scale", "scale_spread", "scale_source", "scale_age_s", "scale_converged"} <= set(values[-1])
-        assert values[-1]["scale_source"] == "none" and values[-1]["rejected_total"] == "0"
+        assert values[-1]["scale_source"] == "odometry" and values[-1]["rejected_total"] == "0"
+        assert values[-1]["scale_converged"] == "true" and int(values[-1]["scale_samples"]) >= 3
+        assert float(values[-1]["scale"]) > 0 and float(values[-1]["scale_age_s"]) >= 0
         grid = run.grid.wait_for(1, timeout=30)[-1]  # ~/grid, latched, in the map frame
         assert grid.header.frame_id == "map" and grid.info.resolution == pytest.approx(0.05)
         assert len(grid.data) == grid.info.width * grid.info.height > 0
@@ -220,5 +224,23 @@ def test_missing_extrinsics_drop_frames_with_a_named_edge(client: RosClient, tmp
         assert len(run.camera_pose.messages) == 0 and len(run.odometry.messages) == 0
         log = run.node.output()
         assert "tf_unavailable" in log and "base_link -> camera_optical" in log, log[-2000:]
+    finally:
+        run.stop()
+
+
+def test_depth_scale_source_reads_the_registered_depth_topic(client: RosClient, tmp_path: Path) -> None:
+    params = {"tf.mode": "map_to_camera", "scale.source": "depth", "scale.min_samples": 2}
+    run = Run(client, tmp_path, "robot_depth", params, ["--no-odom", "--no-static", "--depth"],
+              remaps={"depth_image": "/robot/camera/depth/image_raw"})
+    try:
+        run.wait_truth()
+        run.camera_pose.wait_for(FRAMES, timeout=120)
+
+        def converged(msgs: list) -> bool:
+            return any(diagnostic_values(m).get("scale_converged") == "true" for m in msgs)
+
+        values = [diagnostic_values(m) for m in run.diagnostics.wait_for(converged, timeout=30)]
+        last = [v for v in values if v.get("scale_converged") == "true"][-1]
+        assert last["scale_source"] == "depth" and int(last["scale_samples"]) >= 2
     finally:
         run.stop()

@@ -206,7 +206,13 @@ class MappingOutputs:
             return False
         sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
         with self.lock:
+            bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
             frame = self.mapper.process(result, stamp_s, robot, sensor)
+            if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
+                self._node.get_logger().warning(
+                    f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
+                    f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
+                    throttle_duration_sec=10.0)
             if frame.new_epoch:
                 self._path.clear()
                 self._map_odom = None
