@@ -171,7 +171,8 @@ class MappingOutputs:
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._map_dirty = False
         self._grid_dirty = False
-        self._map_odom: np.ndarray | None = None  # last T_map_odom (republished at tf.publish_rate)
+        # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
+        self._map_odom: tuple[np.ndarray, float, float] | None = None
         self.mode_reason = ""
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
@@ -222,7 +223,7 @@ class MappingOutputs:
             self._map_dirty |= frame.map_changed or frame.new_epoch
             self._grid_dirty |= frame.map_changed or frame.new_epoch
             if frame.map_odom is not None:
-                self._map_odom = frame.map_odom
+                self._map_odom = (frame.map_odom, stamp_s, self._now_s())
         self._publish_frame(frame, header, camera)
         self._pubs["path"].publish(path)
         self.frames_published += 1
@@ -251,14 +252,20 @@ class MappingOutputs:
         if cfg.publish_frame_cloud:
             self._pubs["frame_cloud"].publish(points_to_cloud(frame.points, frame.colors, map_header))
 
+    def _now_s(self) -> float:
+        return self._node.get_clock().now().nanoseconds * 1e-9
+
     def _republish_map_odom(self) -> None:
-        """Timer: the last `map -> odom` again, stamped now + tf.transform_tolerance (as slam_toolbox)."""
+        """Timer: the last `map -> odom` again, stamped with the image clock advanced by the time since it was
+        published, + tf.transform_tolerance. On a robot (image stamps = now) that is now + tolerance, as
+        slam_toolbox does; a replayed bag's older stamps are followed instead of mixed with the wall clock."""
         with self.lock:
-            map_odom = self._map_odom
-        if map_odom is None:
+            last = self._map_odom
+        if last is None:
             return
-        now = self._node.get_clock().now().nanoseconds * 1e-9
-        stamp = seconds_stamp(now + self.config.tf_transform_tolerance)
+        map_odom, image_s, published_s = last
+        elapsed = max(0.0, self._now_s() - published_s)
+        stamp = seconds_stamp(image_s + elapsed + self.config.tf_transform_tolerance)
         self._tf.send(transform_msg(map_odom, stamp, self.config.map_frame, self.config.odom_frame))
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:

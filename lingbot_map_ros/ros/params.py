@@ -134,7 +134,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "tf.transform_tolerance",
         0.1,
-        "map -> odom is stamped this many seconds after the image (and after now when republished).",
+        "map -> odom is stamped this many seconds after the image (also when republished).",
         float_range=(0.0, 10.0),
     ),
     ParamSpec(
