@@ -168,6 +168,8 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
             composed = map_odom[round(t + TOLERANCE, 6)] @ truth["odom"][i] @ BASE_CAM
             worst = max(worst, float(np.abs(composed - pose_of(msg.pose)).max()))
         print(f"map -> odom -> base_link -> camera_optical vs ~/camera_pose: max |diff| {worst:.2e}")
+        republished = sum(1 for m in run.tf.messages for tf in m.transforms if tf.header.frame_id == "map")
+        assert republished > len(poses)  # map -> odom is also republished at tf.publish_rate
         assert worst < 1e-6
         odom = run.odometry.wait_for(FRAMES)
         assert {m.child_frame_id for m in odom} == {"base_link"}
