@@ -113,9 +113,11 @@ class Run:
         return dict(np.load(self.truth))
 
     def stop(self) -> None:
-        self.robot.kill()  # the robot holds nothing to release (its /tf_static ends with it)
-        self.robot.wait(10)
-        self.node.stop()
+        try:
+            self.robot.kill()  # the robot holds nothing to release (its /tf_static ends with it)
+            self.robot.wait(10)
+        finally:
+            self.node.stop()  # never leave the node running
         for c in (self.tf, self.tf_static, self.camera_pose, self.odometry, self.diagnostics, self.grid):
             self.client.node.destroy_subscription(c.subscription)
 
