@@ -11,6 +11,8 @@ from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY as OPTICAL_TO_MAP
+from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw as rotation_to_quaternion
+from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix as quaternion_to_rotation
 from lingbot_map_ros.engine.mapper import body_twist
 from lingbot_map_ros.ros.conversions import (
     IMAGE_ENCODINGS,
@@ -26,8 +28,6 @@ from lingbot_map_ros.ros.conversions import (
 )
 from lingbot_map_ros.ros.geometry import (
     camera_info_msg,
-    quaternion_to_rotation,
-    rotation_to_quaternion,
     transform_msg,
     twist_msg,
 )

@@ -11,24 +11,14 @@ from nav_msgs.msg import OccupancyGrid, Odometry
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..engine.geometry import matrix_to_quat_xyzw, quat_xyzw_to_matrix
+from ..engine.geometry import matrix_to_quat_xyzw
 from ..engine.grid import Grid
-
-
-def rotation_to_quaternion(rot: np.ndarray) -> np.ndarray:
-    """`[3, 3]` rotation matrix to a unit quaternion `[x, y, z, w]` (w >= 0)."""
-    return matrix_to_quat_xyzw(rot)
-
-
-def quaternion_to_rotation(quat: np.ndarray) -> np.ndarray:
-    """Quaternion `[x, y, z, w]` (any norm > 0) to a `[3, 3]` rotation matrix."""
-    return quat_xyzw_to_matrix(quat)
 
 
 def pose_msg(pose: np.ndarray) -> Pose:
     """`[4, 4]` transform to `geometry_msgs/Pose`."""
     pose = _check_pose(pose)
-    x, y, z, w = rotation_to_quaternion(pose[:3, :3])
+    x, y, z, w = matrix_to_quat_xyzw(pose[:3, :3])
     t = pose[:3, 3]
     out = Pose()
     out.position.x, out.position.y, out.position.z = float(t[0]), float(t[1]), float(t[2])
