@@ -141,3 +141,22 @@ def test_unconverged_scale_grows_the_covariance(scene) -> None:
 def test_grid_config_validates() -> None:
     with pytest.raises(ValueError):
         GridConfig(min_height=1.0, max_height=0.5)
+
+
+def test_epochs_clear_and_reanchors_restart_the_scale_samples(scene) -> None:
+    mapper = Mapper(MapperConfig(scale=ScaleConfig(source="depth", min_samples=2)))
+    session = StandInSession(scene, random_sim3(3, UNKNOWN), scale_frames=1)
+    first = [mapper.process(session.push_index(i)[0], 0.1 * i, RobotSample("map_to_base", BASE_CAM),
+                            scene.depth[i]) for i in range(4)]
+    assert first[0].new_epoch and not any(f.new_epoch for f in first[1:])
+    assert all(f.map_odom is None for f in first) and mapper.scale.state().samples == 4
+    value = mapper.scale.value
+    moved = session.push_index(4)[0]
+    moved.segment = 1  # a long-stream re-anchor: same map, the scale re-collects its samples
+    mapper.process(moved, 0.4, RobotSample("map_to_base", BASE_CAM), None)
+    assert mapper.scale.state().samples == 0 and mapper.scale.value == value and len(mapper.trajectory) == 5
+    restarted = session.push_index(5)[0]
+    restarted.epoch = 1  # a reset: a new map frame, everything cleared
+    out = mapper.process(restarted, 0.5, RobotSample("map_to_base", BASE_CAM), scene.depth[5])
+    assert out.new_epoch and len(mapper.trajectory) == 1
+    np.testing.assert_allclose(out.body_pose, np.eye(4), atol=1e-9)  # the new map starts at this base
