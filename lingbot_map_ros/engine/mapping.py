@@ -1,8 +1,8 @@
 """Map accumulation: a voxel-grid point map with a hard point budget, a bounded trajectory, file writers.
 
 Points and poses are in whatever frame the caller inserts them in: `engine/mapper.py` (the node and `run`)
-inserts map-frame points (REP-103/REP-105, metres once the scale is known); `VoxelMap.integrate` keeps the older
-model-world path for direct users of `FrameResult`. numpy only.
+inserts map-frame points (REP-103/REP-105, metres once the scale is known); `VoxelMap.integrate` keeps the
+older model-world path for direct users of `FrameResult`. numpy only.
 
 `VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
 (weight capped at ``max_weight`` so a voxel follows later, better-constrained observations). Voxels live in
