@@ -27,6 +27,10 @@ import numpy as np
 
 from .writers import atomic_write
 
+#: nav2_map_server loads a trinary pixel p as occupied when 1 - p/255 > occupied_thresh, free when below
+#: free_thresh, else unknown. Unknown is written as 205 (1 - 205/255 = 0.19608), so free_thresh must stay at or below that:
+#: 0.196 (ROS 1's map_saver value) keeps unknown unknown; nav2 map_saver's own 0.25 would load it as free.
+FREE_THRESH = 0.196
 #: Cells added on each side when the grid grows (fewer re-allocations).
 GROW_MARGIN = 40
 
@@ -203,7 +207,7 @@ def write_nav2_map(directory: str | os.PathLike, name: str, grid: Grid) -> tuple
         f"origin: [{grid.origin_xy[0]}, {grid.origin_xy[1]}, 0]\n"
         "negate: 0\n"
         "occupied_thresh: 0.65\n"
-        "free_thresh: 0.25\n"
+        f"free_thresh: {FREE_THRESH}\n"
     )
     yaml = atomic_write(directory / f"{name}.yaml", lambda f: f.write(text.encode()))
     return pgm, yaml
