@@ -29,7 +29,7 @@ from .writers import atomic_write
 
 #: nav2_map_server loads a trinary pixel p as occupied when 1 - p/255 > occupied_thresh, free when below
 #: free_thresh, else unknown. Unknown is written as 205 (1 - 205/255 = 0.19608), so free_thresh must stay at
-#: or below that: 0.196 (ROS 1's map_saver value) keeps unknown unknown; nav2 map_saver's 0.25 loads it as free.
+#: or below that: 0.196 (ROS 1's map_saver value) keeps unknown unknown; nav2 map_saver's 0.25 makes it free.
 FREE_THRESH = 0.196
 #: Cells added on each side when the grid grows (fewer re-allocations).
 GROW_MARGIN = 40
