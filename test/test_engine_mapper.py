@@ -167,3 +167,13 @@ def test_epochs_clear_and_reanchors_restart_the_scale_samples(scene) -> None:
     out = mapper.process(restarted, 0.5, RobotSample("map_to_base", BASE_CAM), scene.depth[5])
     assert out.new_epoch and len(mapper.trajectory) == 1
     np.testing.assert_allclose(out.body_pose, np.eye(4), atol=1e-9)  # the new map starts at this base
+
+
+def test_odometry_scaled_base_poses_follow_the_truth_once_converged(scene) -> None:
+    _, out = _run(scene, "odometry")
+    truth = np.stack([invert_rigid(scene.base[0]) @ b for b in scene.base])
+    est = np.stack([f.body_pose for f in out])
+    first = next(i for i, f in enumerate(out) if f.scale.converged)
+    err = np.linalg.norm(est[first:, :3, 3] - truth[first:, :3, 3], axis=1)
+    print(f"base pose error (odometry scale, 5 mm odometry noise) after convergence: max {err.max():.4f} m")
+    assert err.max() < 0.02  # measured 0.016 m over a 5.2 x 3 m loop; the scale still settles meanwhile
