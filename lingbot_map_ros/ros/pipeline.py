@@ -7,6 +7,7 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..engine.config import SessionConfig
 from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
-from .params import NodeParams
+from .params import NodeParams, parse_image_size
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -89,6 +90,8 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     if faults:
         warn(f"{FAULTS_ENV} is set: injecting faults into model.step for testing: {faults}")
         model = FaultInjectingModel(model, faults)
+    compiling = params.model_compile_blocks and params.model_cuda_graphs and device.type == "cuda"
+    cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
     session_config = SessionConfig(
         scale_frames=params.kv_cache_scale_frames,
         sliding_window=params.kv_cache_sliding_window,
@@ -106,6 +109,38 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     description = (
         f"preset {params.model_preset}, weights {checkpoint or 'synthetic'}, device {device}, "
         f"dtype {params.model_dtype}, backend {params.attention_backend}, "
-        f"image width {params.model_image_width}"
+        f"image width {params.model_image_width}, "
+        f"compile_blocks {compiling}" + (f" (cache {cache_dir})" if cache_dir else "")
     )
+    warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
+    if warmup_hw is not None and device.type == "cuda":
+        try:
+            seconds = session.warm_up(warmup_hw)
+        except Exception as exc:  # e.g. out of memory: one clear configure error
+            raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
+        description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(model=model, session=session, device=device, description=description)
+
+
+def default_compile_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/lingbot_map_ros/torch_compile` (`~/.cache/...` without XDG_CACHE_HOME)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lingbot_map_ros" / "torch_compile"
+
+
+def set_compile_cache_dir(configured: str) -> Path:
+    """Point torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels) at a
+    directory that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets
+    it, else `default_compile_cache_dir()`. Must run before the first compile of the process."""
+    if configured:
+        path = Path(configured).expanduser()
+    elif os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        path = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    else:
+        path = default_compile_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigureError(f"model.compile_cache_dir '{path}' cannot be created: {exc}") from exc
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return path
