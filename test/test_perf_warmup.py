@@ -28,7 +28,9 @@ def model() -> LingBotMap:
 
 
 def _session(model: LingBotMap) -> StreamingSession:
-    config = SessionConfig(scale_frames=S0, sliding_window=4, max_window=8, image_width=56, max_stored_frames=64)
+    config = SessionConfig(
+        scale_frames=S0, sliding_window=4, max_window=8, image_width=56, max_stored_frames=64
+    )
     return StreamingSession(model, config)
 
 
@@ -81,3 +83,46 @@ def test_compile_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert set_compile_cache_dir("") == tmp_path / "env"
     assert set_compile_cache_dir(str(tmp_path / "param")) == tmp_path / "param"
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "param")
+
+
+def _fields(r) -> tuple:
+    return (r.index, r.meta, r.is_keyframe, r.phase, r.epoch, r.segment, r.reset_reason)
+
+
+def test_overlapped_push_gives_exactly_the_results_of_push(model: LingBotMap) -> None:
+    """One-deep pipeline: same results bit for bit, one call later; anchor phase, keyframe interval 2,
+    re-anchors (max_stored_frames), a resolution change and flush() all included."""
+    config = SessionConfig(
+        scale_frames=S0, sliding_window=3, max_window=8, image_width=56, max_stored_frames=8,
+        keyframe_interval=2,
+    )
+    sync, overlapped = StreamingSession(model, config), StreamingSession(model, config)
+    rng = np.random.default_rng(7)
+    inputs = [rng.integers(0, 256, (42, 74, 3), dtype=np.uint8) for _ in range(20)]
+    inputs += [rng.integers(0, 256, (60, 112, 3), dtype=np.uint8) for _ in range(S0 + 3)]
+    expected, got = [], []
+    for i, frame in enumerate(inputs):
+        expected += sync.push(frame, meta=i)
+        got += overlapped.push_overlapped(frame, meta=i)
+        if i == 12:
+            got += overlapped.flush()  # an empty input queue: the frame in flight comes back at once
+            assert overlapped.flush() == []
+    got += overlapped.flush()
+    assert [_fields(r) for r in got] == [_fields(r) for r in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert np.array_equal(a.pose_c2w, b.pose_c2w) and np.array_equal(a.intrinsics, b.intrinsics)
+        assert np.array_equal(a.depth, b.depth, equal_nan=True)
+        assert np.array_equal(a.depth_conf, b.depth_conf)
+    assert overlapped.stats()["reanchors_total"] == sync.stats()["reanchors_total"] >= 1
+    assert overlapped.stats()["resets_total"] == sync.stats()["resets_total"] == 1
+
+
+def test_overlapped_push_returns_the_previous_frame(model: LingBotMap) -> None:
+    s = _session(model)
+    frames = _frames(S0 + 3)
+    assert [len(s.push_overlapped(f)) for f in frames[:S0]] == [0] * (S0 - 1) + [S0]
+    assert s.push_overlapped(frames[S0]) == []  # in flight
+    (r,) = s.push_overlapped(frames[S0 + 1])
+    assert r.index == S0
+    s.reset()  # drops the frame in flight
+    assert s.flush() == []

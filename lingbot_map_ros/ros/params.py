@@ -255,7 +255,7 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problems.append(f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})")
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
-        problems.append(f"model.warmup_image_size must be WxH in pixels (e.g. 640x480) or empty, got {size!r}")
+        problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
     width = values.get("model.image_width", 14)
     if isinstance(width, int) and width % 14:
         problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
