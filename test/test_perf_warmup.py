@@ -71,8 +71,7 @@ def test_parse_image_size_and_cross_check() -> None:
 
 
 def test_compile_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("rclpy")
-    from lingbot_map_ros.ros.pipeline import default_compile_cache_dir, set_compile_cache_dir
+    from lingbot_map_ros.model.graphed import default_compile_cache_dir, set_compile_cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

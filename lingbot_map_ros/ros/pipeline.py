@@ -7,7 +7,6 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from ..engine.config import SessionConfig
 from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
+from ..model.graphed import set_compile_cache_dir
 from .params import NodeParams, parse_image_size
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -91,7 +91,10 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         warn(f"{FAULTS_ENV} is set: injecting faults into model.step for testing: {faults}")
         model = FaultInjectingModel(model, faults)
     compiling = params.model_compile_blocks and params.model_cuda_graphs and device.type == "cuda"
-    cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
+    try:
+        cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
+    except OSError as exc:
+        raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
     session_config = SessionConfig(
         scale_frames=params.kv_cache_scale_frames,
         sliding_window=params.kv_cache_sliding_window,
@@ -121,26 +124,3 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(model=model, session=session, device=device, description=description)
 
-
-def default_compile_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/lingbot_map_ros/torch_compile` (`~/.cache/...` without XDG_CACHE_HOME)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "lingbot_map_ros" / "torch_compile"
-
-
-def set_compile_cache_dir(configured: str) -> Path:
-    """Point torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels) at a
-    directory that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets
-    it, else `default_compile_cache_dir()`. Must run before the first compile of the process."""
-    if configured:
-        path = Path(configured).expanduser()
-    elif os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        path = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    else:
-        path = default_compile_cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigureError(f"model.compile_cache_dir '{path}' cannot be created: {exc}") from exc
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-    return path
