@@ -222,7 +222,21 @@ class StreamingSession:
                 "alignment_scale": self._align.scale,
                 "cache": dataclasses.asdict(cache) if dataclasses.is_dataclass(cache) else cache,
                 "timings_ms": self._timer.summary(),
+                **self._gpu_memory(),
             }
+
+    def _gpu_memory(self) -> dict[str, object]:
+        """GPU memory of this process in GiB (allocated now, peak allocated, reserved) on CUDA."""
+        if self.device.type != "cuda":
+            return {}
+        gib = 2**30
+        return {
+            "gpu_memory_gib": {
+                "allocated": round(torch.cuda.memory_allocated(self.device) / gib, 3),
+                "peak_allocated": round(torch.cuda.max_memory_allocated(self.device) / gib, 3),
+                "reserved": round(torch.cuda.memory_reserved(self.device) / gib, 3),
+            }
+        }
 
     # ------------------------------------------------------------------ internals
 
