@@ -60,6 +60,30 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every thread of process `pid`, with its name (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busiest_threads(before: dict, after: dict, seconds: float, top: int = 8) -> list[dict]:
+    """Threads of the node by CPU share over a window (1.0 = one core busy)."""
+    rows = [
+        {"tid": tid, "name": name, "cpu": round((cpu - before.get(tid, (name, 0.0))[1]) / seconds, 3)}
+        for tid, (name, cpu) in after.items()
+    ]
+    return sorted(rows, key=lambda r: -r["cpu"])[:top]
+
+
 def main(argv: list[str] | None = None) -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
@@ -89,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import Odometry
     from rclpy.context import Context
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import Header
@@ -145,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         client.create_subscription(TFMessage, "/tf", on_tf, reliable)
     client.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, reliable)
     pub = client.create_publisher(Image, "/image", qos_profile_sensor_data)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    executor = SingleThreadedExecutor(context=context)
     executor.add_node(client)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
@@ -201,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.settle_s)
             with lock:
                 t0_ns, n_pub0, n_odo0, n_tf0 = time.time_ns(), len(published), len(odometry), len(tf)
+            cpu0 = thread_cpu(proc.pid)
             time.sleep(args.seconds)
+            threads = busiest_threads(cpu0, thread_cpu(proc.pid), args.seconds)
             with lock:
                 t1_ns = time.time_ns()
                 pub_stamps = set(published[n_pub0:])
@@ -227,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                     if k.startswith("session.timings_ms.") and k.endswith(".mean")
                 },
                 "diagnostics_dropped_total": diag.get("frames_dropped"),
+                "node_cpu_total": round(sum(t["cpu"] for t in threads), 3),
+                "node_busiest_threads": threads,
             }
             if args.segments > 1:  # latency over time: first segment = first full-window frames
                 edges = np.linspace(t0_ns, t1_ns, args.segments + 1)
@@ -244,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{hz:g} Hz: {result['fps_posed']:.2f} FPS posed of {result['published_hz']:.1f} published, "
                 f"dropped {result['dropped']}, odometry latency p50/p90/p99 {lat['p50']:.1f}/"
                 f"{lat['p90']:.1f}/{lat['p99']:.1f} ms, tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
-                f"gpu {result['gpu_memory_gib']}",
+                f"gpu {result['gpu_memory_gib']}, node threads (cores): {threads[:4]}",
                 flush=True,
             )
         report["diagnostics"] = dict(diagnostics)
