@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=518)
     parser.add_argument("--height", type=int, default=378)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="node parameter")
+    parser.add_argument(
+        "--executor",
+        choices=("node", "single"),
+        default="node",
+        help="single: run the node with rclpy's SingleThreadedExecutor instead of its MultiThreadedExecutor "
+        "(patched in at start, node.py unchanged): an experiment on the executor's cost",
+    )
     parser.add_argument("--segments", type=int, default=1, help="also report latency per time segment")
     parser.add_argument("--start-timeout-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=REPO / "output" / "node_e2e")
@@ -126,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         TFMessage = None
 
     command = [sys.executable, "-m", "lingbot_map_ros.ros.node", "--ros-args", "-r", f"__node:={NODE}"]
+    if args.executor == "single":
+        patch = (
+            "import sys, rclpy.executors as e; "
+            "e.MultiThreadedExecutor = lambda num_threads=None, **k: e.SingleThreadedExecutor(**k); "
+            "from lingbot_map_ros.ros.node import main; sys.exit(main())"
+        )
+        command = [sys.executable, "-c", patch, "--ros-args", "-r", f"__node:={NODE}"]
     for key, value in params.items():
         command += ["-p", f"{key}:={json.dumps(value)}"]
     log_path = args.out / "node_e2e.log"
@@ -201,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 next_t = time.monotonic()
 
-    report: dict = {"params": params, "rates": {}, "image": f"{args.width}x{args.height} rgb8"}
+    report: dict = {"params": params, "executor": args.executor, "rates": {}}
+    report["image"] = f"{args.width}x{args.height} rgb8"
     rates = [float(r) for r in args.rates.split(",")]
     rate["hz"] = rates[0]
     cam = threading.Thread(target=camera, daemon=True)
