@@ -112,7 +112,8 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         raise ImageConversionError(
             "undecodable_image", "compressed image has no data: expected jpeg or png bytes"
         )
-    size = compressed_image_size(data.tobytes())
+    raw = data.tobytes()
+    size = compressed_image_size(raw)
     if size is None:
         raise ImageConversionError(
             "undecodable_image",
@@ -129,13 +130,60 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         return _bridged(
             lambda: _BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"), "undecodable_image"
         )
-    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if raw.startswith(b"\xff\xd8") and (problem := jpeg_structure_problem(raw)) is not None:
+        # libjpeg would only print "Corrupt JPEG data" to stderr and return garbage pixels
+        raise ImageConversionError("undecodable_image", f"corrupt JPEG data: {problem}")
+    # EXIF orientation is ignored: the pixels keep the sensor's (and CameraInfo's, and the header's) layout,
+    # as a raw Image of the same camera would; OpenCV would otherwise rotate a JPEG with orientation 6.
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None:
         raise ImageConversionError(
             "undecodable_image",
             f"cannot decode compressed image (format '{msg.format}'): expected jpeg or png",
         )
+    if bgr.shape[:2] != tuple(size):
+        raise ImageConversionError(
+            "undecodable_image",
+            f"decoded {bgr.shape[1]}x{bgr.shape[0]} px but the header says {size[1]}x{size[0]}",
+        )
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def image_header_size(msg: Image | CompressedImage) -> tuple[int, int] | None:
+    """(height, width) an image message claims, without decoding or copying pixels (None: unknown)."""
+    if isinstance(msg, CompressedImage):
+        data = _message_bytes(msg.data)
+        return compressed_image_size(data.tobytes()) if data.size else None
+    return int(msg.height), int(msg.width)
+
+
+def check_pixel_budget(size: tuple[int, int] | None, max_pixels: int, max_aspect_ratio: float) -> None:
+    """Reject an image by its header size before it is decoded, converted or resized.
+
+    Args:
+        size: (height, width) from the header; None or a non-positive side is left to the converter.
+        max_pixels: largest accepted width x height (`max_input_pixels`).
+        max_aspect_ratio: largest accepted long side / short side (`max_aspect_ratio`).
+
+    Raises:
+        ImageConversionError: `oversized_image` (pixels) or `unsupported_aspect_ratio`.
+    """
+    if size is None or min(size) <= 0:
+        return
+    height, width = size
+    if height * width > max_pixels:
+        raise ImageConversionError(
+            "oversized_image",
+            f"image of {width}x{height} = {height * width} px exceeds max_input_pixels = {max_pixels} "
+            "(not decoded)",
+        )
+    ratio = max(height, width) / min(height, width)
+    if ratio > max_aspect_ratio:
+        raise ImageConversionError(
+            "unsupported_aspect_ratio",
+            f"image of {width}x{height} px has an aspect ratio of {ratio:.1f}, over max_aspect_ratio = "
+            f"{max_aspect_ratio:g}",
+        )
 
 
 def _bridged(convert: Callable[[], np.ndarray], cause: str) -> np.ndarray:
@@ -182,6 +230,73 @@ def compressed_image_size(data: bytes) -> tuple[int, int] | None:
             return None
         i += 2 if 0xD0 <= marker <= 0xD7 or marker == 0x01 else 2 + int.from_bytes(data[i + 2 : i + 4], "big")
     return None
+
+
+#: Markers that may follow a scan's entropy-coded data (EOI, DHT, SOS, DQT, DNL, DRI, COM, APPn).
+_JPEG_AFTER_SCAN = frozenset({0xD9, 0xC4, 0xDA, 0xDB, 0xDC, 0xDD, 0xFE, *range(0xE0, 0xF0)})
+
+
+def jpeg_structure_problem(data: bytes) -> str | None:
+    """What is wrong with a JPEG's marker structure, or None when it is sound.
+
+    Walks the marker segments to EOI; in each scan's entropy-coded data every 0xFF must be a stuffed 0xFF00,
+    a fill byte or a restart marker (RSTn only with a restart interval, in sequence), and the scan must end in
+    a marker that may follow a scan. This is what libjpeg reports only as a "Corrupt JPEG data: extraneous
+    bytes" warning on stderr while it returns an image: random scan data almost surely has a 0xFF followed by
+    a byte no valid stream has. (Entropy data without any 0xFF byte cannot be checked this way.)
+    """
+    n, i, restart_interval = len(data), 2, 0
+    while True:
+        if i + 2 > n:
+            return "premature end of the data: no EOI marker"
+        if data[i] != 0xFF:
+            return f"extraneous bytes before a marker at offset {i}"
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0xD9:
+            return None
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            i += 2
+            continue
+        if i + 4 > n:
+            return "premature end of the data in a marker segment"
+        end = i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+        if end <= i + 3 or end > n:
+            return f"marker 0x{marker:02X} at offset {i} has an impossible length"
+        if marker == 0xDD and end >= i + 6:
+            restart_interval = int.from_bytes(data[i + 4 : i + 6], "big")
+        if marker != 0xDA:
+            i = end
+            continue
+        i, problem = _scan_end(data, end, restart_interval)
+        if problem is not None:
+            return problem
+
+
+def _scan_end(data: bytes, start: int, restart_interval: int) -> tuple[int, str | None]:
+    """Offset of the marker that ends the entropy-coded data starting at `start`, or a problem."""
+    scan = np.frombuffer(data, np.uint8, offset=start)
+    ff = np.flatnonzero(scan[:-1] == 0xFF)
+    following = scan[ff + 1]
+    restarts = (following >= 0xD0) & (following <= 0xD7)
+    data_bytes = (following == 0x00) | (following == 0xFF) | restarts
+    ends = ff[~data_bytes]
+    if ends.size == 0:
+        return len(data), "premature end of the data inside a scan"
+    end = int(ends[0])
+    rst = following[restarts & (ff < end)]
+    if rst.size:
+        if not restart_interval:
+            return start + end, "restart marker in a scan without a restart interval"
+        expected = (0xD0 + np.arange(rst.size) % 8).astype(np.uint8)
+        if not np.array_equal(rst, expected):
+            return start + end, "restart markers out of sequence"
+    marker = int(following[~data_bytes][0])
+    if marker not in _JPEG_AFTER_SCAN:
+        return start + end, f"invalid marker 0x{marker:02X} inside a scan at offset {start + end}"
+    return start + end, None
 
 
 def rgb_to_image(rgb: np.ndarray, header: Header, encoding: str = "rgb8", row_padding: int = 0) -> Image:
