@@ -135,7 +135,10 @@ def write_tum(path: str | os.PathLike, stamps: np.ndarray, poses: np.ndarray) ->
         raise ValueError(
             f"expected one timestamp per pose, got {stamps.shape[0]} stamps for {rows.shape[0]} poses"
         )
-    lines = [f"{stamp} " + " ".join(f"{v:.9g}" for v in row) + "\n" for stamp, row in zip(stamp_text, rows)]
+    lines = [
+        f"{stamp} " + " ".join(f"{v:.9g}" for v in row) + "\n"
+        for stamp, row in zip(stamp_text, rows, strict=True)
+    ]
 
     def _write(f: IO[bytes]) -> None:
         f.write(b"# timestamp tx ty tz qx qy qz qw\n")

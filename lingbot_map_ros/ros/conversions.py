@@ -38,6 +38,9 @@ IMAGE_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4,
 MAX_COMPRESSED_SIDE = 8192
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (not DHT/JPG/DAC)
+#: Images with a side under this (one 14 px patch) skip the aspect-ratio check: they are rejected as
+#: `unsupported_size` after decoding, which the pixel budget keeps cheap.
+MIN_BUDGET_SIDE = 14
 #: Cloud layout RViz expects for xyz + colour: float32 x, y, z and the rgb bytes packed into a float32.
 CLOUD_POINT_STEP = 16
 
@@ -62,6 +65,29 @@ def image_to_rgb(msg: Image) -> np.ndarray:
         ImageConversionError (a ValueError): unknown encoding, zero size, `step` smaller than a
             row, or too few data bytes.
     """
+    encoding, channels, data = check_image_layout(msg)
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    row_bytes = width * channels
+    if _BRIDGE is not None:  # a real ROS install
+        return _bridged(lambda: _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"), "malformed_image")
+    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
+    pixels = rows.reshape(height, width, channels)
+    if encoding == "mono8":
+        return np.repeat(pixels, 3, axis=2)
+    if encoding in ("bgr8", "bgra8"):
+        return np.ascontiguousarray(pixels[:, :, 2::-1])
+    return np.ascontiguousarray(pixels[:, :, :3])
+
+
+def check_image_layout(msg: Image) -> tuple[str, int, np.ndarray]:
+    """Check an Image's encoding, size, step and data length without touching its pixels.
+
+    Returns:
+        (encoding lower-cased, channels, the data as a flat uint8 view).
+
+    Raises:
+        ImageConversionError: `unsupported_encoding` or `malformed_image`.
+    """
     encoding = msg.encoding.lower()
     if encoding not in IMAGE_ENCODINGS:
         raise ImageConversionError(
@@ -85,15 +111,7 @@ def image_to_rgb(msg: Image) -> np.ndarray:
             "malformed_image",
             f"image data has {data.size} bytes, expected at least {needed} ({height} rows of step {step})",
         )
-    if _BRIDGE is not None:  # a real ROS install
-        return _bridged(lambda: _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"), "malformed_image")
-    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
-    pixels = rows.reshape(height, width, channels)
-    if encoding == "mono8":
-        return np.repeat(pixels, 3, axis=2)
-    if encoding in ("bgr8", "bgra8"):
-        return np.ascontiguousarray(pixels[:, :, 2::-1])
-    return np.ascontiguousarray(pixels[:, :, :3])
+    return encoding, channels, data
 
 
 def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
@@ -171,6 +189,8 @@ def check_pixel_budget(size: tuple[int, int] | None, max_pixels: int, max_aspect
     if size is None or min(size) <= 0:
         return
     height, width = size
+    if min(size) < MIN_BUDGET_SIDE:  # under one patch: rejected as unsupported_size once decoded (cheap:
+        max_aspect_ratio = float("inf")  # its pixels are within max_pixels)
     if height * width > max_pixels:
         raise ImageConversionError(
             "oversized_image",

@@ -30,6 +30,7 @@ from std_msgs.msg import Header
 from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
 from .conversions import (
     ImageConversionError,
+    check_image_layout,
     check_pixel_budget,
     compressed_to_rgb,
     image_header_size,
@@ -199,6 +200,8 @@ class FrameIntake:
         Raises:
             ImageConversionError: any other rejection, with its cause.
         """
+        if isinstance(msg, Image):
+            check_image_layout(msg)  # malformed before oversized: the header must match the data first
         check_pixel_budget(image_header_size(msg), params.max_input_pixels, params.max_aspect_ratio)
         child = params.camera_frame or msg.header.frame_id
         problem = frame_id_problem(child, self._reserved_frames(params))
