@@ -111,3 +111,20 @@ class PeakRss:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
         raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def warm_up(pub: object, odom: Collector, make: Callable[[int], object], timeout: float = 60.0) -> int:
+    """Publish valid frames `make(0), make(1), ...` every 0.2 s until odometry arrives; returns how many were
+    sent. The node's odometry writer may match the test's reader a moment after the reader saw the writer
+    (DDS discovery is not symmetric), so the first outputs can be lost: tests count from here."""
+    deadline = time.monotonic() + timeout
+    sent = 0
+    while len(odom) == 0:
+        assert time.monotonic() < deadline, f"no odometry after {sent} frames in {timeout} s"
+        pub.publish(make(sent))
+        sent += 1
+        end = time.monotonic() + 0.2
+        while len(odom) == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+    time.sleep(0.3)  # the rest of the warm-up's outputs
+    return sent

@@ -205,9 +205,10 @@ class LingBotMapNode(LifecycleNode):
             self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
             stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
             self._publisher = None
-        if self._outputs is not None:
-            self._outputs.destroy()  # through the facade: its publishers are kept
-            self._outputs = None
+        with self._publish_lock:  # not while a (late) publish or a reset uses the outputs
+            outputs, self._outputs = self._outputs, None
+        if outputs is not None:
+            outputs.destroy()  # through the facade: its publishers are kept
         return stopped
 
     def _release_configured(self) -> None:
@@ -309,11 +310,12 @@ class LingBotMapNode(LifecycleNode):
         the new stream), drop the queued frames, then reset the session after a step in progress and clear
         path, trajectory and map after a step being published. Returns the number of queued frames
         discarded, None when the node is not active."""
-        if self._pipeline is None or self._outputs is None or self._worker is None:
+        worker = self._worker
+        if self._pipeline is None or self._outputs is None or worker is None:
             return None
         self._generation += 1  # frames from now on start the new stream; older ones are dropped
         generation = self._generation
-        discarded = self._worker.clear()
+        discarded = worker.clear()
         with self._session_lock:  # waits for a step in progress
             if self._pipeline is not None:
                 self._sync_session(generation)
@@ -350,19 +352,20 @@ class LingBotMapNode(LifecycleNode):
         runtime = self.stats.snapshot()
         runtime["clock"] = self._clock_watch.check(use_sim_time, now.nanoseconds)
         runtime.update(self._intrinsics)
-        if self._outputs is not None:
-            runtime["map_points"] = self._outputs.map_size()
-            runtime.update(self._outputs.trajectory_stats())
+        outputs, pipeline = self._outputs, self._pipeline  # deactivate/cleanup may clear them meanwhile
+        if outputs is not None:
+            runtime["map_points"] = outputs.map_size()
+            runtime.update(outputs.trajectory_stats())
         worker = self._worker
         conflict = self._intake.guard.conflict()
         msg = diagnostic_array(
             self.get_name(),
-            str(self._pipeline.device) if self._pipeline else "none",
+            str(pipeline.device) if pipeline else "none",
             now.to_msg(),
             runtime,
             worker.stats() if worker is not None else None,
             dict(self._session_stats),
-            "active" if self._active else ("inactive" if self._pipeline else "unconfigured"),
+            "active" if self._active else ("inactive" if pipeline else "unconfigured"),
             errors=[conflict] if conflict else [],
         )
         pub.publish(msg)
@@ -392,8 +395,9 @@ class LingBotMapNode(LifecycleNode):
             return result
         try:
             with self._session_lock:
-                self._pipeline.session.set_sliding_window(window)
-                self._refresh_session_stats()
+                if self._pipeline is not None:  # cleanup may have released it meanwhile
+                    self._pipeline.session.set_sliding_window(window)
+                    self._refresh_session_stats()
         except (ValueError, RuntimeError) as exc:
             return SetParametersResult(successful=False, reason=f"kv_cache.sliding_window refused: {exc}")
         self.get_logger().info(f"kv_cache.sliding_window -> {window}")
