@@ -53,9 +53,8 @@ def test_odd_frames_alternating_cameras_and_bad_frame_ids(ros_client: RosClient,
         for i in range(2):
             send(frames[i])
         odom.wait_for(lambda ms: ms[-1].header.stamp.sec == sec, timeout=60)
-        _, _, before = latest(
-            diag, name, lambda lv, m, v: count(v, "frames_published") == sec + 1
-        )  # stamps 0..sec
+        time.sleep(0.3)  # a /diagnostics after that frame (DDS may have lost warm-up frames: no exact counts)
+        _, _, before = latest(diag, name, lambda lv, m, v: count(v, "map_points") > 0)
         mapped = len(odom)
         # one odd frame of another size, one of another camera, then the stream goes on: same epoch
         send(tiny)
