@@ -17,6 +17,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import RosClient, load_frames
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
@@ -145,7 +146,16 @@ def test_fifty_concurrent_resets_are_all_answered(
     monkeypatch.delenv(FAULTS_ENV)
     try:
         proc.wait_ready(ros_client, [f"{node}/reset"])
-        clients = [ros_client.node.create_client(Trigger, f"{node}/reset") for _ in range(50)]
+        # Every reply of the burst reaches every client's reply reader (DDS filters by request id only when
+        # taking), so a client with the default reply queue (10) can lose its own reply among 49 others
+        # (measured: 47 of 50 under load, caller side). Callers of a burst need a reply queue >= the burst;
+        # the node's part is the request queue (the default 10 dropped 39 of 49 waiting requests).
+        reply_qos = QoSProfile(
+            depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+        )
+        clients = [
+            ros_client.node.create_client(Trigger, f"{node}/reset", qos_profile=reply_qos) for _ in range(50)
+        ]
         for client in clients:
             assert client.wait_for_service(timeout_sec=30)
         time.sleep(2.0)  # the service's reply writer must discover each client's reader too (DDS discovery)
