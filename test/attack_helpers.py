@@ -46,9 +46,10 @@ def collect(client: RosClient, msg_type: type, topic: str, qos: QoSProfile = REL
 
 
 def status_of(msg: DiagnosticArray, name: str) -> tuple[int, str, dict[str, str]] | None:
-    """(level, message, values) of the status `<name>: mapping` in `msg`, None when absent."""
+    """(level, message, values) of the status `<fully qualified name>: mapping` of the node `name` (any
+    namespace) in `msg`, None when absent."""
     for status in msg.status:
-        if status.name == f"{name}: mapping":
+        if status.name.endswith(f"/{name}: mapping"):
             return (
                 int.from_bytes(status.level, "little")
                 if isinstance(status.level, bytes)
