@@ -46,6 +46,7 @@ from nav_msgs.msg import Path as PathMsg  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
+from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose  # noqa: E402
 from lingbot_map_ros.engine.mapping import VoxelMap  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
 from lingbot_map_ros.ros.conversions import (  # noqa: E402
@@ -54,7 +55,6 @@ from lingbot_map_ros.ros.conversions import (  # noqa: E402
     points_to_cloud,
     rgb_to_image,
 )
-from lingbot_map_ros.ros.geometry import world_to_map_points  # noqa: E402
 from lingbot_map_ros.ros.outputs import FRAME_QOS, MappingOutputs, OutputConfig  # noqa: E402
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters  # noqa: E402
 from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
@@ -205,7 +205,7 @@ def main() -> None:
             result = synthetic_result(index, rgb, rng, keyframe=index % args.keyframe_interval == 0)
             start = time.perf_counter()
             xyz, colors = result.points(config.map_conf_threshold, config.map_stride)
-            points_to_cloud(world_to_map_points(xyz), colors, header)
+            points_to_cloud(FrameChain(np.eye(4), camera_rest_pose()).world_points(xyz), colors, header)
             samples.setdefault("  points + PointCloud2 packing (part)", []).append(
                 1e3 * (time.perf_counter() - start)
             )

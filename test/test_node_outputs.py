@@ -23,9 +23,11 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
+from lingbot_map_ros.engine.grid import read_pgm
 from lingbot_map_ros.engine.mapping import read_ply, read_tum
 from lingbot_map_ros.ros.conversions import cloud_to_points, image_to_depth, rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
+from lingbot_map_ros.ros.params import PARAMETERS
 from lingbot_map_ros.ros.tf import TF_QOS
 
 pytestmark = pytest.mark.dds
@@ -311,6 +313,12 @@ def test_sliding_window_is_live_and_bad_values_are_rejected(
     assert ros_client.get_parameters(NODE, ["kv_cache.sliding_window"]) == {"kv_cache.sliding_window": 3}
     (result,) = ros_client.set_parameters(NODE, {"kv_cache.sliding_window": 8})
     assert result.successful
+    # `ros2 param load` of a full `ros2 param dump`: every parameter set to its current value is accepted,
+    # the reload-only ones included (issue 11, point 6)
+    names = [spec.name for spec in PARAMETERS]
+    results = ros_client.set_parameters(NODE, ros_client.get_parameters(NODE, names))
+    refused = [(n, r.reason) for n, r in zip(names, results, strict=True) if not r.successful]
+    assert not refused and len(results) == len(names) > 40
 
 
 def test_save_map_writes_ply_and_tum(ros_client: RosClient, fresh: Streams, frames: list[np.ndarray]) -> None:
@@ -327,6 +335,10 @@ def test_save_map_writes_ply_and_tum(ros_client: RosClient, fresh: Streams, fram
     np.testing.assert_allclose(tum_stamps, [s + 1e-9 * ns for s, ns in as_pairs(range(SCALE_FRAMES + 2))])
     assert rows.shape == (SCALE_FRAMES + 2, 7) and "dropped" not in response.message
     assert not list(ply.parent.glob("*.tmp*"))  # atomic writes leave no temp files
+    yaml_path = Path(response.message.split("grid: ")[1].split(" + ")[0])
+    meta = dict(line.split(": ", 1) for line in yaml_path.read_text().splitlines())
+    pgm = read_pgm(yaml_path.parent / meta["image"])
+    assert meta["mode"] == "trinary" and pgm.ndim == 2 and set(np.unique(pgm)) <= {0, 205, 254}
 
 
 def test_save_map_drops_the_oldest_poses_beyond_the_cap(

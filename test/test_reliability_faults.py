@@ -69,11 +69,11 @@ def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0
 
 
 def latest(collector: Collector, name: str, predicate: object, timeout: float = 30.0) -> dict[str, str]:
-    """Values of the newest /diagnostics status `<name>: mapping` that satisfies `predicate`."""
+    """Values of the newest /diagnostics status `/<name>/<name>: mapping` that satisfies `predicate`."""
 
     def values(msg: DiagnosticArray) -> dict[str, str]:
         for status in msg.status:
-            if status.name == f"{name}: mapping":
+            if status.name == f"/{name}/{name}: mapping":  # fully qualified (namespace /<name>)
                 return {kv.key: kv.value for kv in status.values}
         return {}
 

@@ -56,7 +56,7 @@ BASE = {
 
 
 def start(client: RosClient, tmp: Path, name: str, params: dict[str, object]) -> NodeProcess:
-    """The node as `/<name>/<name>` (unique node name: its /diagnostics status is `<name>: mapping`)."""
+    """The node as `/<name>/<name>` (its /diagnostics status is `/<name>/<name>: mapping`)."""
     proc = NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **params})
     proc.wait_ready(client, [f"/{name}/{name}/reset"])
     return proc
@@ -76,7 +76,7 @@ def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0
 def node_values(msg: DiagnosticArray, name: str) -> dict[str, str]:
     """Key -> value of node `name`'s mapping status in one /diagnostics message (empty if absent)."""
     for status in msg.status:
-        if status.name == f"{name}: mapping":
+        if status.name == f"/{name}/{name}: mapping":  # fully qualified (namespace /<name>)
             return {kv.key: kv.value for kv in status.values}
     return {}
 

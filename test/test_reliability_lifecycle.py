@@ -104,7 +104,7 @@ def test_lifecycle_transitions_under_load(
         mapping_resumes()
         values = {}
         for msg in reversed(diag.wait_for(1)):
-            status = [s for s in msg.status if s.name == f"{NAME}: mapping"]
+            status = [s for s in msg.status if s.name == f"/{NAME}/{NAME}: mapping"]
             if status:
                 values = {kv.key: kv.value for kv in status[0].values}
                 break

@@ -9,6 +9,11 @@ import pytest
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
+from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose
+from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY as OPTICAL_TO_MAP
+from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw as rotation_to_quaternion
+from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix as quaternion_to_rotation
+from lingbot_map_ros.engine.mapper import body_twist
 from lingbot_map_ros.ros.conversions import (
     IMAGE_ENCODINGS,
     ImageConversionError,
@@ -22,14 +27,9 @@ from lingbot_map_ros.ros.conversions import (
     rgb_to_image,
 )
 from lingbot_map_ros.ros.geometry import (
-    OPTICAL_TO_MAP,
-    body_twist,
     camera_info_msg,
-    quaternion_to_rotation,
-    rotation_to_quaternion,
     transform_msg,
-    world_to_map_points,
-    world_to_map_pose,
+    twist_msg,
 )
 
 RNG = np.random.default_rng(7)
@@ -156,10 +156,11 @@ def test_optical_to_map_is_rep103() -> None:
     np.testing.assert_array_equal(OPTICAL_TO_MAP @ [1, 0, 0], [0, -1, 0])
     np.testing.assert_array_equal(OPTICAL_TO_MAP @ [0, 1, 0], [0, 0, -1])
     assert np.isclose(np.linalg.det(OPTICAL_TO_MAP), 1.0)
-    pose = world_to_map_pose(np.eye(4))
+    chain = FrameChain(np.eye(4), camera_rest_pose())
+    pose = chain.camera_pose(np.eye(4))
     point_cam = np.array([0.0, 0.0, 2.0, 1.0])  # 2 m in front of the first camera
     np.testing.assert_allclose(pose @ point_cam, [2, 0, 0, 1])
-    np.testing.assert_allclose(world_to_map_points(point_cam[None, :3]), [[2, 0, 0]])
+    np.testing.assert_allclose(chain.world_points(point_cam[None, :3]), [[2, 0, 0]])
 
 
 def _random_rotation() -> np.ndarray:
@@ -188,11 +189,10 @@ def test_transform_and_twist() -> None:
     moved[:3, :3] = pose[:3, :3] @ np.array(
         [[np.cos(yaw), -np.sin(yaw), 0], [np.sin(yaw), np.cos(yaw), 0], [0, 0, 1]]
     )
-    twist = body_twist(pose, moved, dt=0.5)
+    twist = twist_msg(body_twist(pose, moved, dt=0.5))
     lin = moved[:3, :3].T @ (moved[:3, 3] - pose[:3, 3]) / 0.5
     np.testing.assert_allclose([twist.linear.x, twist.linear.y, twist.linear.z], lin, atol=1e-9)
     np.testing.assert_allclose([twist.angular.x, twist.angular.y, twist.angular.z], [0, 0, 0.4], atol=1e-9)
-    assert body_twist(pose, moved, dt=0.0).linear.x == 0.0
     with pytest.raises(ValueError, match=r"\[4, 4\]"):
         transform_msg(np.eye(3), HEADER.stamp, "map", "cam")
 

@@ -21,9 +21,20 @@ LAUNCH_FILE = REPO / "launch" / "lingbot_map.launch.py"
 PARAMS_FILE = REPO / "config" / "lingbot_map.yaml"
 RVIZ_FILE = REPO / "config" / "lingbot_map.rviz"
 EXPECTED_ARGS = {
+    "camera",
     "image_topic",
     "camera_info_topic",
+    "depth_topic",
     "checkpoint",
+    "model_preset",
+    "device",
+    "image_width",
+    "tf_mode",
+    "map_frame",
+    "odom_frame",
+    "base_frame",
+    "scale_source",
+    "scale_factor",
     "params_file",
     "namespace",
     "rviz",
@@ -54,9 +65,16 @@ def test_launch_file_declares_its_arguments() -> None:
     declared = {
         node.args[0].value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
+        and isinstance(node.args[0], ast.Constant)
     }
+    helpers = _launch_helpers()
+    declared |= set(helpers["KNOBS"])  # declared in a comprehension over KNOBS
     assert declared == EXPECTED_ARGS
+    assert set(helpers["KNOBS"]) == set(helpers["KNOB_HELP"])
+    parameters = {spec.name for spec in PARAMETERS}
+    assert set(helpers["KNOBS"].values()) <= parameters  # every knob sets a real parameter
     functions = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
     assert "generate_launch_description" in functions
     strings = {
@@ -72,9 +90,37 @@ def test_launch_file_declares_its_arguments() -> None:
         "lingbot_map.yaml",
         "lingbot_map.rviz",
         "rviz2",
+        "lingbot_map exited",
     } <= strings
+    assert "Shutdown" in source and "OnProcessExit" in source and "additional_env" in source
     # every file the launch file refers to is shipped (setup.py installs config/ and launch/)
     assert (REPO / "config" / "fastdds_localhost_big_shm.xml").is_file() and RVIZ_FILE.is_file()
+
+
+def _launch_helpers() -> dict[str, object]:
+    """The launch file's module-level constants and pure helpers, executed without the launch packages."""
+    tree = ast.parse(LAUNCH_FILE.read_text())
+    keep = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name in ("image_topic_for", "camera_info_for",
+                                                                 "parameter_value"))
+        or (isinstance(node, ast.Assign) and node.targets[0].id in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE"))
+    ]
+    namespace: dict[str, object] = {}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(LAUNCH_FILE), "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def test_launch_topics_follow_the_image_transport_convention() -> None:
+    h = _launch_helpers()
+    image = h["image_topic_for"]("/camera/color", "")
+    assert image == "/camera/color/image_raw"
+    assert h["camera_info_for"](image, "") == "/camera/color/camera_info"
+    assert h["image_topic_for"]("/camera", "/usb_cam/image_raw") == "/usb_cam/image_raw"
+    assert h["camera_info_for"]("/usb_cam/image_raw", "") == "/usb_cam/camera_info"
+    assert h["camera_info_for"]("/usb_cam/image_raw", "/info") == "/info"
+    assert [h["parameter_value"](v) for v in ("518", "0.37", "tiny")] == [518, 0.37, "tiny"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None, reason="launch_ros only on a ROS install")
@@ -102,6 +148,9 @@ def test_rviz_config_shows_tf_path_map_cloud_and_depth() -> None:
     clouds = [d for d in config["Displays"] if d.get("Name") == "Map cloud"]
     assert clouds[0]["Topic"]["Durability Policy"] == "Transient Local"  # matches ~/map_cloud's QoS
     assert clouds[0]["Color Transformer"] == "RGB8"
+    grid = displays["rviz_default_plugins/Map"]  # the Nav2 occupancy grid, latched like ~/grid
+    assert grid["Topic"]["Value"] == "/lingbot_map/grid"
+    assert grid["Topic"]["Durability Policy"] == "Transient Local"
 
 
 def test_setup_installs_launch_and_config() -> None:
@@ -109,3 +158,12 @@ def test_setup_installs_launch_and_config() -> None:
     assert 'glob("launch/*.launch.py")' in setup and 'glob("config/*.yaml")' in setup
     assert "lingbot_map_node = lingbot_map_ros.ros.node:main" in setup
     assert Path(REPO / "resource" / "lingbot_map_ros").is_file()
+
+
+def test_node_doc_lists_every_parameter_and_output() -> None:
+    text = (REPO / "docs" / "node.md").read_text()
+    missing = [spec.name for spec in PARAMETERS if f"| `{spec.name}` |" not in text]
+    assert not missing, f"docs/node.md lacks the parameters {missing}"
+    for topic in ("`~/grid`", "`~/camera_pose`", "`depth_image`", "`tf_unavailable`", "`scale_spread`"):
+        assert topic in text
+    assert (REPO / "docs" / "robot.md").is_file()

@@ -143,6 +143,9 @@ def test_parameter_updates_live_vs_reload() -> None:
     reload = check_update([Parameter("model.preset", value="tiny")], current, configured=True)
     assert not reload.successful and "needs a reload" in reload.reason
     assert check_update([Parameter("model.preset", value="tiny")], current, configured=False).successful
+    same = check_update([Parameter("model.preset", value=current.model_preset)], current, configured=True)
+    assert same.successful  # unchanged reload-only value: accepted (ros2 param load of a dump)
+    assert check_update([Parameter("map.voxel_size", value=1)], current, configured=True).successful is False
     cases = {
         ("kv_cache.sliding_window", 0): "in [1, 1024]",
         ("kv_cache.sliding_window", 500): "<= kv_cache.max_window (128)",

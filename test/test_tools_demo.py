@@ -106,8 +106,15 @@ def test_node_over_dds_and_offline_run_agree_and_ate_is_reported(tmp_path: Path,
     online_stamps, online = read_tum(outcome.files["trajectory"])
     offline_stamps, offline = read_tum(tmp_path / "offline" / "trajectory.tum")
     np.testing.assert_array_equal(online_stamps, offline_stamps)
-    np.testing.assert_allclose(online[:, :3], offline[:, :3], atol=1e-4)
+    np.testing.assert_allclose(online[:, :3], offline[:, :3], atol=1e-5)  # one Mapper in both (issue 11)
     np.testing.assert_allclose(np.abs(np.sum(online[:, 3:] * offline[:, 3:], axis=1)), 1.0, atol=1e-5)
+    online_xyz, online_rgb = read_ply(outcome.files["map"])
+    offline_xyz, offline_rgb = read_ply(tmp_path / "offline" / "map.ply")
+    assert len(online_xyz) == len(offline_xyz) > 100
+    nearest = np.concatenate([  # distance of each node map point to the closest `run` map point
+        np.sqrt(((chunk[:, None, :] - offline_xyz[None]) ** 2).sum(-1)).min(axis=1)
+        for chunk in np.array_split(online_xyz, 64)])
+    assert nearest.max() < 1e-5, nearest.max()
 
 
 def test_demo_turns_an_image_folder_into_its_input_bag(tmp_path: Path) -> None:

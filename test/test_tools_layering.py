@@ -70,3 +70,30 @@ def test_dependencies_point_one_way(layer: str) -> None:
                  for line, module in imported_modules(path)
                  if module in forbidden or module.startswith(tuple(f"{f}." for f in forbidden))]
     assert not offenders, f"{layer} must not import {forbidden}:\n" + "\n".join(offenders)
+
+
+def test_run_imports_no_ros_message_package() -> None:
+    """`lingbot-map-ros run` needs no DDS: importing it loads neither rclpy nor a message package nor ros/."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lingbot_map_ros.tools.run_bag; "
+            "print('\\n'.join(m for m in sys.modules if m.startswith(('rclpy', 'lingbot_map_ros.ros')) "
+            "or m.split('.')[0].endswith(('_msgs', '_srvs', '_interfaces'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"run imports ROS modules:\n{out}"
+
+
+def test_results_path_reads_one_way() -> None:
+    """ros/ converts and publishes what engine/mapper.py computes: no decoding, unprojection or frame rotation
+    in ros/, one rotation/quaternion implementation (engine/geometry.py)."""
+    for path in sorted((PACKAGE / "ros").rglob("*.py")):
+        modules = {m for _, m in imported_modules(path)}
+        assert "lingbot_map_ros.engine.decode" not in modules, path
+        text = path.read_text()
+        assert "result.points(" not in text and "world_to_map" not in text and "OPTICAL_TO" not in text, path
+    definitions = [f"{path.relative_to(PACKAGE)}: {node.name}"
+                   for path in sorted(PACKAGE.rglob("*.py"))
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.FunctionDef) and "quat" in node.name.lower()]
+    assert all(d.startswith("engine/geometry.py") for d in definitions), definitions

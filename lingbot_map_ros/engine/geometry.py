@@ -151,3 +151,62 @@ class Sim3:
         out[..., :3, :3] = self.rotation @ c2w[..., :3, :3]
         out[..., :3, 3] = self.scale * (c2w[..., :3, 3] @ self.rotation.T) + self.translation
         return out
+
+
+#: Rotation taking OpenCV optical axes (x right, y down, z forward) to REP-103 body axes (x forward, y left,
+#: z up): x_b = z_o, y_b = -x_o, z_b = -y_o. `T_body_optical[:3, :3]`.
+OPTICAL_TO_BODY = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+
+
+def rigid(rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
+    """[4, 4] float64 homogeneous transform from a [3, 3] rotation and a [3] translation."""
+    out = np.eye(4)
+    out[:3, :3] = rotation
+    out[:3, 3] = translation
+    return out
+
+
+def invert_rigid(pose: np.ndarray) -> np.ndarray:
+    """Inverse of a rigid [4, 4] transform (Rᵀ, -Rᵀt), float64."""
+    pose = np.asarray(pose, dtype=np.float64)
+    out = np.eye(4)
+    out[:3, :3] = pose[:3, :3].T
+    out[:3, 3] = -pose[:3, :3].T @ pose[:3, 3]
+    return out
+
+
+def pose_from_quat(translation: np.ndarray, quat_xyzw: np.ndarray) -> np.ndarray:
+    """[4, 4] float64 from a [3] translation and an (x, y, z, w) quaternion."""
+    return rigid(quat_xyzw_to_matrix(quat_xyzw), np.asarray(translation, dtype=np.float64))
+
+
+def rotation_vector(rot: np.ndarray) -> np.ndarray:
+    """Axis · angle [3] (radians) of a [3, 3] rotation; robust near 0 and π."""
+    rot = np.asarray(rot, dtype=np.float64)
+    q = matrix_to_quat_xyzw(rot)
+    s = np.linalg.norm(q[:3])
+    if s < 1e-12:
+        return np.zeros(3)
+    angle = 2.0 * np.arctan2(s, q[3])
+    return q[:3] / s * angle
+
+
+def slerp(q0: np.ndarray, q1: np.ndarray, alpha: float) -> np.ndarray:
+    """Spherical interpolation of unit quaternions (x, y, z, w) at ``alpha`` in [0, 1] (shortest arc)."""
+    q0 = np.asarray(q0, np.float64) / np.linalg.norm(q0)
+    q1 = np.asarray(q1, np.float64) / np.linalg.norm(q1)
+    dot = float(q0 @ q1)
+    if dot < 0.0:
+        q1, dot = -q1, -dot
+    if dot > 0.9995:
+        q = q0 + alpha * (q1 - q0)
+        return q / np.linalg.norm(q)
+    theta = np.arccos(np.clip(dot, -1.0, 1.0))
+    return (np.sin((1 - alpha) * theta) * q0 + np.sin(alpha * theta) * q1) / np.sin(theta)
+
+
+def interpolate_pose(pose0: np.ndarray, pose1: np.ndarray, alpha: float) -> np.ndarray:
+    """[4, 4] pose between two rigid poses: linear translation, slerp rotation (tf2's interpolation)."""
+    q = slerp(matrix_to_quat_xyzw(pose0[:3, :3]), matrix_to_quat_xyzw(pose1[:3, :3]), alpha)
+    t = (1.0 - alpha) * np.asarray(pose0, np.float64)[:3, 3] + alpha * np.asarray(pose1, np.float64)[:3, 3]
+    return rigid(quat_xyzw_to_matrix(q), t)

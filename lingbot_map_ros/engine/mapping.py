@@ -1,7 +1,8 @@
 """Map accumulation: a voxel-grid point map with a hard point budget, a bounded trajectory, file writers.
 
-Everything is in the map frame = the model's world frame (OpenCV optical axes of the first anchor frame); the
-ROS layer applies the REP-103 rotation when it publishes. numpy only.
+Points and poses are in whatever frame the caller inserts them in: `engine/mapper.py` (the node and `run`)
+inserts map-frame points (REP-103/REP-105, metres once the scale is known); `VoxelMap.integrate` keeps the
+older model-world path for direct users of `FrameResult`. numpy only.
 
 `VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
 (weight capped at ``max_weight`` so a voxel follows later, better-constrained observations). Voxels live in
@@ -40,7 +41,7 @@ _KEY_MASK = (1 << _KEY_BITS) - 1
 
 @dataclass(frozen=True)
 class VoxelMapConfig:
-    """Parameters of :class:`VoxelMap` (lengths in map units: the model's up-to-scale depth unit).
+    """Parameters of :class:`VoxelMap` (lengths in the units of the inserted points: metres from the mapper).
 
     Attributes:
         voxel_size: edge of a voxel.

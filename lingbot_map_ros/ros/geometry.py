@@ -1,73 +1,24 @@
-"""Poses and frames: REP-103 rotation optical -> map, quaternions, and the pose message builders.
-
-Frames (docs/node.md): the model's world frame is the first anchor camera in OpenCV optical axes
-(x right, y down, z forward). The node publishes it as `map` (REP-105) with REP-103 body axes
-(x forward, y left, z up): `T_map_cam = OPTICAL_TO_MAP @ T_world_cam`. The child frame stays the camera's
-optical frame, so depth and clouds in the camera frame need no rotation.
+"""ROS messages of the mapper's poses: Pose, TransformStamped, PoseStamped, Odometry (with covariance),
+CameraInfo. Conversion only: the frames, the scale and the twist come from engine/mapper.py, rotations and
+quaternions from engine/geometry.py (the package's one implementation).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from geometry_msgs.msg import Pose, PoseStamped, Quaternion, Transform, TransformStamped, Twist, Vector3
-from nav_msgs.msg import Odometry
+from nav_msgs.msg import OccupancyGrid, Odometry
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-#: Rotation taking optical-axes coordinates (x right, y down, z forward) to REP-103 body axes
-#: (x forward, y left, z up): x_b = z_o, y_b = -x_o, z_b = -y_o.
-OPTICAL_TO_MAP = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
-
-
-def world_to_map_pose(pose_c2w: np.ndarray) -> np.ndarray:
-    """Camera -> model-world `[4, 4]` pose to camera -> `map` `[4, 4]` float64 (camera keeps optical axes)."""
-    pose = _check_pose(pose_c2w)
-    out = pose.copy()
-    out[:3, :] = OPTICAL_TO_MAP @ pose[:3, :]
-    return out
-
-
-def world_to_map_points(xyz: np.ndarray) -> np.ndarray:
-    """Model-world points `[N, 3]` to `map` coordinates `[N, 3]` float32."""
-    return (np.asarray(xyz, np.float64) @ OPTICAL_TO_MAP.T).astype(np.float32)
-
-
-def rotation_to_quaternion(rot: np.ndarray) -> np.ndarray:
-    """`[3, 3]` rotation matrix to a unit quaternion `[x, y, z, w]` (w >= 0), Shepperd's method."""
-    m = np.asarray(rot, np.float64)
-    trace = m[0, 0] + m[1, 1] + m[2, 2]
-    if trace > 0.0:
-        s = 2.0 * np.sqrt(trace + 1.0)
-        q = [(m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, 0.25 * s]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
-        q = [0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s, (m[2, 1] - m[1, 2]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
-        q = [(m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s, (m[0, 2] - m[2, 0]) / s]
-    else:
-        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
-        q = [(m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s, (m[1, 0] - m[0, 1]) / s]
-    quat = np.array(q) / np.linalg.norm(q)
-    return -quat if quat[3] < 0 else quat
-
-
-def quaternion_to_rotation(quat: np.ndarray) -> np.ndarray:
-    """Quaternion `[x, y, z, w]` (any norm > 0) to a `[3, 3]` rotation matrix."""
-    x, y, z, w = np.asarray(quat, np.float64) / np.linalg.norm(quat)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
+from ..engine.geometry import matrix_to_quat_xyzw
+from ..engine.grid import Grid
 
 
 def pose_msg(pose: np.ndarray) -> Pose:
     """`[4, 4]` transform to `geometry_msgs/Pose`."""
     pose = _check_pose(pose)
-    x, y, z, w = rotation_to_quaternion(pose[:3, :3])
+    x, y, z, w = matrix_to_quat_xyzw(pose[:3, :3])
     t = pose[:3, 3]
     out = Pose()
     out.position.x, out.position.y, out.position.z = float(t[0]), float(t[1]), float(t[2])
@@ -89,35 +40,21 @@ def pose_stamped_msg(pose: np.ndarray, header: Header) -> PoseStamped:
     return PoseStamped(header=header, pose=pose_msg(pose))
 
 
-def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> Twist:
-    """Twist of the child frame, expressed in the child frame, from two successive `[4, 4]` poses.
-
-    Linear velocity `R^T (t - t_prev) / dt`; angular velocity = rotation vector of `R_prev^T R` over `dt`
-    (nav_msgs/Odometry convention: twist in `child_frame_id`). `dt <= 0` gives a zero twist.
-    """
-    twist = Twist()
-    if dt <= 0.0:
-        return twist
-    prev_pose, pose = _check_pose(prev_pose), _check_pose(pose)
-    linear = pose[:3, :3].T @ (pose[:3, 3] - prev_pose[:3, 3]) / dt
-    delta = prev_pose[:3, :3].T @ pose[:3, :3]
-    angle = float(np.arccos(np.clip((np.trace(delta) - 1.0) / 2.0, -1.0, 1.0)))
-    axis = np.array([delta[2, 1] - delta[1, 2], delta[0, 2] - delta[2, 0], delta[1, 0] - delta[0, 1]])
-    norm = np.linalg.norm(axis)
-    angular = axis / norm * angle / dt if norm > 1e-12 else np.zeros(3)
-    twist.linear = Vector3(x=float(linear[0]), y=float(linear[1]), z=float(linear[2]))
-    twist.angular = Vector3(x=float(angular[0]), y=float(angular[1]), z=float(angular[2]))
-    return twist
+def twist_msg(twist: np.ndarray) -> Twist:
+    """`[6]` (vx, vy, vz, wx, wy, wz) to `geometry_msgs/Twist`."""
+    v = [float(x) for x in np.asarray(twist, np.float64)]
+    return Twist(linear=Vector3(x=v[0], y=v[1], z=v[2]), angular=Vector3(x=v[3], y=v[4], z=v[5]))
 
 
-def odometry_msg(pose: np.ndarray, twist: Twist, header: Header, child_frame: str) -> Odometry:
-    """`nav_msgs/Odometry`: pose in `header.frame_id` (map), twist in `child_frame` (camera).
-
-    The model predicts no uncertainty, so both covariances are left all-zero (unknown).
-    """
+def odometry_msg(pose: np.ndarray, twist: np.ndarray, header: Header, child_frame: str,
+                 pose_covariance: np.ndarray, twist_covariance: np.ndarray) -> Odometry:
+    """`nav_msgs/Odometry`: pose `[4, 4]` in `header.frame_id` (map), twist `[6]` in `child_frame`, both
+    covariances `[6, 6]` (x, y, z, rotation about x, y, z), row-major."""
     out = Odometry(header=header, child_frame_id=child_frame)
     out.pose.pose = pose_msg(pose)
-    out.twist.twist = twist
+    out.pose.covariance = [float(x) for x in np.asarray(pose_covariance, np.float64).reshape(36)]
+    out.twist.twist = twist_msg(twist)
+    out.twist.covariance = [float(x) for x in np.asarray(twist_covariance, np.float64).reshape(36)]
     return out
 
 
@@ -145,3 +82,16 @@ def _check_pose(pose: np.ndarray) -> np.ndarray:
     if pose.shape != (4, 4) or not np.all(np.isfinite(pose)):
         raise ValueError(f"expected a finite [4, 4] pose, got shape {pose.shape}")
     return pose
+
+
+def grid_msg(grid: Grid, header: Header) -> OccupancyGrid:
+    """`nav_msgs/OccupancyGrid` of an engine `Grid` (row-major from the lowest y, origin at z = 0)."""
+    msg = OccupancyGrid(header=header)
+    h, w = grid.data.shape
+    msg.info.map_load_time = header.stamp
+    msg.info.resolution = float(grid.resolution)
+    msg.info.width, msg.info.height = int(w), int(h)
+    msg.info.origin.position.x, msg.info.origin.position.y = grid.origin_xy
+    msg.info.origin.orientation.w = 1.0
+    msg.data = grid.data.astype(np.int8).reshape(-1).tolist()
+    return msg

@@ -120,7 +120,7 @@ class LingBotMapNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
-        self._outputs = MappingOutputs(self, OutputConfig.from_params(p))
+        self._outputs = MappingOutputs(self, OutputConfig.from_params(p), self._causes.rejected)
         self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
@@ -240,8 +240,8 @@ class LingBotMapNode(LifecycleNode):
                 return  # inferred before a reset: the old stream's outputs are gone
             self._sync_outputs(step.generation)
             for result in step.results:
-                self._outputs.publish(result, result.meta.header)
-                self.stats.record_output(time.monotonic() - result.meta.received)
+                if self._outputs.publish(result, result.meta.header):  # False: dropped (tf_unavailable)
+                    self.stats.record_output(time.monotonic() - result.meta.received)
             camera_info = self._intake.camera_info
             if camera_info is not None:
                 last = step.results[-1]
@@ -312,7 +312,7 @@ class LingBotMapNode(LifecycleNode):
             runtime.update(self._outputs.trajectory_stats())
         worker = self._worker.stats() if self._worker is not None else None
         msg = diagnostic_array(
-            self.get_name(),
+            self.get_fully_qualified_name(),  # with the namespace: two robots' statuses never collide
             str(self._pipeline.device) if self._pipeline else "none",
             self.get_clock().now().to_msg(),
             runtime,

@@ -1,9 +1,12 @@
-"""Publishers of the node's outputs and the per-stream state behind them (path, map, last pose).
+"""Publishers of the node's outputs: conversion and publishing only; the geometry is the mapper's.
 
-`MappingOutputs` turns each `FrameResult` (model world = first anchor camera, OpenCV optical axes) into TF
-`map_frame -> camera`, `~/odometry`, `~/path`, `~/depth`, `~/camera_info` and `~/frame_cloud`, all stamped
-with the input image's stamp, and accumulates the map that `~/map_cloud` publishes. It is driven from the
-inference thread (publish) and the map timer (map cloud); `lock` guards the path and the map.
+`MappingOutputs.publish` looks up the robot's TF at the image stamp (robot_tf.py), hands the `FrameResult` to
+the engine's `Mapper` (frame chain, metric scale, voxel map, grid, trajectory, twist) and publishes its
+`MappedFrame`: the TF mode's single edge (`map -> odom`, `map -> base_frame` or `map -> camera`), `~/odometry`
+(the base frame in the robot modes, with covariances), `~/camera_pose`, `~/path`, `~/depth` (metres),
+`~/camera_info`, `~/frame_cloud`, all stamped with the image stamp; `~/map_cloud` and `~/grid` on timers.
+A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published.
+Driven from the publish thread (publish), the timers and the services; `lock` guards the mapper.
 """
 
 from __future__ import annotations
@@ -11,33 +14,32 @@ from __future__ import annotations
 import pathlib
 import threading
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
-from nav_msgs.msg import Odometry, Path
+from nav_msgs.msg import OccupancyGrid, Odometry, Path
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.mapping import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
+from ..engine.grid import GridConfig, write_nav2_map
+from ..engine.mapper import CovarianceConfig, MappedFrame, Mapper, MapperConfig
+from ..engine.mapping import VoxelMapConfig, write_ply, write_tum
 from ..engine.result import FrameResult
+from ..engine.scale import ScaleConfig
 from .conversions import depth_to_image, points_to_cloud
-from .geometry import (
-    body_twist,
-    camera_info_msg,
-    odometry_msg,
-    pose_stamped_msg,
-    transform_msg,
-    world_to_map_points,
-    world_to_map_pose,
-)
+from .depth_input import DepthInput
+from .geometry import camera_info_msg, grid_msg, odometry_msg, pose_stamped_msg, transform_msg
 from .params import NodeParams
+from .robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
 from .tf import TfBroadcaster
+from .tf_listener import TfLookup
 
-#: ~/map_cloud: latched for late subscribers (RViz started after the node).
+#: ~/map_cloud and ~/grid: latched for late subscribers (RViz, Nav2 started after the node).
 MAP_QOS = QoSProfile(
     depth=1,
     history=HistoryPolicy.KEEP_LAST,
@@ -62,6 +64,16 @@ class OutputConfig:
     map_max_points: int
     publish_depth: bool
     publish_frame_cloud: bool
+    odom_frame: str = "odom"
+    base_frame: str = "base_link"
+    tf_mode: str = "map_to_camera"
+    tf_timeout: float = 0.2
+    tf_transform_tolerance: float = 0.1
+    tf_publish_rate: float = 20.0
+    scale: ScaleConfig = ScaleConfig()
+    grid: GridConfig = GridConfig()
+    grid_rate: float = 0.5
+    covariance: CovarianceConfig = CovarianceConfig()
 
     @staticmethod
     def from_params(p: NodeParams) -> OutputConfig:
@@ -76,6 +88,22 @@ class OutputConfig:
             map_max_points=p.map_max_points,
             publish_depth=p.publish_depth,
             publish_frame_cloud=p.publish_frame_cloud,
+            odom_frame=p.odom_frame,
+            base_frame=p.base_frame,
+            tf_mode=p.tf_mode,
+            tf_timeout=p.tf_timeout,
+            tf_transform_tolerance=p.tf_transform_tolerance,
+            tf_publish_rate=p.tf_publish_rate,
+            scale=ScaleConfig(source=p.scale_source, factor=p.scale_factor, min_baseline=p.scale_min_baseline,
+                              min_samples=p.scale_min_samples, window=p.scale_window,
+                              min_conf=p.map_conf_threshold),
+            grid=GridConfig(resolution=p.grid_resolution, min_height=p.grid_min_height,
+                            max_height=p.grid_max_height),
+            grid_rate=p.grid_rate,
+            covariance=CovarianceConfig(position_std=p.covariance_position_std,
+                                        orientation_std=p.covariance_orientation_std,
+                                        unscaled_factor=p.covariance_unscaled_factor,
+                                        twist_min_dt=p.twist_min_dt),
         )
 
     def voxel_map_config(self) -> VoxelMapConfig:
@@ -87,111 +115,187 @@ class OutputConfig:
             max_points=self.map_max_points,
         )
 
+    def mapper_config(self) -> MapperConfig:
+        return MapperConfig(voxel=self.voxel_map_config(), scale=self.scale, grid=self.grid,
+                            covariance=self.covariance, path_max_length=self.path_max_length,
+                            trajectory_max_poses=self.trajectory_max_poses)
+
 
 def stamp_seconds(stamp: Time) -> float:
     """builtin_interfaces/Time -> float seconds."""
     return stamp.sec + 1e-9 * stamp.nanosec
 
 
+def seconds_stamp(seconds: float) -> Time:
+    """float seconds -> builtin_interfaces/Time (nanosecond rounding)."""
+    ns = round(seconds * 1e9)
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
 class MappingOutputs:
-    """Create the output publishers on `node` and publish `FrameResult`s.
+    """Create the output publishers on `node` and publish `FrameResult`s through the mapper.
 
     Args:
         node: the (activated) lifecycle node; publishers live in its private namespace (`~/...`).
         config: frames and options; `update_config` swaps in live changes.
+        on_drop: `(cause, reason)` of a frame dropped before publishing (the node's CauseLog.rejected).
     """
 
-    def __init__(self, node: Node, config: OutputConfig) -> None:
+    def __init__(self, node: Node, config: OutputConfig,
+                 on_drop: Callable[[str, str], None] | None = None) -> None:
         self._node = node
         self.config = config
         self.lock = threading.Lock()
+        self._on_drop = on_drop or (lambda cause, reason: None)
         self._tf = TfBroadcaster(node)
+        self._lookup = TfLookup(node)
+        self._robot = RobotFrames(self._lookup, RobotTfConfig(
+            config.tf_mode, config.base_frame, config.odom_frame, config.tf_timeout,
+            odometry_scale=config.scale.source == "odometry"))
+        self._depth_input = DepthInput(node) if config.scale.source == "depth" else None
         self._pubs = {
             "odometry": node.create_publisher(Odometry, "~/odometry", FRAME_QOS),
+            "camera_pose": node.create_publisher(PoseStamped, "~/camera_pose", FRAME_QOS),
             "path": node.create_publisher(Path, "~/path", FRAME_QOS),
             "depth": node.create_publisher(Image, "~/depth", FRAME_QOS),
             "camera_info": node.create_publisher(CameraInfo, "~/camera_info", FRAME_QOS),
             "frame_cloud": node.create_publisher(PointCloud2, "~/frame_cloud", FRAME_QOS),
             "map_cloud": node.create_publisher(PointCloud2, "~/map_cloud", MAP_QOS),
+            "grid": node.create_publisher(OccupancyGrid, "~/grid", MAP_QOS),
         }
+        self._timers = [
+            node.create_timer(1.0 / config.tf_publish_rate, self._republish_map_odom),
+            node.create_timer(1.0 / config.grid_rate, self.publish_grid),
+        ]
+        self.mapper = Mapper(config.mapper_config())
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
-        self._map = VoxelMap(config.voxel_map_config())
         self._map_dirty = False
-        # Only its full log (TUM, ~/save_map) is used: the last `trajectory.max_poses` poses since a reset.
-        self._trajectory = Trajectory(
-            max_length=1, keep_full_history=True, max_history=config.trajectory_max_poses
-        )
-        self._prev: tuple[np.ndarray, float] | None = None  # (pose in map, stamp s) of the last frame
-        self._epoch: int | None = None
+        self._grid_dirty = False
+        # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
+        self._map_odom: tuple[np.ndarray, float, float] | None = None
+        self.mode_reason = ""
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
 
     def update_config(self, config: OutputConfig) -> None:
-        """Apply live options (path length, map confidence threshold, stride) to the following frames."""
+        """Apply live options (path length, publish flags) to the following frames."""
         with self.lock:
             if config.path_max_length != self.config.path_max_length:
                 self._path = deque(self._path, maxlen=config.path_max_length)
             self.config = config
+            voxel = replace(self.mapper.config.voxel, conf_threshold=config.map_conf_threshold,
+                            pixel_stride=config.map_stride)
+            self.mapper.config = replace(self.mapper.config, voxel=voxel)
 
     def camera_frame(self, header: Header) -> str:
-        """The TF child frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
+        """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or "camera_optical_frame"
 
-    def publish(self, result: FrameResult, header: Header) -> None:
-        """Publish one `FrameResult` whose input image had `header` (stamp and frame kept)."""
+    def publish(self, result: FrameResult, header: Header) -> bool:
+        """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
         cfg = self.config
-        if self._epoch is not None and result.epoch != self._epoch:
-            self.clear()  # the engine re-anchored by itself (e.g. the resolution changed)
-        self._epoch = result.epoch
         camera = self.camera_frame(header)
-        cam_header = Header(stamp=header.stamp, frame_id=camera)
-        map_header = Header(stamp=header.stamp, frame_id=cfg.map_frame)
-        pose = world_to_map_pose(result.pose_c2w)
         stamp_s = stamp_seconds(header.stamp)
-        twist = (
-            body_twist(self._prev[0], pose, stamp_s - self._prev[1])
-            if self._prev
-            else body_twist(pose, pose, 0)
-        )
-        self._prev = (pose, stamp_s)
-
-        self._tf.send(transform_msg(pose, header.stamp, cfg.map_frame, camera))
-        self._pubs["odometry"].publish(odometry_msg(pose, twist, map_header, camera))
-        height, width = result.image_hw
-        self._pubs["camera_info"].publish(camera_info_msg(result.intrinsics, width, height, cam_header))
-        if cfg.publish_depth:
-            self._pubs["depth"].publish(depth_to_image(result.depth, cam_header))
-        xyz, rgb = result.points(conf_threshold=cfg.map_conf_threshold, stride=cfg.map_stride)
-        xyz = world_to_map_points(xyz)
-        if cfg.publish_frame_cloud:
-            self._pubs["frame_cloud"].publish(points_to_cloud(xyz, rgb, map_header))
+        mode = self.mapper.mode
+        if self.mapper.needs_new_epoch(result):
+            mode, self.mode_reason = self._robot.resolve_mode(camera, stamp_s)
+            self._node.get_logger().info(f"TF mode {mode} ({self.mode_reason})")
+        try:
+            robot = self._robot.sample(mode, camera, stamp_s)
+        except TransformUnavailable as exc:
+            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {mode}): {exc}")
+            return False
+        sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
         with self.lock:
-            self._path.append(pose_stamped_msg(pose, map_header))
-            self._trajectory.append(stamp_s, pose)
+            bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
+            frame = self.mapper.process(result, stamp_s, robot, sensor)
+            if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
+                self._node.get_logger().warning(
+                    f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
+                    f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
+                    throttle_duration_sec=10.0)
+            if frame.new_epoch:
+                self._path.clear()
+                self._map_odom = None
+            map_header = Header(stamp=header.stamp, frame_id=cfg.map_frame)
+            self._path.append(pose_stamped_msg(frame.body_pose, map_header))
             path = Path(header=map_header, poses=list(self._path))
-            if result.is_keyframe and len(xyz):
-                self._map.insert(xyz, rgb)
-                self._map_dirty = True
+            self._map_dirty |= frame.map_changed or frame.new_epoch
+            self._grid_dirty |= frame.map_changed or frame.new_epoch
+            if frame.map_odom is not None:
+                self._map_odom = (frame.map_odom, stamp_s, self._now_s())
+        self._publish_frame(frame, header, camera)
         self._pubs["path"].publish(path)
         self.frames_published += 1
         self.last_stamp = header.stamp
+        return True
+
+    def _publish_frame(self, frame: MappedFrame, header: Header, camera: str) -> None:
+        cfg = self.config
+        cam_header = Header(stamp=header.stamp, frame_id=camera)
+        map_header = Header(stamp=header.stamp, frame_id=cfg.map_frame)
+        if frame.mode == "map_to_odom":
+            stamp = seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance)
+            self._tf.send(transform_msg(frame.map_odom, stamp, cfg.map_frame, cfg.odom_frame))
+        elif frame.mode == "map_to_base":
+            self._tf.send(transform_msg(frame.body_pose, header.stamp, cfg.map_frame, cfg.base_frame))
+        else:
+            self._tf.send(transform_msg(frame.camera_pose, header.stamp, cfg.map_frame, camera))
+        child = camera if frame.mode == "map_to_camera" else cfg.base_frame
+        self._pubs["odometry"].publish(odometry_msg(frame.body_pose, frame.twist, map_header, child,
+                                                    frame.pose_covariance, frame.twist_covariance))
+        self._pubs["camera_pose"].publish(pose_stamped_msg(frame.camera_pose, map_header))
+        height, width = frame.depth.shape
+        self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
+        if cfg.publish_depth:
+            self._pubs["depth"].publish(depth_to_image(frame.depth, cam_header))
+        if cfg.publish_frame_cloud:
+            self._pubs["frame_cloud"].publish(points_to_cloud(frame.points, frame.colors, map_header))
+
+    def _now_s(self) -> float:
+        return self._node.get_clock().now().nanoseconds * 1e-9
+
+    def _republish_map_odom(self) -> None:
+        """Timer: the last `map -> odom` again, stamped with the image clock advanced by the time since it was
+        published, + tf.transform_tolerance. On a robot (image stamps = now) that is now + tolerance, as
+        slam_toolbox does; a replayed bag's older stamps are followed instead of mixed with the wall clock."""
+        with self.lock:
+            last = self._map_odom
+        if last is None:
+            return
+        map_odom, image_s, published_s = last
+        elapsed = max(0.0, self._now_s() - published_s)
+        stamp = seconds_stamp(image_s + elapsed + self.config.tf_transform_tolerance)
+        self._tf.send(transform_msg(map_odom, stamp, self.config.map_frame, self.config.odom_frame))
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
         with self.lock:
             if not (self._map_dirty or force):
                 return -1
-            xyz, rgb = self._map.points()
+            xyz, rgb = self.mapper.voxels.points()
             self._map_dirty = False
         header = Header(stamp=stamp, frame_id=self.config.map_frame)
         self._pubs["map_cloud"].publish(points_to_cloud(xyz, rgb, header))
         return len(xyz)
 
+    def publish_grid(self, force: bool = False) -> bool:
+        """Publish ~/grid if it changed since the last call (or `force`)."""
+        with self.lock:
+            if not (self._grid_dirty or force):
+                return False
+            grid = self.mapper.grid.grid()
+            self._grid_dirty = False
+        stamp = self.last_stamp or self._node.get_clock().now().to_msg()
+        self._pubs["grid"].publish(grid_msg(grid, Header(stamp=stamp, frame_id=self.config.map_frame)))
+        return True
+
     def publish_cleared(self, stamp: Time) -> None:
-        """After `clear`: publish an empty path and an empty map so viewers drop the old ones."""
+        """After `clear`: publish an empty path, map and grid so viewers drop the old ones."""
         header = Header(stamp=stamp, frame_id=self.config.map_frame)
         self._pubs["path"].publish(Path(header=header))
         self.publish_map(stamp, force=True)
+        self.publish_grid(force=True)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         """Map and trajectory (the last `trajectory.max_poses` poses) since the last reset, in map_frame.
@@ -201,22 +305,27 @@ class MappingOutputs:
             poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
         with self.lock:
-            xyz, rgb = self._map.points()
-            stamps, rows = self._trajectory.full_history()
-            dropped = self._trajectory.history_dropped
+            xyz, rgb = self.mapper.voxels.points()
+            stamps, rows = self.mapper.trajectory.full_history()
+            dropped = self.mapper.trajectory.history_dropped
         return xyz, rgb, stamps, rows, dropped
 
     def save(self, out_dir: pathlib.Path, tag: str) -> str:
-        """Write `map_<tag>.ply` and `trajectory_<tag>.tum` (atomic) into `out_dir`; returns the report line.
+        """Write `map_<tag>.ply`, `trajectory_<tag>.tum` and the Nav2 map `map_<tag>.pgm` + `map_<tag>.yaml`
+        (atomic) into `out_dir`; returns the report line.
 
         Raises:
             OSError: the directory cannot be created or written.
         """
         xyz, rgb, stamps, rows, dropped = self.snapshot()
+        with self.lock:
+            grid = self.mapper.grid.grid()
         out_dir.mkdir(parents=True, exist_ok=True)
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
-        report = f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses)"
+        pgm, yaml = write_nav2_map(out_dir, f"map_{tag}", grid)
+        report = (f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses); "
+                  f"grid: {yaml} + {pgm.name} ({grid.data.shape[1]}x{grid.data.shape[0]} cells)")
         if dropped:
             report += (
                 f"; the oldest {dropped} poses since the reset were dropped "
@@ -226,31 +335,44 @@ class MappingOutputs:
 
     def map_size(self) -> int:
         with self.lock:
-            return len(self._map)
+            return len(self.mapper.voxels)
 
-    def trajectory_stats(self) -> dict[str, int]:
+    def trajectory_stats(self) -> dict[str, object]:
         """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
-        last reset, beyond `trajectory.max_poses`)."""
+        last reset, beyond `trajectory.max_poses`), and the mapper's TF mode, scale (value, spread, source,
+        samples, converged, age in seconds of image time) and stamp counters."""
         with self.lock:
-            return {
-                "trajectory_poses": self._trajectory.history_length,
-                "trajectory_dropped": self._trajectory.history_dropped,
+            stats = self.mapper.stats()
+            out: dict[str, object] = {
+                "trajectory_poses": self.mapper.trajectory.history_length,
+                "trajectory_dropped": self.mapper.trajectory.history_dropped,
             }
+        updated = stats.pop("scale_updated_stamp")
+        last = stamp_seconds(self.last_stamp) if self.last_stamp is not None else None
+        stats["scale_age_s"] = round(last - updated, 3) if last is not None and updated >= 0 else -1.0
+        stats["tf_mode_reason"] = self.mode_reason
+        out.update(stats)
+        return out
 
     def clear(self) -> None:
-        """Forget path, map and last pose (reset); the next publish_map sends an empty cloud."""
+        """Forget path, map, grid, trajectory, scale and TF mode (reset); the next publish_map sends an
+        empty cloud."""
         with self.lock:
             self._path.clear()
-            self._trajectory.clear()
-            self._map.clear()
-            self._map_dirty = True
-            self._prev = None
-            self._epoch = None
+            self.mapper.clear()
+            self._map_dirty = self._grid_dirty = True
+            self._map_odom = None
             self.last_stamp = None
 
     def destroy(self) -> None:
-        """Release all publishers (deactivate)."""
+        """Release all publishers, timers and subscriptions (deactivate)."""
         self._tf.destroy()
+        self._lookup.destroy()
+        if self._depth_input is not None:
+            self._depth_input.destroy()
+        for timer in self._timers:
+            self._node.destroy_timer(timer)
+        self._timers = []
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)
         self._pubs.clear()

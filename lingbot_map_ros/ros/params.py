@@ -113,10 +113,94 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "keyframe.interval", 1, "Every N-th streaming frame is stored in the cache.", int_range=(1, 1000)
     ),
-    ParamSpec("map_frame", "map", "Fixed frame of TF, odometry, path and map cloud (REP-105)."),
+    ParamSpec("map_frame", "map", "Fixed frame of TF, odometry, path, grid and map cloud (REP-105)."),
+    ParamSpec("odom_frame", "odom", "Odometry frame of the robot (REP-105); parent of base_frame in TF."),
+    ParamSpec("base_frame", "base_link", "Robot body frame (REP-105); odometry child in the robot modes."),
     ParamSpec("camera_frame", "", "Camera optical frame; empty: the input image header's frame_id."),
     ParamSpec(
-        "map.voxel_size", 0.02, "Voxel edge of the accumulated map, model units.", float_range=(1e-4, 100.0)
+        "tf.mode",
+        "auto",
+        "The single TF edge published: map_to_odom (odom -> base and base -> camera from TF), map_to_base "
+        "(base -> camera from TF), map_to_camera (bare camera), auto (the first whose chain is in TF, chosen "
+        "when a stream starts).",
+        choices=("auto", "map_to_odom", "map_to_base", "map_to_camera"),
+    ),
+    ParamSpec(
+        "tf.timeout",
+        0.2,
+        "Seconds to wait for a transform at the image stamp; then the frame is dropped (tf_unavailable).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "tf.transform_tolerance",
+        0.1,
+        "map -> odom is stamped this many seconds after the image (also when republished).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "tf.publish_rate", 20.0, "Rate in Hz of republishing the last map -> odom.", float_range=(0.1, 1000.0)
+    ),
+    ParamSpec(
+        "scale.source",
+        "none",
+        "Metric scale: odometry (odom -> base via TF), depth (depth_image topic), fixed (scale.factor), "
+        "none (model units).",
+        choices=("none", "fixed", "odometry", "depth"),
+    ),
+    ParamSpec("scale.factor", 1.0, "Metres per model unit with scale.source fixed.", float_range=(1e-6, 1e6)),
+    ParamSpec(
+        "scale.min_baseline",
+        0.1,
+        "Metres the camera must move (odometry) between the two keyframes of a scale sample.",
+        float_range=(0.0, 100.0),
+    ),
+    ParamSpec(
+        "scale.min_samples",
+        10,
+        "Samples before the scale counts as converged (map points are held until then).",
+        int_range=(1, 1000),
+    ),
+    ParamSpec("scale.window", 50, "Samples of the robust (median) estimate.", int_range=(1, 10000)),
+    ParamSpec("grid.resolution", 0.05, "Cell size of ~/grid in metres.", float_range=(0.005, 10.0)),
+    ParamSpec(
+        "grid.min_height",
+        0.1,
+        "Points above this height (m, from the base frame's ground) are obstacles; below: floor (free).",
+        float_range=(-10.0, 10.0),
+    ),
+    ParamSpec(
+        "grid.max_height", 1.5, "Points above this height (m) are ignored.", float_range=(-10.0, 100.0)
+    ),
+    ParamSpec("grid.rate", 0.5, "Rate of ~/grid in Hz (when it changed).", float_range=(0.01, 30.0)),
+    ParamSpec(
+        "covariance.position_std",
+        0.05,
+        "Odometry pose standard deviation per axis in metres (the model predicts none).",
+        float_range=(1e-6, 1e3),
+    ),
+    ParamSpec(
+        "covariance.orientation_std",
+        0.02,
+        "Odometry orientation standard deviation per axis in radians.",
+        float_range=(1e-6, 10.0),
+    ),
+    ParamSpec(
+        "covariance.unscaled_factor",
+        100.0,
+        "Variances are multiplied by this while the metric scale has not converged.",
+        float_range=(1.0, 1e9),
+    ),
+    ParamSpec(
+        "twist.min_dt",
+        0.005,
+        "Seconds; frames closer than this (or with a stamp going backwards) give no twist (covariance 1e6).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "map.voxel_size",
+        0.02,
+        "Voxel edge of the map in metres (model units with scale.source none).",
+        float_range=(1e-4, 100.0),
     ),
     ParamSpec(
         "map.conf_threshold",
@@ -187,7 +271,26 @@ class NodeParams:
     kv_cache_scale_frames: int
     keyframe_interval: int
     map_frame: str
+    odom_frame: str
+    base_frame: str
     camera_frame: str
+    tf_mode: str
+    tf_timeout: float
+    tf_transform_tolerance: float
+    tf_publish_rate: float
+    scale_source: str
+    scale_factor: float
+    scale_min_baseline: float
+    scale_min_samples: int
+    scale_window: int
+    grid_resolution: float
+    grid_min_height: float
+    grid_max_height: float
+    grid_rate: float
+    covariance_position_std: float
+    covariance_orientation_std: float
+    covariance_unscaled_factor: float
+    twist_min_dt: float
     map_voxel_size: float
     map_conf_threshold: float
     map_max_points: int
@@ -236,6 +339,11 @@ def cross_check(values: dict[str, object]) -> list[str]:
     window, max_window = values["kv_cache.sliding_window"], values["kv_cache.max_window"]
     if window > max_window:
         problems.append(f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})")
+    low, high = values.get("grid.min_height", 0.0), values.get("grid.max_height", 1.0)
+    if isinstance(low, float | int) and isinstance(high, float | int) and not high > low:
+        problems.append(f"grid.max_height ({high}) must be > grid.min_height ({low})")
+    if values.get("scale.window", 50) < values.get("scale.min_samples", 1):
+        problems.append("scale.window must be >= scale.min_samples")
     width = values.get("model.image_width", 14)
     if isinstance(width, int) and width % 14:
         problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
@@ -246,7 +354,8 @@ def check_update(params: list[Parameter], current: NodeParams, configured: bool)
     """Accept or reject a parameter update with the reason (the node's on-set-parameters callback).
 
     Reload-only parameters are accepted while the node is unconfigured (configure reads them) and rejected
-    once it is configured. Live parameters are validated against the current values of the others.
+    once it is configured, unless set to their current value (so `ros2 param load` of a full `ros2 param dump`
+    succeeds). Live parameters are validated against the current values of the others.
     """
     values = {spec.name: getattr(current, field_name(spec.name)) for spec in PARAMETERS}
     for param in params:
@@ -254,7 +363,8 @@ def check_update(params: list[Parameter], current: NodeParams, configured: bool)
         if spec is None:
             continue  # e.g. use_sim_time, handled by rclpy
         reason = spec.validate(param.value)
-        if reason is None and configured and not spec.live:
+        unchanged = reason is None and _coerce(spec, param.value) == values[param.name]
+        if reason is None and configured and not spec.live and not unchanged:
             reason = (
                 f"{param.name} needs a reload (the model or the pipeline is built from it): "
                 "deactivate, cleanup, set it, then configure and activate again"

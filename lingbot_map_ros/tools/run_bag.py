@@ -1,8 +1,10 @@
 """`lingbot-map-ros run BAG -o OUT`: the mapping engine directly on a bag, without DDS.
 
 Deterministic (fixed seed for synthetic weights, fixed thread count, frames in bag order, none dropped
-for lack of time) and as fast as the model allows. Writes into OUT, in the node's `map` frame (REP-103:
-the first camera's position, x forward, y left, z up; the same convention as the node's `~/save_map`):
+for lack of time) and as fast as the model allows. The results go through the same `engine.mapper.Mapper`
+as the node's (TF mode `map_to_camera`: a bag has no robot TF here; scale `none` or `--scale-factor`), so a
+run and the node give the same trajectory and map for the same frames. Writes into OUT, in the node's `map`
+frame (REP-103: the first camera's position, x forward, y left, z up; as the node's `~/save_map`):
 `trajectory.tum` (one line per posed frame, header stamps), `map.ply` (voxel map, xyz + rgb),
 `summary.json` (frames, keyframes, drops, FPS, latency, session and cache statistics) and `run.png`
 (trajectory from above + per-frame latency).
@@ -22,9 +24,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
+from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.writers import write_ply, write_tum
-from lingbot_map_ros.ros.geometry import world_to_map_points, world_to_map_pose
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 
@@ -50,7 +53,16 @@ class RunConfig:
     voxel_size: float = 0.02
     conf_threshold: float = 1.5
     pixel_stride: int = 2
+    max_points: int = 500_000
+    scale_factor: float | None = None  # metres per model unit; None: model units (scale.source none)
     progress: bool = True
+
+    def mapper_config(self) -> MapperConfig:
+        """The node's mapper settings for these options (defaults equal the node's parameters)."""
+        scale = ScaleConfig("fixed", self.scale_factor) if self.scale_factor else ScaleConfig("none")
+        voxel = VoxelMapConfig(voxel_size=self.voxel_size, conf_threshold=self.conf_threshold,
+                               pixel_stride=self.pixel_stride, max_points=self.max_points)
+        return MapperConfig(voxel=voxel, scale=scale)
 
 
 @dataclass
@@ -102,8 +114,7 @@ def run_bag(config: RunConfig) -> RunResult:
     if config.max_frames is not None:
         total = min(total, config.max_frames)
     session = build_session(config)
-    voxels = VoxelMap(VoxelMapConfig(voxel_size=config.voxel_size, conf_threshold=config.conf_threshold,
-                                     pixel_stride=config.pixel_stride))
+    mapper = Mapper(config.mapper_config())
     stamps, poses, latency, keyframe = [], [], [], []
     frames = 0
     start = time.perf_counter()
@@ -114,19 +125,19 @@ def run_bag(config: RunConfig) -> RunResult:
         results = session.push(frame.rgb, meta=frame.stamp_ns)
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
-            stamps.append(result.meta / 1e9)
-            poses.append(world_to_map_pose(result.pose_c2w))
+            frame_out = mapper.process(result, result.meta / 1e9)
+            stamps.append(frame_out.stamp_s)
+            poses.append(frame_out.body_pose)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
-            voxels.integrate(result)
     wall_s = time.perf_counter() - start
     if frames == 0:
         raise ValueError(f"topic {topic} of bag {config.bag} holds no frames")
     result = RunResult(frames=frames, stamps_s=np.array(stamps), poses=np.array(poses).reshape(-1, 4, 4),
                        latency_ms=np.array(latency), keyframe=np.array(keyframe, bool),
-                       dropped=frames - len(stamps), wall_s=wall_s, map_points=len(voxels),
+                       dropped=frames - len(stamps), wall_s=wall_s, map_points=len(mapper.voxels),
                        session_stats=session.stats())
-    _write_outputs(config, result, voxels, topic)
+    _write_outputs(config, result, mapper.voxels, topic)
     return result
 
 
@@ -134,7 +145,7 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     result.files = {"trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
-                    "map": write_ply(out / "map.ply", *_map_points(voxels))}
+                    "map": write_ply(out / "map.ply", *voxels.points())}
     weights = f"synthetic (seed {config.seed})" if config.checkpoint is None else str(config.checkpoint)
     if len(result.poses):
         result.files["plot"] = plot_run(
@@ -151,12 +162,6 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
         "files": {k: str(v) for k, v in result.files.items()},
     }
     result.files["summary"] = write_json(out / "summary.json", summary)
-
-
-def _map_points(voxels: VoxelMap) -> tuple[np.ndarray, np.ndarray]:
-    """The voxel map (model world frame) in `map` coordinates: xyz [N, 3] float32, rgb [N, 3] uint8."""
-    xyz, rgb = voxels.points()
-    return world_to_map_points(xyz), rgb
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -178,6 +183,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (fixed for determinism)")
     p.add_argument("--voxel-size", type=float, default=0.02)
     p.add_argument("--conf-threshold", type=float, default=1.5)
+    p.add_argument("--stride", type=int, default=2, help="pixel stride of the map (node: map.stride)")
+    p.add_argument("--max-points", type=int, default=500_000, help="map point budget (node: map.max_points)")
+    p.add_argument("--scale-factor", type=float, default=None,
+                   help="metres per model unit (node: scale.source fixed, scale.factor); default: none")
     p.set_defaults(func=main_args)
 
 
@@ -187,7 +196,8 @@ def main_args(args: argparse.Namespace) -> int:
                        checkpoint=args.checkpoint, device=args.device, image_width=args.width,
                        scale_frames=args.scale_frames, sliding_window=args.sliding_window,
                        keyframe_interval=args.keyframe_interval, max_frames=args.max_frames, seed=args.seed,
-                       threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold)
+                       threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
+                       pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor)
     result = run_bag(config)
     print(f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
           f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points")

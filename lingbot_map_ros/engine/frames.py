@@ -1,0 +1,102 @@
+"""The one frame chain: model world -> (re-anchor Sim(3)) -> metric scale -> map -> robot frames.
+
+Frames (docs/robot.md):
+
+* model world: whatever frame the session's `pose_c2w` lives in (the first anchor camera, OpenCV optical
+  axes; after a long-stream re-anchor the session has already applied its Sim(3) so the poses stay
+  continuous). Units: the model's up-to-scale depth unit.
+* metric: model units multiplied by the scale `s` (engine/scale.py; 1 with `scale.source: none`).
+* map (REP-105): in the robot TF modes the base frame at the first frame of the epoch (x forward, y left,
+  z up from the base); in `map_to_camera` the first camera rotated to REP-103 body axes.
+* robot frames: `T_map_base = T_map_cam · T_base_cam⁻¹` and `T_map_odom = T_map_base · T_odom_base⁻¹`.
+
+The chain is anchored on the first camera: `T_map_cam(t) = T_map_cam0 · [R0ᵀR(t) | s·R0ᵀ(t(t) − t0)]`, so a
+new scale estimate moves the trajectory about the first camera and never moves the map origin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .geometry import OPTICAL_TO_BODY, invert_rigid, rigid
+
+#: TF modes (REP-105): which single edge the node publishes.
+TF_MODES = ("auto", "map_to_odom", "map_to_base", "map_to_camera")
+
+
+def choose_tf_mode(requested: str, has_extrinsics: bool, has_odometry: bool) -> str:
+    """The TF mode of a stream: `requested` unless it is `auto`, which picks `map_to_odom` when both the
+    extrinsics (base -> camera) and odometry (odom -> base) are known, `map_to_base` with only the
+    extrinsics, else `map_to_camera`."""
+    if requested not in TF_MODES:
+        raise ValueError(f"tf mode must be one of {TF_MODES}, got '{requested}'")
+    if requested != "auto":
+        return requested
+    if has_extrinsics and has_odometry:
+        return "map_to_odom"
+    return "map_to_base" if has_extrinsics else "map_to_camera"
+
+
+def camera_rest_pose() -> np.ndarray:
+    """`T_map_cam0` of `map_to_camera`: the first camera at the origin, optical axes turned to REP-103."""
+    return rigid(OPTICAL_TO_BODY, np.zeros(3))
+
+
+@dataclass
+class FrameChain:
+    """Model world -> map for one epoch.
+
+    Attributes:
+        world_cam0: [4, 4] pose of the first camera in the model world (model units).
+        map_cam0: [4, 4] rigid pose of the first camera in the map (metres): the extrinsics `T_base_cam` in
+            the robot modes (the map is the first base frame), `camera_rest_pose()` otherwise.
+        scale: metres per model unit (> 0).
+    """
+
+    world_cam0: np.ndarray
+    map_cam0: np.ndarray
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self._cam0_world = invert_rigid(self.world_cam0)
+
+    def camera_pose(self, pose_c2w: np.ndarray) -> np.ndarray:
+        """[4, 4] model-world camera pose -> `T_map_cam` [4, 4] float64 (metres, optical camera axes)."""
+        rel = self._cam0_world @ np.asarray(pose_c2w, np.float64)
+        rel[:3, 3] *= self.scale
+        return self.map_cam0 @ rel
+
+    def world_points(self, xyz: np.ndarray) -> np.ndarray:
+        """[N, 3] model-world points -> [N, 3] float32 map points (metres)."""
+        xyz = np.asarray(xyz, np.float64)
+        cam0 = self.scale * (xyz @ self._cam0_world[:3, :3].T + self._cam0_world[:3, 3])
+        return (cam0 @ self.map_cam0[:3, :3].T + self.map_cam0[:3, 3]).astype(np.float32)
+
+
+def camera_points(
+    depth: np.ndarray, intrinsics: np.ndarray, mask: np.ndarray, stride: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Points of a z-depth map in the camera (optical) frame.
+
+    Args:
+        depth: [H, W] z-depth (NaN / <= 0: none), any unit (the points carry it).
+        intrinsics: [3, 3] pixels of `depth`'s grid.
+        mask: [H, W] bool of pixels to keep.
+        stride: every n-th row and column.
+    Returns:
+        (xyz [N, 3] float64 in the camera frame, flat [N] int64 row-major pixel indices).
+    """
+    d = np.asarray(depth)[::stride, ::stride].astype(np.float64)
+    keep = np.isfinite(d) & (d > 0) & mask[::stride, ::stride]
+    rows, cols = np.nonzero(keep)
+    v, u = rows * stride, cols * stride
+    k_inv = np.linalg.inv(np.asarray(intrinsics, np.float64))
+    cam = (u[:, None] * k_inv[:, 0] + v[:, None] * k_inv[:, 1] + k_inv[:, 2]) * d[rows, cols, None]
+    return cam, (v * depth.shape[1] + u).astype(np.int64)
+
+
+def transform_points(pose: np.ndarray, xyz: np.ndarray) -> np.ndarray:
+    """[N, 3] points in the child frame of `pose` [4, 4] -> [N, 3] float32 in its parent frame."""
+    return (np.asarray(xyz, np.float64) @ pose[:3, :3].T + pose[:3, 3]).astype(np.float32)

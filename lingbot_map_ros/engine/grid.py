@@ -1,0 +1,197 @@
+"""2D occupancy grid of the map (Nav2's `nav_msgs/OccupancyGrid`), and its `map.pgm` + `map.yaml` files.
+
+Built from the same keyframe points as the voxel map, in the map frame (metres, z up; in the robot TF modes
+z = 0 is the ground under the base frame at the first frame). Per keyframe, 2D rays go from the camera's
+(x, y) to each point's (x, y):
+
+* a point with `min_height <= z <= max_height` is an obstacle: its cell gets a hit;
+* a point below `min_height` is floor seen by the camera: its cell gets a pass;
+* the cells where a ray (in 3D: its height falls linearly from the camera to the point) runs below
+  `min_height` get a pass too: nothing in the band stands there, or the ray would have stopped. A ray passing
+  over a low obstacle does not free its cell (a purely 2D ray cast would erase tables and boxes);
+* points above `max_height` (ceiling) are ignored.
+
+A cell is occupied (100) when hits / (hits + passes) >= `occupied_ratio`, free (0) when it was passed through
+more than hit, unknown (-1) when no ray reached it. numpy only; the grid grows to cover what was seen, up to
+`max_cells` per side (points beyond are dropped and counted).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .writers import atomic_write
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """`grid.*` parameters (metres)."""
+
+    resolution: float = 0.05
+    min_height: float = 0.1
+    max_height: float = 1.5
+    occupied_ratio: float = 0.35
+    max_rays: int = 20_000
+    max_range: float = 8.0
+    max_cells: int = 4000
+
+    def __post_init__(self) -> None:
+        if not self.resolution > 0:
+            raise ValueError(f"grid.resolution must be > 0, got {self.resolution}")
+        if not self.max_height > self.min_height:
+            raise ValueError(
+                f"grid.max_height ({self.max_height}) must be > grid.min_height ({self.min_height})"
+            )
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An occupancy grid: `data` [H, W] int8 (-1 unknown, 0 free, 100 occupied), row 0 at the lowest y
+    (OccupancyGrid order), cell (row, col) centred at `origin + (col + 0.5, row + 0.5) · resolution`."""
+
+    data: np.ndarray
+    resolution: float
+    origin_xy: tuple[float, float]
+
+
+class OccupancyGridBuilder:
+    """Accumulates hits and passes per cell (module doc)."""
+
+    def __init__(self, config: GridConfig | None = None) -> None:
+        self.config = config or GridConfig()
+        self.clear()
+
+    def clear(self) -> None:
+        self._hits = np.zeros((0, 0), np.int32)
+        self._passes = np.zeros((0, 0), np.int32)
+        self._origin = np.zeros(2, np.int64)  # cell index of [0, 0]
+        self.dropped = 0
+        self.rays_total = 0
+
+    def integrate(self, xyz: np.ndarray, camera_xyz: np.ndarray, rng_seed: int = 0) -> None:
+        """One keyframe: `xyz` [N, 3] map points, `camera_xyz` [3] the camera's position in the map."""
+        cfg = self.config
+        xyz = np.asarray(xyz, np.float64)
+        xyz = xyz[np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] <= cfg.max_height)]
+        cam3 = np.asarray(camera_xyz, np.float64)
+        cam = cam3[:2]
+        far = np.linalg.norm(xyz[:, :2] - cam, axis=1) > cfg.max_range
+        xyz = xyz[~far]
+        if len(xyz) > cfg.max_rays:  # deterministic subset
+            xyz = xyz[np.linspace(0, len(xyz) - 1, cfg.max_rays).astype(np.int64)]
+        if len(xyz) == 0:
+            return
+        obstacle = xyz[:, 2] >= cfg.min_height
+        end = np.floor(xyz[:, :2] / cfg.resolution).astype(np.int64)
+        start = np.floor(cam / cfg.resolution).astype(np.int64)
+        if not self._cover(np.vstack([end, start[None]])):
+            return
+        # Sample each ray every half cell, excluding its end cell; keep the samples below min_height.
+        delta = xyz[:, :2] - cam
+        length = np.linalg.norm(delta, axis=1)
+        steps = np.maximum(1, np.ceil(length / (0.5 * cfg.resolution)).astype(np.int64))
+        ray = np.repeat(np.arange(len(xyz)), steps)
+        offsets = np.arange(ray.size) - np.repeat(np.cumsum(steps) - steps, steps)
+        frac = offsets / steps[ray]
+        pts = cam + frac[:, None] * delta[ray]
+        height = cam3[2] + frac * (xyz[ray, 2] - cam3[2])
+        cells = np.floor(pts / cfg.resolution).astype(np.int64)
+        not_end = np.any(cells != end[ray], axis=1) & (height < cfg.min_height)
+        cells, ray = cells[not_end], ray[not_end]
+        # one pass per (ray, cell)
+        key = np.unique(np.column_stack([ray, cells]), axis=0)
+        self._add(self._passes, key[:, 1:])
+        self._add(self._hits, end[obstacle])
+        self._add(self._passes, end[~obstacle])
+        self.rays_total += len(xyz)
+
+    def grid(self) -> Grid:
+        """The current grid (copies)."""
+        hits, passes = self._hits, self._passes
+        data = np.full(hits.shape, -1, np.int8)
+        seen = (hits + passes) > 0
+        ratio = np.where(seen, hits / np.maximum(hits + passes, 1), 0.0)
+        data[seen] = 0
+        data[seen & (ratio >= self.config.occupied_ratio)] = 100
+        res = self.config.resolution
+        return Grid(data.T.copy(), res, (float(self._origin[0] * res), float(self._origin[1] * res)))
+
+    def _add(self, counts: np.ndarray, cells: np.ndarray) -> None:
+        idx = cells - self._origin
+        np.add.at(counts, (idx[:, 0], idx[:, 1]), 1)
+
+    def _cover(self, cells: np.ndarray) -> bool:
+        """Grow the arrays (indexed [x, y]) to hold `cells`; False (and counted) beyond `max_cells`."""
+        lo = cells.min(axis=0)
+        hi = cells.max(axis=0) + 1
+        if self._hits.size:
+            lo = np.minimum(lo, self._origin)
+            hi = np.maximum(hi, self._origin + np.array(self._hits.shape))
+        size = hi - lo
+        if np.any(size > self.config.max_cells):
+            self.dropped += len(cells)
+            return False
+        if self._hits.size and np.array_equal(lo, self._origin) and tuple(size) == self._hits.shape:
+            return True
+        hits = np.zeros(tuple(size), np.int32)
+        passes = np.zeros(tuple(size), np.int32)
+        if self._hits.size:
+            o = self._origin - lo
+            hits[o[0] : o[0] + self._hits.shape[0], o[1] : o[1] + self._hits.shape[1]] = self._hits
+            passes[o[0] : o[0] + self._hits.shape[0], o[1] : o[1] + self._hits.shape[1]] = self._passes
+        self._hits, self._passes, self._origin = hits, passes, lo
+        return True
+
+
+def write_nav2_map(directory: str | os.PathLike, name: str, grid: Grid) -> tuple[Path, Path]:
+    """Write `<name>.pgm` (binary P5, 8 bit) + `<name>.yaml` as nav2_map_server's map_saver does (trinary:
+    occupied 0 black, free 254 white, unknown 205), loadable by its map_server unchanged. Atomic.
+
+    Returns:
+        (pgm path, yaml path).
+    """
+    directory = Path(directory)
+    h, w = grid.data.shape
+    pixels = np.full((h, w), 205, np.uint8)
+    pixels[grid.data == 0] = 254
+    pixels[grid.data == 100] = 0
+    image = np.flipud(pixels)  # PGM row 0 is the top (highest y)
+    header = f"P5\n# CREATOR: lingbot_map_ros {grid.resolution:.3f} m/pix\n{w} {h}\n255\n".encode()
+    pgm = atomic_write(directory / f"{name}.pgm", lambda f: f.write(header + image.tobytes()))
+    text = (
+        f"image: {name}.pgm\n"
+        "mode: trinary\n"
+        f"resolution: {grid.resolution}\n"
+        f"origin: [{grid.origin_xy[0]}, {grid.origin_xy[1]}, 0]\n"
+        "negate: 0\n"
+        "occupied_thresh: 0.65\n"
+        "free_thresh: 0.25\n"
+    )
+    yaml = atomic_write(directory / f"{name}.yaml", lambda f: f.write(text.encode()))
+    return pgm, yaml
+
+
+def read_pgm(path: str | os.PathLike) -> np.ndarray:
+    """[H, W] uint8 pixels of a binary (P5) 8-bit PGM, comments allowed (for tests and tools)."""
+    data = Path(path).read_bytes()
+    tokens: list[bytes] = []
+    pos = 0
+    while len(tokens) < 4:
+        while data[pos : pos + 1].isspace():
+            pos += 1
+        if data[pos : pos + 1] == b"#":
+            pos = data.index(b"\n", pos) + 1
+            continue
+        end = pos
+        while not data[end : end + 1].isspace():
+            end += 1
+        tokens.append(data[pos:end])
+        pos = end
+    if tokens[0] != b"P5" or int(tokens[3]) > 255:
+        raise ValueError(f"{path}: not an 8-bit binary PGM")
+    w, h = int(tokens[1]), int(tokens[2])
+    return np.frombuffer(data[pos + 1 : pos + 1 + w * h], np.uint8).reshape(h, w)

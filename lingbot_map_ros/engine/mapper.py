@@ -1,0 +1,281 @@
+"""`Mapper`: the one home of the results path (no ROS imports). The node and `lingbot-map-ros run` both feed
+it `FrameResult`s and publish or write what it returns.
+
+Per frame it applies the frame chain (engine/frames.py: model world -> metric scale -> map -> robot frames),
+updates the scale estimate (engine/scale.py), and on keyframes the voxel map, the occupancy grid
+(engine/grid.py) and the trajectory; it computes the twist and the covariances and follows epochs (a new
+epoch = a new map frame: everything is cleared).
+
+Outputs are held or marked until the scale has converged (`scale.min_samples`): poses (TF, odometry, path)
+are published at once with the provisional scale and a pose covariance grown by `unscaled_factor`; keyframe
+points are held (at most `MAX_HELD_KEYFRAMES`, in model units) and enter the voxel map and the grid with the
+converged scale, so the map never mixes two scales of the start-up.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .frames import FrameChain, camera_points, camera_rest_pose, transform_points
+from .geometry import invert_rigid, rotation_vector
+from .grid import GridConfig, OccupancyGridBuilder
+from .mapping import Trajectory, VoxelMap, VoxelMapConfig
+from .result import FrameResult
+from .scale import ScaleConfig, ScaleEstimator, ScaleState
+
+#: Keyframes whose points wait for the scale to converge (beyond: the oldest are dropped, counted).
+MAX_HELD_KEYFRAMES = 64
+#: Twist covariance diagonal when no velocity can be computed (first frame, dt < min_dt): "unknown".
+UNKNOWN_VARIANCE = 1e6
+
+
+@dataclass(frozen=True)
+class CovarianceConfig:
+    """Pose standard deviations reported in the odometry covariance (the model predicts none).
+
+    Attributes:
+        position_std: metres, per axis.
+        orientation_std: radians, per axis.
+        unscaled_factor: multiplies the variances while the scale has not converged.
+        twist_min_dt: seconds; consecutive stamps closer than this give no twist (unknown covariance).
+    """
+
+    position_std: float = 0.05
+    orientation_std: float = 0.02
+    unscaled_factor: float = 100.0
+    twist_min_dt: float = 0.005
+
+
+@dataclass(frozen=True)
+class MapperConfig:
+    """Everything the mapper needs (built from the node's parameters or `run`'s options)."""
+
+    voxel: VoxelMapConfig = field(default_factory=VoxelMapConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    grid: GridConfig = field(default_factory=GridConfig)
+    covariance: CovarianceConfig = field(default_factory=CovarianceConfig)
+    path_max_length: int = 1000
+    trajectory_max_poses: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class RobotSample:
+    """TF at the image stamp: `mode` (frames.TF_MODES minus auto), `base_cam` [4, 4] T_base_cam (robot modes),
+    `odom_base` [4, 4] T_odom_base (map_to_odom, or scale from odometry), None where not looked up."""
+
+    mode: str = "map_to_camera"
+    base_cam: np.ndarray | None = None
+    odom_base: np.ndarray | None = None
+
+
+@dataclass
+class MappedFrame:
+    """One frame's outputs, all in metres (model units with `scale.source: none`).
+
+    Attributes:
+        stamp_s: image stamp.
+        new_epoch: the first frame of a new map frame: consumers clear paths and maps first.
+        mode: TF mode of the epoch.
+        camera_pose: [4, 4] T_map_cam (optical axes).
+        body_pose: [4, 4] the odometry pose: T_map_base in the robot modes, T_map_cam in map_to_camera.
+        map_odom: [4, 4] T_map_odom (map_to_odom only).
+        twist: [6] (vx, vy, vz, wx, wy, wz) of the body frame in the body frame.
+        pose_covariance / twist_covariance: [6, 6] (x, y, z, rot x, rot y, rot z), row-major in messages.
+        depth: [H, W] float32 metric z-depth; intrinsics [3, 3]; points [N, 3] float32 map-frame frame cloud
+            (confident pixels, `voxel.pixel_stride`); colors [N, 3] uint8.
+        map_changed: the voxel map / grid changed with this frame.
+        scale: the scale estimate after this frame.
+    """
+
+    stamp_s: float
+    index: int
+    epoch: int
+    is_keyframe: bool
+    new_epoch: bool
+    mode: str
+    camera_pose: np.ndarray
+    body_pose: np.ndarray
+    map_odom: np.ndarray | None
+    twist: np.ndarray
+    pose_covariance: np.ndarray
+    twist_covariance: np.ndarray
+    depth: np.ndarray
+    intrinsics: np.ndarray
+    points: np.ndarray
+    colors: np.ndarray
+    map_changed: bool
+    scale: ScaleState
+
+
+def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> np.ndarray:
+    """[6] twist (vx, vy, vz, wx, wy, wz) of a body between two [4, 4] poses `dt` > 0 apart, in the body
+    frame (nav_msgs/Odometry: twist in child_frame_id): `Rᵀ(t − t_prev)/dt`, rotation vector of
+    `R_prevᵀR`/dt."""
+    linear = pose[:3, :3].T @ (pose[:3, 3] - prev_pose[:3, 3]) / dt
+    angular = rotation_vector(prev_pose[:3, :3].T @ pose[:3, :3]) / dt
+    return np.concatenate([linear, angular])
+
+
+class Mapper:
+    """Frame chain, scale, voxel map, grid, trajectory, twist and epochs of one stream (module doc).
+
+    Not thread-safe: callers serialise `process` with readers of the map (the node's publish lock)."""
+
+    def __init__(self, config: MapperConfig) -> None:
+        self.config = config
+        self.voxels = VoxelMap(config.voxel)
+        self.grid = OccupancyGridBuilder(config.grid)
+        self.scale = ScaleEstimator(config.scale)
+        self.trajectory = Trajectory(config.path_max_length, keep_full_history=True,
+                                     max_history=config.trajectory_max_poses)
+        self.stamps_backwards = 0
+        self.stamps_duplicate = 0
+        self.held_dropped = 0
+        self._clear_stream()
+
+    # ------------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget the stream (reset): map, grid, trajectory, scale, chain; the next frame starts an epoch."""
+        self.voxels.clear()
+        self.grid.clear()
+        self.trajectory.clear()
+        self.scale.reset()
+        self._clear_stream()
+
+    def _clear_stream(self) -> None:
+        self.chain: FrameChain | None = None
+        self.mode: str | None = None
+        self._epoch: int | None = None
+        self._segment = 0
+        self._prev: tuple[float, np.ndarray] | None = None
+        self._held: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    def needs_new_epoch(self, result: FrameResult) -> bool:
+        """True when `result` starts a new map frame (first frame, or the session's epoch changed): the
+        caller then chooses the TF mode for it."""
+        return self._epoch is None or result.epoch != self._epoch
+
+    def process(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
+                sensor_depth: np.ndarray | None = None) -> MappedFrame:
+        """Map one frame (module doc). `robot` carries the TF looked up at `stamp_s`; `sensor_depth` [H, W]
+        metres registered to the image (for `scale.source: depth`)."""
+        robot = robot or RobotSample()
+        new_epoch = self.needs_new_epoch(result)
+        if new_epoch:
+            self.clear()
+            self._start_epoch(result, robot)
+        elif result.segment != self._segment:  # re-anchor: same map frame, re-estimate the scale
+            self._segment = result.segment
+            self.scale.restart()
+        base_cam = robot.base_cam if self.mode != "map_to_camera" else None
+        if result.is_keyframe:
+            self._sample_scale(result, stamp_s, robot, sensor_depth)
+        self.chain.scale = self.scale.value
+        camera_pose = self.chain.camera_pose(result.pose_c2w)
+        body_pose = camera_pose @ invert_rigid(base_cam) if base_cam is not None else camera_pose
+        map_odom = None
+        if self.mode == "map_to_odom":
+            map_odom = body_pose @ invert_rigid(robot.odom_base)
+        depth = (result.depth * np.float32(self.scale.value)).astype(np.float32)
+        mask = result.depth_conf > self.config.voxel.conf_threshold
+        cam_xyz, flat = camera_points(depth, result.intrinsics, mask, self.config.voxel.pixel_stride)
+        points = transform_points(camera_pose, cam_xyz)
+        colors = result.rgb.reshape(-1, 3)[flat]
+        map_changed = False
+        if result.is_keyframe:
+            map_changed = self._integrate(result, points, colors, camera_pose, cam_xyz)
+        twist, twist_cov = self._twist(stamp_s, body_pose)
+        self.trajectory.append(stamp_s, body_pose)
+        return MappedFrame(
+            stamp_s=stamp_s, index=result.index, epoch=result.epoch, is_keyframe=result.is_keyframe,
+            new_epoch=new_epoch, mode=self.mode, camera_pose=camera_pose, body_pose=body_pose,
+            map_odom=map_odom, twist=twist, pose_covariance=self._pose_covariance(),
+            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, points=points,
+            colors=colors, map_changed=map_changed, scale=self.scale.state())
+
+    def stats(self) -> dict[str, object]:
+        """For /diagnostics and run's summary."""
+        s = self.scale.state()
+        return {
+            "tf_mode": self.mode or "none",
+            "scale": s.value, "scale_spread": s.spread, "scale_source": s.source,
+            "scale_samples": s.samples, "scale_converged": s.converged,
+            "scale_updated_stamp": s.updated_s if s.updated_s is not None else -1.0,
+            "held_keyframes": len(self._held), "held_dropped": self.held_dropped,
+            "stamps_backwards": self.stamps_backwards, "stamps_duplicate": self.stamps_duplicate,
+            "grid_rays": self.grid.rays_total,
+        }
+
+    # ------------------------------------------------------------------------------------------------
+    def _start_epoch(self, result: FrameResult, robot: RobotSample) -> None:
+        self.mode = robot.mode
+        if robot.mode in ("map_to_odom", "map_to_base"):
+            if robot.base_cam is None or (robot.mode == "map_to_odom" and robot.odom_base is None):
+                raise ValueError(f"TF mode {robot.mode} needs the robot transforms of the first frame")
+            map_cam0 = np.asarray(robot.base_cam, np.float64)
+        else:
+            map_cam0 = camera_rest_pose()
+        self.chain = FrameChain(np.asarray(result.pose_c2w, np.float64), map_cam0, self.scale.value)
+        self._epoch = result.epoch
+        self._segment = result.segment
+
+    def _sample_scale(self, result: FrameResult, stamp_s: float, robot: RobotSample,
+                      sensor_depth: np.ndarray | None) -> None:
+        source = self.config.scale.source
+        if source == "odometry" and robot.odom_base is not None and robot.base_cam is not None:
+            odom_cam = robot.odom_base @ robot.base_cam
+            self.scale.add_odometry(result.pose_c2w[:3, 3], odom_cam[:3, 3], stamp_s)
+        elif source == "depth" and sensor_depth is not None:
+            self.scale.add_depth(result.depth, result.depth_conf, sensor_depth, stamp_s)
+
+    def _integrate(self, result: FrameResult, points: np.ndarray, colors: np.ndarray,
+                   camera_pose: np.ndarray, cam_xyz: np.ndarray) -> bool:
+        """Add a keyframe to the voxel map and the grid, or hold it until the scale converged."""
+        if not self.scale.converged:
+            unscaled = cam_xyz / max(self.scale.value, 1e-12)
+            self._held.append((np.asarray(result.pose_c2w, np.float64), unscaled.astype(np.float32), colors))
+            if len(self._held) > MAX_HELD_KEYFRAMES:
+                self._held.popleft()
+                self.held_dropped += 1
+            return False
+        while self._held:  # the scale just converged: the held keyframes first, at the converged scale
+            pose_c2w, unscaled, held_colors = self._held.popleft()
+            pose = self.chain.camera_pose(pose_c2w)
+            self._add_points(transform_points(pose, unscaled * self.scale.value), held_colors, pose)
+        self._add_points(points, colors, camera_pose)
+        return True
+
+    def _add_points(self, points: np.ndarray, colors: np.ndarray, camera_pose: np.ndarray) -> None:
+        if len(points):
+            self.voxels.insert(points, colors)
+            self.grid.integrate(points, camera_pose[:3, 3])
+
+    def _twist(self, stamp_s: float, pose: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Body twist from the previous frame; zero with an 'unknown' covariance when dt < twist_min_dt."""
+        cov = self.config.covariance
+        prev, self._prev = self._prev, (stamp_s, pose)
+        unknown = (np.zeros(6), np.eye(6) * UNKNOWN_VARIANCE)
+        if prev is None:
+            return unknown
+        dt = stamp_s - prev[0]
+        if dt < 0:
+            self.stamps_backwards += 1
+        elif dt == 0:
+            self.stamps_duplicate += 1
+        if dt < cov.twist_min_dt:
+            return unknown
+        factor = 1.0 if self.scale.converged else cov.unscaled_factor
+        var = factor * 2.0 / dt**2 * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3)
+        return body_twist(prev[1], pose, dt), np.diag(var)
+
+    def _pose_covariance(self) -> np.ndarray:
+        cov = self.config.covariance
+        factor = 1.0 if self.scale.converged else cov.unscaled_factor
+        return np.diag(factor * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3))

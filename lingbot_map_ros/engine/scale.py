@@ -1,0 +1,138 @@
+"""Metric scale of the model's up-to-scale output (`scale.source`: odometry, depth, fixed, none).
+
+The model's poses and depths share one unknown unit. The estimator turns them into metres:
+
+* `odometry`: keyframe pairs whose camera moved at least `min_baseline` metres in the odometry frame give one
+  ratio `|Δc_odom| / |Δc_model|` (camera positions; rotation-free, so it needs no alignment); the scale is the
+  median of the last `window` ratios.
+* `depth`: per keyframe, the median of `sensor_depth / predicted_depth` over confident pixels where both are
+  valid; the scale is the median of the last `window` per-keyframe ratios (smoothing).
+* `fixed`: `factor`; `none`: 1 (model units).
+
+`converged` once `min_samples` samples arrived (immediately for fixed/none). Spread: 1.4826 · MAD of the
+samples over their median (a relative robust standard deviation). `reset()` after a reset (new epoch);
+`restart()` after a long-stream re-anchor keeps the value but re-collects samples.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+SCALE_SOURCES = ("none", "fixed", "odometry", "depth")
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """`scale.*` parameters. `min_conf`: confidence threshold of the depth ratio's pixels."""
+
+    source: str = "none"
+    factor: float = 1.0
+    min_baseline: float = 0.1
+    min_samples: int = 5
+    window: int = 50
+    min_conf: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.source not in SCALE_SOURCES:
+            raise ValueError(f"scale.source must be one of {SCALE_SOURCES}, got '{self.source}'")
+        if not self.factor > 0:
+            raise ValueError(f"scale.factor must be > 0, got {self.factor}")
+        if self.min_samples < 1 or self.window < self.min_samples:
+            raise ValueError(f"need 1 <= min_samples <= window, got {self.min_samples}, {self.window}")
+
+
+@dataclass(frozen=True)
+class ScaleState:
+    """What /diagnostics reports: `value` (metres per model unit), `spread` (relative), `source`,
+    `samples`, `converged`, `updated_s` (stamp of the last sample, or None)."""
+
+    value: float
+    spread: float
+    source: str
+    samples: int
+    converged: bool
+    updated_s: float | None
+
+
+class ScaleEstimator:
+    """Robust running estimate of the metric scale (module doc)."""
+
+    def __init__(self, config: ScaleConfig) -> None:
+        self.config = config
+        self._samples: deque[float] = deque(maxlen=config.window)
+        self._keyframes: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=256)  # (c_model, c_odom)
+        self._value = config.factor if config.source == "fixed" else 1.0
+        self._converged = config.source in ("none", "fixed")
+        self._updated: float | None = None
+
+    def reset(self) -> None:
+        """New epoch: forget the samples and the value."""
+        self.__init__(self.config)
+
+    def restart(self) -> None:
+        """Long-stream re-anchor: re-collect samples (the current value is kept until then)."""
+        self._samples.clear()
+        self._keyframes.clear()
+
+    @property
+    def value(self) -> float:
+        return self._value
+
+    @property
+    def converged(self) -> bool:
+        return self._converged
+
+    def state(self) -> ScaleState:
+        samples = np.array(self._samples)
+        spread = 0.0
+        if samples.size >= 2:
+            med = float(np.median(samples))
+            spread = float(1.4826 * np.median(np.abs(samples - med)) / med)
+        return ScaleState(self._value, spread, self.config.source, int(samples.size), self._converged,
+                          self._updated)
+
+    def add_odometry(self, camera_model: np.ndarray, camera_odom: np.ndarray, stamp_s: float) -> bool:
+        """A keyframe's camera position [3] in the model world and in the odometry frame (metres).
+
+        Returns True when it produced a sample (a pair with enough baseline)."""
+        if self.config.source != "odometry":
+            return False
+        c_m, c_o = np.asarray(camera_model, np.float64), np.asarray(camera_odom, np.float64)
+        sampled = False
+        for prev_m, prev_o in reversed(self._keyframes):
+            base_o = float(np.linalg.norm(c_o - prev_o))
+            if base_o >= self.config.min_baseline:
+                base_m = float(np.linalg.norm(c_m - prev_m))
+                if base_m > 1e-9:
+                    self._add(base_o / base_m, stamp_s)
+                    sampled = True
+                break
+        self._keyframes.append((c_m, c_o))
+        return sampled
+
+    def add_depth(self, predicted: np.ndarray, conf: np.ndarray, sensor: np.ndarray, stamp_s: float) -> bool:
+        """A keyframe's predicted depth [H, W] (model units), its confidence [H, W] and the sensor's metric
+        depth [H, W] (registered to the colour image; NaN / 0 = none). True when it gave a sample."""
+        if self.config.source != "depth":
+            return False
+        pred = np.asarray(predicted, np.float64)
+        meas = np.asarray(sensor, np.float64)
+        if meas.shape != pred.shape:
+            raise ValueError(f"sensor depth {meas.shape} must match the image {pred.shape}")
+        ok = np.isfinite(pred) & np.isfinite(meas) & (pred > 0) & (meas > 0) & (conf > self.config.min_conf)
+        if ok.sum() < 50:
+            return False
+        self._add(float(np.median(meas[ok] / pred[ok])), stamp_s)
+        return True
+
+    def _add(self, ratio: float, stamp_s: float) -> None:
+        if not np.isfinite(ratio) or ratio <= 0:
+            return
+        self._samples.append(ratio)
+        self._updated = stamp_s
+        self._value = float(np.median(np.array(self._samples)))  # provisional until converged
+        if len(self._samples) >= self.config.min_samples:
+            self._converged = True

@@ -1,0 +1,76 @@
+"""The robot's TF at an image stamp, for the mapper: the TF mode of a stream and the transforms it needs.
+
+`resolve_mode` makes the `tf.mode: auto` choice when a stream starts (and after a reset): `map_to_odom` when
+`odom_frame -> base_frame -> <camera>` is in TF, `map_to_base` when only `base_frame -> <camera>` is,
+else `map_to_camera` (each probe waits up to `tf.timeout`). `sample` looks up, at the image stamp, the
+extrinsics `T_base_cam` (robot modes) and the odometry `T_odom_base` (map_to_odom, or
+`scale.source: odometry`), or raises `TransformUnavailable` naming the missing edge: the caller drops
+the frame (`tf_unavailable`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.frames import choose_tf_mode
+from ..engine.mapper import RobotSample
+from .tf_listener import TfLookup, TransformUnavailable
+
+__all__ = ["RobotFrames", "RobotTfConfig", "TransformUnavailable"]
+
+
+@dataclass(frozen=True)
+class RobotTfConfig:
+    """Frames and TF options (from the parameters `tf.mode`, `base_frame`, `odom_frame`, `tf.timeout`)."""
+
+    mode: str = "auto"
+    base_frame: str = "base_link"
+    odom_frame: str = "odom"
+    timeout_s: float = 0.2
+    odometry_scale: bool = False  # scale.source == odometry: odom -> base is needed in every robot mode
+
+
+class RobotFrames:
+    """TF lookups of one node (module doc)."""
+
+    def __init__(self, lookup: TfLookup, config: RobotTfConfig) -> None:
+        self.lookup = lookup
+        self.config = config
+
+    def resolve_mode(self, camera: str, stamp_s: float) -> tuple[str, str]:
+        """(mode, why) for a stream whose first image has `camera` as frame and `stamp_s` as stamp."""
+        cfg = self.config
+        if cfg.mode != "auto":
+            return cfg.mode, "tf.mode"
+        has_ext = self._available(cfg.base_frame, camera, stamp_s)
+        has_odom = has_ext and self._available(cfg.odom_frame, cfg.base_frame, stamp_s)
+        mode = choose_tf_mode("auto", has_ext, has_odom)
+        why = {
+            "map_to_odom": f"{cfg.odom_frame} -> {cfg.base_frame} -> {camera} is in TF",
+            "map_to_base": f"{cfg.base_frame} -> {camera} is in TF, {cfg.odom_frame} -> {cfg.base_frame} "
+            "is not",
+            "map_to_camera": f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s",
+        }[mode]
+        return mode, why
+
+    def sample(self, mode: str, camera: str, stamp_s: float) -> RobotSample:
+        """The transforms `mode` needs at `stamp_s`.
+
+        Raises:
+            TransformUnavailable: one is missing after `tf.timeout` (its `edge` names it).
+        """
+        cfg = self.config
+        if mode == "map_to_camera" and not cfg.odometry_scale:
+            return RobotSample(mode)
+        base_cam = self.lookup.lookup(cfg.base_frame, camera, stamp_s, cfg.timeout_s)
+        odom_base = None
+        if mode == "map_to_odom" or cfg.odometry_scale:
+            odom_base = self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, cfg.timeout_s)
+        return RobotSample(mode, base_cam, odom_base)
+
+    def _available(self, target: str, source: str, stamp_s: float) -> bool:
+        try:
+            self.lookup.lookup(target, source, stamp_s, self.config.timeout_s)
+        except TransformUnavailable:
+            return False
+        return True

@@ -1,0 +1,141 @@
+"""A small TF buffer (numpy only, no rclpy): what the node needs of `tf2_ros.Buffer` without tf2_ros.
+
+Edges `parent -> child` arrive as `(parent, child, stamp_s, T_parent_child [4, 4], static)`. Dynamic edges
+keep their last `cache_s` seconds; a lookup at time t interpolates between the two samples around t (linear
+translation, slerp rotation, as tf2), and fails rather than extrapolate (except within `tolerance_s` of the
+newest or oldest sample). Static edges hold at every time. `lookup(target, source, t)` returns
+`T_target_source` along the tree: up from both frames to their common ancestor. `t = 0` means "latest
+common time" as in tf2 (each dynamic edge's newest sample).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.geometry import interpolate_pose, invert_rigid
+
+
+class TransformUnavailable(LookupError):
+    """No transform: `edge` names the missing or out-of-range `parent -> child` (or unconnected frames)."""
+
+    def __init__(self, message: str, edge: str) -> None:
+        super().__init__(message)
+        self.edge = edge
+
+
+@dataclass
+class _Edge:
+    parent: str
+    static: bool
+    stamps: list[float] = field(default_factory=list)
+    poses: list[np.ndarray] = field(default_factory=list)
+
+
+class TfBuffer:
+    """Thread-safe store of TF edges with interpolation and chains (module doc)."""
+
+    def __init__(self, cache_s: float = 10.0, tolerance_s: float = 0.0) -> None:
+        self.cache_s = cache_s
+        self.tolerance_s = tolerance_s
+        self._edges: dict[str, _Edge] = {}  # by child frame
+        self._lock = threading.Lock()
+
+    def set_transform(self, parent: str, child: str, stamp_s: float, pose: np.ndarray, static: bool) -> None:
+        """Add one sample of `parent -> child` (a child has one parent; a new parent replaces the edge)."""
+        pose = np.asarray(pose, np.float64)
+        parent, child = parent.lstrip("/"), child.lstrip("/")
+        with self._lock:
+            edge = self._edges.get(child)
+            if edge is None or edge.parent != parent or edge.static != static:
+                edge = self._edges[child] = _Edge(parent, static)
+            if static:
+                edge.stamps, edge.poses = [stamp_s], [pose]
+                return
+            i = bisect.bisect_right(edge.stamps, stamp_s)
+            if i > 0 and edge.stamps[i - 1] == stamp_s:
+                edge.poses[i - 1] = pose
+            else:
+                edge.stamps.insert(i, stamp_s)
+                edge.poses.insert(i, pose)
+            cut = bisect.bisect_left(edge.stamps, edge.stamps[-1] - self.cache_s)
+            if cut:
+                del edge.stamps[:cut], edge.poses[:cut]
+
+    def frames(self) -> dict[str, str]:
+        """child -> parent of every known edge."""
+        with self._lock:
+            return {child: edge.parent for child, edge in self._edges.items()}
+
+    def can_transform(self, target: str, source: str, stamp_s: float) -> bool:
+        try:
+            self.lookup(target, source, stamp_s)
+        except TransformUnavailable:
+            return False
+        return True
+
+    def lookup(self, target: str, source: str, stamp_s: float) -> np.ndarray:
+        """`T_target_source` [4, 4] at `stamp_s` (0: latest).
+
+        Raises:
+            TransformUnavailable: naming the missing edge.
+        """
+        target, source = target.lstrip("/"), source.lstrip("/")
+        with self._lock:
+            up_source = self._chain(source)
+            up_target = self._chain(target)
+            ancestors = [frame for frame, _ in up_target]
+            common = next((frame for frame, _ in up_source if frame in ancestors), None)
+            if common is None:
+                raise TransformUnavailable(
+                    f"'{target}' and '{source}' are not connected in TF (no common parent)",
+                    f"{target} -> {source}")
+            root_source = self._compose(up_source, common, stamp_s)
+            root_target = self._compose(up_target, common, stamp_s)
+        return invert_rigid(root_target) @ root_source
+
+    def _chain(self, frame: str) -> list[tuple[str, _Edge | None]]:
+        """[(frame, edge to its parent), (parent, ...), ..., (root, None)]."""
+        out: list[tuple[str, _Edge | None]] = []
+        seen = set()
+        while frame not in seen:
+            seen.add(frame)
+            edge = self._edges.get(frame)
+            out.append((frame, edge))
+            if edge is None:
+                break
+            frame = edge.parent
+        return out
+
+    def _compose(self, chain: list[tuple[str, _Edge | None]], stop: str, stamp_s: float) -> np.ndarray:
+        """T_stop_frame for the first frame of `chain`."""
+        pose = np.eye(4)
+        for frame, edge in chain:
+            if frame == stop:
+                return pose
+            pose = self._sample(frame, edge, stamp_s) @ pose
+        return pose
+
+    def _sample(self, child: str, edge: _Edge, stamp_s: float) -> np.ndarray:
+        name = f"{edge.parent} -> {child}"
+        if edge.static or stamp_s == 0.0:
+            return edge.poses[-1]
+        stamps = edge.stamps
+        if stamp_s > stamps[-1]:
+            if stamp_s - stamps[-1] <= self.tolerance_s:
+                return edge.poses[-1]
+            raise TransformUnavailable(
+                f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name)
+        if stamp_s < stamps[0]:
+            if stamps[0] - stamp_s <= self.tolerance_s:
+                return edge.poses[0]
+            raise TransformUnavailable(
+                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[0]:.3f} s)", name)
+        i = bisect.bisect_left(stamps, stamp_s)
+        if stamps[i] == stamp_s:
+            return edge.poses[i]
+        t0, t1 = stamps[i - 1], stamps[i]
+        return interpolate_pose(edge.poses[i - 1], edge.poses[i], (stamp_s - t0) / (t1 - t0))

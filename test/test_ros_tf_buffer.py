@@ -1,0 +1,62 @@
+"""The TF buffer the node uses without tf2_ros: interpolation between stamps, chains of edges, static edges,
+failures naming the missing edge (no DDS)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lingbot_map_ros.engine.geometry import invert_rigid, rigid
+from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
+
+
+def rz(a: float) -> np.ndarray:
+    return np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1.0]])
+
+
+def test_interpolates_translation_linearly_and_rotation_by_slerp() -> None:
+    buf = TfBuffer()
+    buf.set_transform("odom", "base", 1.0, rigid(rz(0.0), [0, 0, 0]), static=False)
+    buf.set_transform("odom", "base", 2.0, rigid(rz(1.0), [2, 0, 0]), static=False)
+    mid = buf.lookup("odom", "base", 1.25)
+    np.testing.assert_allclose(mid[:3, 3], [0.5, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(mid[:3, :3], rz(0.25), atol=1e-12)
+    np.testing.assert_allclose(buf.lookup("odom", "base", 2.0), rigid(rz(1.0), [2, 0, 0]))
+    np.testing.assert_allclose(buf.lookup("odom", "base", 0.0), rigid(rz(1.0), [2, 0, 0]))  # 0: latest
+
+
+def test_chains_static_and_dynamic_edges_through_the_common_parent() -> None:
+    buf = TfBuffer()
+    base_cam = rigid(rz(0.3), [0.1, 0.0, 1.2])
+    buf.set_transform("base", "cam_link", 0.0, rigid(np.eye(3), [0.1, 0, 1.2]), static=True)
+    buf.set_transform("cam_link", "cam", 0.0, rigid(rz(0.3), [0, 0, 0]), static=True)
+    odom_base = rigid(rz(0.5), [3, 1, 0])
+    buf.set_transform("odom", "base", 5.0, odom_base, static=False)
+    np.testing.assert_allclose(buf.lookup("base", "cam", 5.0), base_cam, atol=1e-12)
+    np.testing.assert_allclose(buf.lookup("odom", "cam", 5.0), odom_base @ base_cam, atol=1e-12)
+    np.testing.assert_allclose(buf.lookup("cam", "odom", 5.0), invert_rigid(odom_base @ base_cam), atol=1e-12)
+    assert buf.frames() == {"cam_link": "base", "cam": "cam_link", "base": "odom"}
+
+
+def test_missing_and_out_of_range_edges_are_named() -> None:
+    buf = TfBuffer()
+    buf.set_transform("odom", "base", 1.0, np.eye(4), static=False)
+    buf.set_transform("odom", "base", 2.0, np.eye(4), static=False)
+    with pytest.raises(TransformUnavailable) as exc:
+        buf.lookup("base", "cam", 1.5)
+    assert exc.value.edge == "base -> cam"
+    with pytest.raises(TransformUnavailable) as exc:
+        buf.lookup("odom", "base", 2.5)  # no extrapolation into the future
+    assert exc.value.edge == "odom -> base" and "no data" in str(exc.value)
+    with pytest.raises(TransformUnavailable):
+        buf.lookup("odom", "base", 0.5)
+    assert not buf.can_transform("odom", "base", 2.5) and buf.can_transform("odom", "base", 1.5)
+
+
+def test_old_samples_leave_the_cache() -> None:
+    buf = TfBuffer(cache_s=1.0)
+    for t in np.arange(0.0, 5.0, 0.1):
+        buf.set_transform("odom", "base", float(t), rigid(np.eye(3), [t, 0, 0]), static=False)
+    with pytest.raises(TransformUnavailable):
+        buf.lookup("odom", "base", 2.0)
+    np.testing.assert_allclose(buf.lookup("odom", "base", 4.45)[0, 3], 4.45)
