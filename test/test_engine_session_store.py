@@ -170,6 +170,7 @@ def test_save_is_atomic_and_never_overwrites(folder: Path) -> None:
     assert siblings == ["run_a"], siblings  # no temporary folder left behind
     assert sorted(p.name for p in folder.iterdir()) == [
         "anchors.npz",
+        "grid.npz",
         "manifest.json",
         "map.npz",
         "trajectory.npz",

@@ -109,6 +109,23 @@ class OccupancyGridBuilder:
         self._add(self._passes, end[~obstacle])
         self.rays_total += len(xyz)
 
+    def counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hits [X, Y] int32, passes [X, Y] int32, origin [2] int64 cell index of [0, 0]): copies, for a
+        saved session."""
+        return self._hits.copy(), self._passes.copy(), self._origin.copy()
+
+    def restore(self, hits: np.ndarray, passes: np.ndarray, origin: np.ndarray) -> None:
+        """Replace the counts with saved ones (`counts()`); ValueError for mismatched or negative arrays."""
+        hits, passes = np.asarray(hits), np.asarray(passes)
+        if hits.ndim != 2 or hits.shape != passes.shape or np.asarray(origin).shape != (2,):
+            raise ValueError(f"grid counts must be two equal [X, Y] arrays and an origin [2]: {hits.shape}")
+        negative = hits.min(initial=0) < 0 or passes.min(initial=0) < 0
+        if negative or np.any(np.array(hits.shape) > self.config.max_cells):
+            raise ValueError(f"grid counts must be >= 0 and at most {self.config.max_cells} cells a side")
+        self.clear()
+        self._hits, self._passes = hits.astype(np.int32), passes.astype(np.int32)
+        self._origin = np.asarray(origin, np.int64).copy()
+
     def grid(self) -> Grid:
         """The current grid (copies)."""
         hits, passes = self._hits, self._passes

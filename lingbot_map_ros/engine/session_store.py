@@ -9,6 +9,7 @@ Layout of a session folder (format ``lingbot_map_session``, version `FORMAT_VERS
                        stamps_ns [S0] int64
       map.npz          xyz [N, 3] float32 and rgb [N, 3] uint8 (the voxel map, map frame)
       trajectory.npz   stamps_ns [M] int64 and poses [M, 7] float64 (tx ty tz qx qy qz qw, map frame)
+      grid.npz         hits, passes [X, Y] int32 and origin [2] int64 (the occupancy grid's counts)
 
 A session file is untrusted input (anyone on the DDS domain can call the node's services): nothing is
 ever unpickled (``allow_pickle=False``, JSON only), every file is hashed and its size bounded before it is
@@ -44,6 +45,7 @@ SCHEMA: dict[str, dict[str, tuple[str, int]]] = {
     "anchors.npz": {"images": ("|u1", 4), "stamps_ns": ("<i8", 1)},
     "map.npz": {"xyz": ("<f4", 2), "rgb": ("|u1", 2)},
     "trajectory.npz": {"stamps_ns": ("<i8", 1), "poses": ("<f8", 2)},
+    "grid.npz": {"hits": ("<i4", 2), "passes": ("<i4", 2), "origin": ("<i8", 1)},
 }
 
 
@@ -59,6 +61,7 @@ class SessionLimits:
     max_image_side: int = 4096
     max_points: int = 50_000_000
     max_poses: int = 10_000_000
+    max_grid_cells: int = 25_000_000
 
 
 @dataclass
@@ -73,6 +76,7 @@ class SessionSnapshot:
         alignment: Sim(3) from the current model stream's world frame into the map frame.
         map_xyz: [N, 3] float32 voxel-map points (map frame); map_rgb: [N, 3] uint8 colours.
         trajectory_stamps_ns: [M] int64; trajectory_poses: [M, 7] float64 (t xyz, q xyzw), map frame.
+        grid_hits / grid_passes: [X, Y] int32 occupancy counts; grid_origin: [2] int64 cell of [0, 0].
         state: further JSON-able state (scale and its source, frames, map -> odom, ...).
     """
 
@@ -85,6 +89,9 @@ class SessionSnapshot:
     map_rgb: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.uint8))
     trajectory_stamps_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     trajectory_poses: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), np.float64))
+    grid_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    grid_passes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    grid_origin: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     state: dict[str, Any] = field(default_factory=dict)
 
     def arrays(self) -> dict[str, dict[str, np.ndarray]]:
@@ -93,6 +100,7 @@ class SessionSnapshot:
             "anchors.npz": {"images": self.anchor_images, "stamps_ns": self.anchor_stamps_ns},
             "map.npz": {"xyz": self.map_xyz, "rgb": self.map_rgb},
             "trajectory.npz": {"stamps_ns": self.trajectory_stamps_ns, "poses": self.trajectory_poses},
+            "grid.npz": {"hits": self.grid_hits, "passes": self.grid_passes, "origin": self.grid_origin},
         }
         return {
             f: {k: np.ascontiguousarray(a, dtype=np.dtype(SCHEMA[f][k][0])) for k, a in arrays.items()}
@@ -234,6 +242,9 @@ def load_session(
         map_rgb=arrays["map.npz"]["rgb"],
         trajectory_stamps_ns=arrays["trajectory.npz"]["stamps_ns"],
         trajectory_poses=arrays["trajectory.npz"]["poses"],
+        grid_hits=arrays["grid.npz"]["hits"],
+        grid_passes=arrays["grid.npz"]["passes"],
+        grid_origin=arrays["grid.npz"]["origin"],
         state=manifest["state"],
     )
     _check_snapshot(snapshot, limits)
@@ -263,6 +274,9 @@ def _check_snapshot(s: SessionSnapshot, limits: SessionLimits | None = None) -> 
     m = np.asarray(s.trajectory_poses).shape
     if len(m) != 2 or m[1] != 7 or np.asarray(s.trajectory_stamps_ns).shape != (m[0],):
         raise SessionError(f"trajectory.npz: poses must be [M, 7] with M stamps, got {m}")
+    g = np.asarray(s.grid_hits).shape
+    if len(g) != 2 or np.asarray(s.grid_passes).shape != g or np.asarray(s.grid_origin).shape != (2,):
+        raise SessionError(f"grid.npz: hits and passes must both be [X, Y] and origin [2], got {g}")
     for name, a in (("map xyz", s.map_xyz), ("trajectory poses", s.trajectory_poses)):
         if not np.isfinite(np.asarray(a, np.float64)).all():
             raise SessionError(f"{name} contain non-finite values")
@@ -370,6 +384,9 @@ def _read_member(
         "rgb": limits.max_points * 3,
         "poses": limits.max_poses * 7,
         "stamps_ns": max(limits.max_poses, limits.max_anchor_frames),
+        "hits": limits.max_grid_cells,
+        "passes": limits.max_grid_cells,
+        "origin": 2,
     }[key]
     count = math.prod(shape)
     if count > bound or count * dtype.itemsize > info.file_size:
