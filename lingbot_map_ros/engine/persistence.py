@@ -16,10 +16,29 @@ import numpy as np
 from .mapper import Mapper
 from .result import FrameResult
 from .session import AnchorState, StreamingSession
-from .session_store import SessionError, SessionLimits, SessionSnapshot, load_session, save_session
+from .session_store import (
+    SessionError,
+    SessionLimits,
+    SessionSnapshot,
+    checkpoint_fingerprint,
+    load_session,
+    save_session,
+)
 
 #: Points inserted per `VoxelMap.insert` call while a saved map is restored (bounds the temporaries).
 _RESTORE_CHUNK = 1 << 20
+
+
+def compat_fields(
+    preset: str, checkpoint: str | Path | None, image_width: int, scale_frames: int
+) -> dict[str, Any]:
+    """What a saved session must share with the model that loads it (docs/session.md "compat")."""
+    return {
+        "preset": preset,
+        "weights": checkpoint_fingerprint(checkpoint, preset),
+        "image_width": int(image_width),
+        "scale_frames": int(scale_frames),
+    }
 
 
 def capture(

@@ -229,7 +229,7 @@ def load_session(
         if saved.get(key) != value:
             raise SessionError(
                 f"session {folder.name} is incompatible: {key} is {saved.get(key)!r} in the session, "
-                f"{value!r} in this node"
+                f"{value!r} here"
             )
     arrays = {name: _read_npz(folder, name, manifest["files"][name], limits) for name in SCHEMA}
     snapshot = SessionSnapshot(
