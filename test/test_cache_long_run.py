@@ -38,6 +38,9 @@ def test_hundred_thousand_frames_stay_within_the_memory_ceiling():
     for i in range(FRAMES):
         if i % 25_000 == 12_345:
             cache.set_sliding_window(6 if cache.sliding_window == 4 else 4)
+            if i == 12_345:  # the first increase past the pool's window re-allocates it, once
+                assert cache.stats().pool_reallocations == 1
+                pool = (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.pool_bytes)
         step = cache.begin_step(1, keyframe=i % 3 != 2)
         step.attend(0, q, q, q)
         cache.end_step(step)
@@ -50,4 +53,5 @@ def test_hundred_thousand_frames_stay_within_the_memory_ceiling():
     assert len(cache.layout.state.special_frame) == stats.evicted_special_frames
     assert max_visible == ceiling
     assert (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.pool_bytes) == pool
+    assert stats.pool_reallocations == 1 and stats.pool_window == 6
     assert process.memory_info().rss - rss_start < 16 * 2**20

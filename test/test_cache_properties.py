@@ -2,7 +2,8 @@
 
 Random sequences of keyframe / non-keyframe / reset / resize operations on small geometries: the visible set
 and the attention output of every layer match the reference, a non-keyframe rolls back bit-exactly, and the
-pools are never reallocated.
+pools are re-allocated exactly when a live window increase needs more frame slots than they have (once per
+such increase, counted in the stats; the committed K/V survive it: the outputs keep matching).
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ def test_random_operations_match_dense_reference(
     )
     cache = PagedKVCache(config, backend="torch")
     pointers = (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.k_pool.numel())
+    grows, pool_window = 0, config.sliding_window
     ref = DenseReference(scale_frames, config.sliding_window, config.max_special_frames, num_special)
     gen = torch.Generator().manual_seed(seed)
     for op, arg in ops:
@@ -220,11 +222,16 @@ def test_random_operations_match_dense_reference(
             window = min(arg, max_window)
             cache.set_sliding_window(window)
             ref.resize(window)
+            if window > pool_window:  # the only case where the pools are re-allocated
+                grows, pool_window = grows + 1, window
+                pointers = (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.k_pool.numel())
         stats = cache.stats()
         assert stats.anchor_frames == len(ref.anchors) and stats.window_frames == len(ref.window)
         assert stats.evicted_special_frames == (len(ref.specials) if num_special else 0)
         assert stats.special_frames_visible <= config.max_special_frames
         assert (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.k_pool.numel()) == pointers
+        assert stats.pool_reallocations == grows
+        assert stats.pool_window == pool_window
 
 
 @settings(max_examples=40, deadline=None)

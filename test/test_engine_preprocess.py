@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.preprocess import preprocess, preprocess_geometry
+from lingbot_map_ros.engine.preprocess import preprocess, preprocess_geometry, resize_uint8
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CASES = sorted((SHARED / "parity").glob("case_*"))
@@ -92,3 +92,14 @@ def test_bad_input_is_a_clear_error(image: object, message: str) -> None:
 def test_width_must_be_a_multiple_of_14() -> None:
     with pytest.raises(ValueError, match="multiple of 14"):
         preprocess_geometry((294, 518), 100)
+
+
+def test_network_sized_input_skips_the_resize_bit_exactly() -> None:
+    """An input already at the network size is passed through: identical to PIL's same-size resize."""
+    from PIL import Image
+
+    rgb = np.random.default_rng(3).integers(0, 256, (378, 518, 3), dtype=np.uint8)
+    geometry = preprocess_geometry(rgb.shape[:2], 518)
+    assert geometry.out_hw == (378, 518) and geometry.crop_top == 0
+    pil = np.asarray(Image.fromarray(rgb, mode="RGB").resize((518, 378), Image.Resampling.BICUBIC))
+    assert np.array_equal(resize_uint8(rgb, geometry), pil)

@@ -161,3 +161,27 @@ def test_stream_past_1024_frames(model: LingBotMap) -> None:
     assert torch.isfinite(out.pose_enc).all() and torch.isfinite(out.depth).all()
     assert (state.kv_cache.k_pool.data_ptr(), state.camera.k.data_ptr()) == pool  # nothing reallocated
     assert state.camera.stored == 8
+
+
+def test_live_window_increase_past_the_pool_reallocates_once(model: LingBotMap, frames: torch.Tensor) -> None:
+    """The pool is sized for the configured window; growing the window live past it re-allocates it once,
+    between steps, and the outputs equal those of a stream whose pool was large enough from the start."""
+    grown = _stream(model, sliding_window=2, max_window=6)
+    roomy = _stream(model, sliding_window=6, max_window=6)
+    for state in (grown, roomy):
+        model.step(frames[:3], state)
+    roomy.set_sliding_window(2)
+    small_bytes = grown.stats().kv_cache.pool_bytes
+    assert grown.stats().kv_cache.pool_window == 2 and roomy.stats().kv_cache.pool_window == 6
+    assert small_bytes < roomy.stats().kv_cache.pool_bytes
+    for i in range(3, 12):
+        if i == 6:
+            for state in (grown, roomy):
+                state.set_sliding_window(5)
+        keyframe = i % 3 != 1
+        a, b = (model.step(frames[i : i + 1], state, keyframe=keyframe) for state in (grown, roomy))
+        assert torch.equal(a.pose_enc, b.pose_enc) and torch.equal(a.depth, b.depth)
+    stats = grown.stats().kv_cache
+    assert (stats.pool_reallocations, stats.pool_window, stats.window_frames) == (1, 5, 5)
+    assert roomy.stats().kv_cache.pool_reallocations == 0
+    assert small_bytes < stats.pool_bytes < roomy.stats().kv_cache.pool_bytes

@@ -30,6 +30,9 @@ class KVCacheConfig:
     max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
     dtype: torch.dtype = torch.float32
     device: torch.device = torch.device("cpu")
+    #: Window frames the pool is first allocated for (None: ``sliding_window``). A live window increase past
+    #: it re-allocates the pool once for the new window (logged, counted in :class:`KVCacheStats`).
+    pool_window: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", torch.device(self.device))
@@ -46,6 +49,11 @@ class KVCacheConfig:
                 f"KVCacheConfig.sliding_window must be in [1, max_window={self.max_window}], "
                 f"got {self.sliding_window}"
             )
+        if self.pool_window is not None and not self.sliding_window <= self.pool_window <= self.max_window:
+            raise ValueError(
+                f"KVCacheConfig.pool_window must be in [sliding_window={self.sliding_window}, "
+                f"max_window={self.max_window}] or None, got {self.pool_window!r}"
+            )
         if self.max_special_frames < self.scale_frames + self.max_window:
             raise ValueError(
                 "KVCacheConfig.max_special_frames must be >= scale_frames + max_window "
@@ -54,6 +62,11 @@ class KVCacheConfig:
             )
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"KVCacheConfig.dtype must be float32, bfloat16 or float16, got {self.dtype}")
+
+    @property
+    def initial_pool_window(self) -> int:
+        """Window frames of the first allocation."""
+        return self.sliding_window if self.pool_window is None else self.pool_window
 
     @property
     def tokens_per_frame(self) -> int:
@@ -78,3 +91,5 @@ class KVCacheStats:
     visible_tokens: int
     pool_tokens_per_layer: int
     pool_bytes: int
+    pool_window: int  # window frames the pool holds now (grows on a live increase past it)
+    pool_reallocations: int  # re-allocations of the pool since it was made (live window increases)

@@ -3,7 +3,7 @@
 The pool of one layer is a flat token array (K and V alike), laid out so that the visible keys of every step
 are ONE contiguous token range (attention is non-causal over a set, so key order does not matter)::
 
-    [ special stream: E x num_special | frame slots: (scale_frames + max_window + 1) x tokens_per_frame ]
+    [ special stream: E x num_special | frame slots: (scale_frames + pool_window + 1) x tokens_per_frame ]
               occupied = the top n_e entries     committed frames = slots [0, n_a + n_w)
 
 * Frame slots ``0 .. scale_frames-1`` hold the anchors (never evicted), the following slots the live window
@@ -83,15 +83,26 @@ class CacheLayout:
     def __init__(self, config: KVCacheConfig) -> None:
         self.config = config
         self.tokens_per_frame = config.tokens_per_frame
-        self.num_slots = config.scale_frames + config.max_window + 1
+        self.pool_window = config.initial_pool_window
+        self.num_slots = config.scale_frames + self.pool_window + 1
         # Most evicted frames whose specials can be kept: cap minus full anchors minus one window frame.
         self.special_entries = (
             config.max_special_frames - config.scale_frames - 1 if config.num_special > 0 else 0
         )
         self.frame_base = self.special_entries * config.num_special
-        self.pool_tokens = self.frame_base + self.num_slots * self.tokens_per_frame
         self.sliding_window = config.sliding_window
         self.state = LayoutState()
+
+    @property
+    def pool_tokens(self) -> int:
+        """Tokens of one layer's pool: the special stream, then ``num_slots`` frame slots."""
+        return self.frame_base + self.num_slots * self.tokens_per_frame
+
+    def grow(self, pool_window: int) -> None:
+        """Frame slots for a window of ``pool_window`` frames; existing tokens keep their addresses."""
+        if pool_window > self.pool_window:
+            self.pool_window = pool_window
+            self.num_slots = self.config.scale_frames + pool_window + 1
 
     # ----------------------------------------------------------------------------------------- addresses
     def slot_token(self, slot: int) -> int:
@@ -131,7 +142,7 @@ class CacheLayout:
         """Anchor phase on an empty cache: the visible set is exactly the new frames."""
         if num_frames > self.num_slots:
             raise ValueError(
-                f"num_frames must be <= scale_frames + max_window + 1 = {self.num_slots} on an empty cache, "
+                f"num_frames must be <= scale_frames + pool_window + 1 = {self.num_slots} on an empty cache, "
                 f"got {num_frames}"
             )
         start, stop = self.slot_token(0), self.slot_token(num_frames)

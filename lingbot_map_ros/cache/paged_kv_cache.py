@@ -1,18 +1,24 @@
 """The two-stream paged KV cache of the global-attention layers.
 
-Contract: docs/architecture.md; design: docs/cache.md. Pools (allocated once, never resized): ``k_pool`` and
-``v_pool``, each ``[num_layers, pool_tokens, H, D]`` in the cache dtype on the cache device.
+Contract: docs/architecture.md; design: docs/cache.md. Pools ``k_pool`` and ``v_pool``, each
+``[num_layers, pool_tokens, H, D]`` in the cache dtype on the cache device, allocated for the configured
+window (``KVCacheConfig.pool_window``, default ``sliding_window``); a live window increase past that
+re-allocates them once for the new window, between steps (logged, ``KVCacheStats.pool_reallocations``).
 :mod:`lingbot_map_ros.cache.layout` decides where every frame lives so that the visible keys of a step are
 one contiguous token range of the pool.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from lingbot_map_ros.cache.backends import AttentionBackend, make_backend
 from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats
 from lingbot_map_ros.cache.layout import CacheLayout, LayoutState, StepPlan, TokenCopy
+
+_LOG = logging.getLogger(__name__)
 
 
 class CacheStep:
@@ -92,8 +98,10 @@ class PagedKVCache:
         shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
         self.k_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
         self.v_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        self._backend_name = backend
         self.backend: AttentionBackend = make_backend(backend, config, self.layout.pool_tokens)
         self._open_step: CacheStep | None = None
+        self.reallocations = 0
 
     # --------------------------------------------------------------------------------------- properties
     @property
@@ -156,7 +164,7 @@ class PagedKVCache:
 
     def set_sliding_window(self, sliding_window: int) -> None:
         """Live resize: shrinking evicts the oldest window frames at once; growing fills with later
-        keyframes."""
+        keyframes (and re-allocates the pool once if the new window needs more slots than it has)."""
         if self._open_step is not None:
             raise RuntimeError("set_sliding_window() while a step is open")
         limit = self.config.max_window
@@ -164,12 +172,47 @@ class PagedKVCache:
             raise ValueError(
                 f"sliding_window must be an int in [1, max_window={limit}], got {sliding_window!r}"
             )
+        if sliding_window > self.layout.pool_window:
+            self._grow_pool(sliding_window)
         copies, state = self.layout.plan_resize(sliding_window)
         # The pools may be inference tensors (first allocated inside the model's inference_mode step).
         with torch.inference_mode():
             _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
         self.layout.state = state
         self.layout.sliding_window = sliding_window
+
+    def _grow_pool(self, pool_window: int) -> None:
+        """Re-allocate both pools with frame slots for a window of ``pool_window`` frames (between steps).
+
+        Existing tokens keep their addresses (the special stream and the frame slots start where they did), so
+        the committed state is copied as is. K and V are grown one after the other: the transient extra memory
+        is one old pool, not two.
+        """
+        old_bytes = self.pool_bytes
+        old_window, old_tokens = self.layout.pool_window, self.layout.pool_tokens
+        self.layout.grow(pool_window)
+        config = self.config
+        shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
+        for name in ("k_pool", "v_pool"):
+            old = getattr(self, name)
+            # Same kind of tensor as before: inference tensors when the model's step allocated them.
+            with torch.inference_mode(old.is_inference()):
+                new = torch.empty(shape, dtype=config.dtype, device=config.device)
+                new[:, :old_tokens].copy_(old)
+                new[:, old_tokens:].zero_()
+                setattr(self, name, new)
+                del old
+        self.backend = make_backend(self._backend_name, config, self.layout.pool_tokens)
+        self.reallocations += 1
+        _LOG.warning(
+            "KV cache pool re-allocated for a window of %d frames (was %d): %.2f GiB -> %.2f GiB "
+            "(re-allocation %d)",
+            pool_window,
+            old_window,
+            old_bytes / 2**30,
+            self.pool_bytes / 2**30,
+            self.reallocations,
+        )
 
     def stats(self) -> KVCacheStats:
         state, config = self.layout.state, self.config
@@ -181,13 +224,15 @@ class PagedKVCache:
             window_frames=state.window_frames,
             sliding_window=self.layout.sliding_window,
             max_window=config.max_window,
-            free_window_slots=config.max_window - state.window_frames,
+            free_window_slots=self.layout.pool_window - state.window_frames,
             evicted_special_frames=len(state.special_frame),
             special_frames_visible=state.committed_frames + len(state.special_frame),
             max_special_frames=config.max_special_frames,
             visible_tokens=stop - start,
             pool_tokens_per_layer=self.layout.pool_tokens,
             pool_bytes=self.pool_bytes,
+            pool_window=self.layout.pool_window,
+            pool_reallocations=self.reallocations,
         )
 
     # --------------------------------------------------------------------------------------- validation

@@ -125,6 +125,8 @@ def resize_uint8(rgb: np.ndarray, geometry: PreprocessGeometry) -> np.ndarray:
         [h, w, 3] uint8 with (h, w) = ``geometry.out_hw``.
     """
     h, w = geometry.resized_hw
+    if (h, w) == tuple(rgb.shape[:2]) and geometry.out_hw == (h, w):
+        return rgb  # already at the network size: PIL's resize to the same size is a copy, nothing to do
     resized = np.asarray(Image.fromarray(rgb, mode="RGB").resize((w, h), Image.Resampling.BICUBIC))
     top = geometry.crop_top
     return resized[top : top + geometry.out_hw[0]]

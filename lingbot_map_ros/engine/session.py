@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -117,29 +118,55 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            geometry = self._geometry
-            if geometry is None or rgb.shape[:2] != geometry.source_hw:
-                # Validated (ValueError for an unusable size) before the stream is touched.
-                geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
-            if self._geometry is not None and geometry is not self._geometry:
-                old, new = self._geometry.source_hw, rgb.shape[:2]
-                reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
-                _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
-                self._clear(reason)
-            self._geometry = geometry
-            with self._timer.stage("preprocess"):
-                image_net = resize_uint8(rgb, self._geometry)
+            done = self._complete_in_flight()
+            _, image_net = self._prepare(rgb)
             self._frames_total += 1
             try:
-                if self._anchoring:
-                    self._pending.append((rgb, meta, image_net))
-                    if len(self._pending) < self.config.scale_frames:
-                        return []
-                    return self._run_anchor_phase()
-                return [self._run_streaming_frame(rgb, meta, image_net)]
+                return done + self._run(rgb, meta, image_net)
             except Exception as exc:
                 self._recover(exc)
                 raise
+
+    def push_overlapped(self, rgb: np.ndarray, meta: object = None) -> list[FrameResult]:
+        """Feed one frame through a one-deep pipeline: returns the results of the frame before it.
+
+        The frame's pre-processing runs while the previous frame's step is still on the GPU; its step is
+        queued right behind it; then the previous frame's outputs are collected and decoded while this
+        frame's step runs. So with a camera faster than the model the GPU never waits for the host, and a
+        result comes back as soon as its own step has finished (the next frame's step is not waited for).
+        Call :meth:`flush` when no next frame is at hand (e.g. the input queue is empty): it returns the
+        frame still in flight. The results are exactly those of :meth:`push` on the same frames (the same
+        model calls in the same order), only returned one call later; the anchor phase, re-anchors and a
+        resolution change first complete the frame in flight and then run as in :meth:`push`.
+
+        Raises as :meth:`push`; a failed or non-finite step of the frame in flight also drops this frame
+        (its step ran on the failed frame's caches) and recovers as :meth:`push` does.
+        """
+        rgb = validate_rgb(rgb)
+        with self._lock:
+            done = self._complete_in_flight() if self._needs_sync(rgb) else []
+            geometry, image_net = self._prepare(rgb)
+            self._frames_total += 1
+            try:
+                if self._anchoring or self._reanchor_due():
+                    return done + self._run(rgb, meta, image_net)
+                keyframe = self._next_keyframe()
+                with self._timer.stage("model"):
+                    launched = self._launch([image_net], keyframe)
+                previous = self._in_flight
+                self._in_flight = (rgb, meta, image_net, keyframe, launched)
+                if previous is not None:
+                    done.append(self._finish(*previous))
+                return done
+            except Exception as exc:
+                self._in_flight = None
+                self._recover(exc)
+                raise
+
+    def flush(self) -> list[FrameResult]:
+        """The result of the frame still in flight after :meth:`push_overlapped` (``[]`` if none)."""
+        with self._lock:
+            return self._complete_in_flight()
 
     def reset(self, reason: str = "reset requested") -> None:
         """Forget the stream: caches, anchor phase, trajectory alignment. The next frame starts a new anchor
@@ -212,6 +239,38 @@ class StreamingSession:
             self._state.set_sliding_window(n)
             self._sliding_window = n
 
+    def warm_up(self, image_hw: tuple[int, int], streaming_frames: int = 3) -> float:
+        """Run random frames of ``image_hw`` (H, W of the camera images) through the model, then forget them.
+
+        The anchor step and ``streaming_frames`` streaming steps (keyframes and a non-keyframe) at the network
+        resolution these images map to: this captures the CUDA graphs and, with ``compile_blocks``, compiles
+        the blocks (or loads them from the compile cache), so that the first real frame waits for neither.
+        The stream is reset afterwards; counters, epoch and the trajectory are untouched. Returns seconds.
+        """
+        if type(streaming_frames) is not int or streaming_frames < 0:
+            raise ValueError(f"streaming_frames must be an int >= 0, got {streaming_frames!r}")
+        if not self._anchoring or self._pending or self._index:
+            raise RuntimeError("warm_up() is for a fresh stream, before the first frame (e.g. at configure)")
+        geometry = preprocess_geometry(tuple(image_hw), self.config.image_width)
+        rng = np.random.default_rng(0)
+        height, width = geometry.source_hw
+        start = time.perf_counter()
+        with self._lock:
+            frames = [
+                resize_uint8(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), geometry)
+                for _ in range(self.config.scale_frames + streaming_frames)
+            ]
+            try:
+                self._step(frames[: self.config.scale_frames], keyframe=True)
+                for i, frame in enumerate(frames[self.config.scale_frames :]):
+                    self._step([frame], keyframe=i % 2 == 0)
+            finally:
+                self._state.reset()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                    torch.cuda.empty_cache()  # the capture's side-stream blocks: not needed again
+        return time.perf_counter() - start
+
     def stats(self) -> dict[str, object]:
         """Counters, cache state and per-stage timings (ms) for diagnostics."""
         with self._lock:
@@ -238,9 +297,86 @@ class StreamingSession:
                 "alignment_scale": self._align.scale,
                 "cache": dataclasses.asdict(cache) if dataclasses.is_dataclass(cache) else cache,
                 "timings_ms": self._timer.summary(),
+                **self._gpu_memory(),
             }
 
+    def _gpu_memory(self) -> dict[str, object]:
+        """GPU memory of this process in GiB (allocated now, peak allocated, reserved) on CUDA."""
+        if self.device.type != "cuda":
+            return {}
+        gib = 2**30
+        return {
+            "gpu_memory_gib": {
+                "allocated": round(torch.cuda.memory_allocated(self.device) / gib, 3),
+                "peak_allocated": round(torch.cuda.max_memory_allocated(self.device) / gib, 3),
+                "reserved": round(torch.cuda.memory_reserved(self.device) / gib, 3),
+            }
+        }
+
     # ------------------------------------------------------------------ internals
+
+    def _prepare(self, rgb: np.ndarray) -> tuple[PreprocessGeometry, np.ndarray]:
+        """Geometry of ``rgb`` (a new resolution resets the stream) and its network input."""
+        geometry = self._geometry
+        if geometry is None or rgb.shape[:2] != geometry.source_hw:
+            # Validated (ValueError for an unusable size) before the stream is touched.
+            geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
+        if self._geometry is not None and geometry is not self._geometry:
+            old, new = self._geometry.source_hw, rgb.shape[:2]
+            reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
+            _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
+            self._clear(reason)
+        self._geometry = geometry
+        with self._timer.stage("preprocess"):
+            image_net = resize_uint8(rgb, geometry)
+        return geometry, image_net
+
+    def _run(self, rgb: np.ndarray, meta: object, image_net: np.ndarray) -> list[FrameResult]:
+        """One frame, synchronously (anchor phase, re-anchor, or a plain streaming frame)."""
+        if self._anchoring:
+            self._pending.append((rgb, meta, image_net))
+            if len(self._pending) < self.config.scale_frames:
+                return []
+            return self._run_anchor_phase()
+        return [self._run_streaming_frame(rgb, meta, image_net)]
+
+    def _needs_sync(self, rgb: np.ndarray) -> bool:
+        """Whether the frame in flight must be completed before ``rgb`` is taken in."""
+        if self._in_flight is None:
+            return False
+        return self._geometry is None or rgb.shape[:2] != self._geometry.source_hw or self._reanchor_due()
+
+    def _reanchor_due(self) -> bool:
+        return self._needs_reanchor or self._state.frames_stored >= self.config.max_stored_frames
+
+    def _next_keyframe(self) -> bool:
+        keyframe = self._streaming_count % self.config.keyframe_interval == 0
+        self._streaming_count += 1
+        return keyframe
+
+    def _complete_in_flight(self) -> list[FrameResult]:
+        """Collect and decode the frame in flight, if any (recovering as ``push`` does when it failed)."""
+        if self._in_flight is None:
+            return []
+        in_flight, self._in_flight = self._in_flight, None
+        try:
+            return [self._finish(*in_flight)]
+        except Exception as exc:
+            self._recover(exc)
+            raise
+
+    def _finish(
+        self, rgb: np.ndarray, meta: object, image_net: np.ndarray, keyframe: bool, launched: tuple
+    ) -> FrameResult:
+        with self._timer.stage("wait"):
+            pose_enc, depth, conf = self._collect(launched, 1)
+        with self._timer.stage("decode"):
+            result = self._decode(
+                rgb, meta, image_net, pose_enc[0], depth[0], conf[0], keyframe, PHASE_STREAMING
+            )
+        self._timer.end_step()
+        result.timings_ms = self._timer.last()
+        return result
 
     def _clear(self, reason: str | None) -> None:
         """Return to the start of a stream (new epoch)."""
@@ -263,6 +399,7 @@ class StreamingSession:
         self._segment = 0
         self._streaming_count = 0  # streaming frames since the last (re-)anchor: keyframe policy
         self._needs_reanchor = False  # a failed step reset the caches; the next frame re-anchors
+        self._in_flight: tuple | None = None  # push_overlapped: (rgb, meta, image_net, keyframe, launched)
 
     def _recover(self, exc: Exception) -> None:
         """After a failed step (the caches may be between begin and end of a step): drop them.
@@ -308,12 +445,33 @@ class StreamingSession:
 
     def _step(self, images_net: list[np.ndarray], keyframe: bool) -> tuple[np.ndarray, ...]:
         """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w]) float32 numpy."""
+        return self._collect(self._launch(images_net, keyframe), len(images_net))
+
+    def _launch(self, images_net: list[np.ndarray], keyframe: bool) -> tuple[torch.Tensor, ...]:
+        """Upload the frames and queue ``model.step`` and the copies of its outputs to the host.
+
+        On CUDA this returns once the work is queued: the three outputs come back through pinned host memory
+        with asynchronous copies, and :meth:`_collect` waits for them (one synchronisation instead of one
+        blocking copy each through pageable memory; the values are the same). Elsewhere it is synchronous.
+        """
         images = self._to_model(images_net)
         with torch.inference_mode():
             out = self.model.step(images, self._state, keyframe=keyframe)
-            arrays = tuple(
-                t.detach().float().cpu().numpy() for t in (out.pose_enc, out.depth, out.depth_conf)
-            )
+            outputs = [t.detach().float() for t in (out.pose_enc, out.depth, out.depth_conf)]
+            if self.device.type != "cuda":
+                return tuple(outputs)
+            hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs]
+            for host, t in zip(hosts, outputs, strict=True):
+                host.copy_(t, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+            return (*hosts, done)
+
+    def _collect(self, launched: tuple, frames: int) -> tuple[np.ndarray, ...]:
+        """Wait for a launched step's outputs; (pose_enc, depth, conf) float32 numpy, checked finite."""
+        if len(launched) == 4:
+            launched[3].synchronize()
+        arrays = tuple(t.numpy() for t in launched[:3])
         bad = [
             name
             for name, a in zip(("pose", "depth", "depth_conf"), arrays, strict=True)
@@ -321,7 +479,7 @@ class StreamingSession:
         ]
         if bad:
             raise NonFiniteOutputError(
-                f"the model returned non-finite {', '.join(bad)} for {len(images_net)} frame(s)"
+                f"the model returned non-finite {', '.join(bad)} for {frames} frame(s)"
             )
         return arrays
 
@@ -343,11 +501,10 @@ class StreamingSession:
         return results
 
     def _run_streaming_frame(self, rgb: np.ndarray, meta: object, image_net: np.ndarray) -> FrameResult:
-        if self._needs_reanchor or self._state.frames_stored >= self.config.max_stored_frames:
+        if self._reanchor_due():
             with self._timer.stage("reanchor"):
                 self._reanchor()
-        keyframe = self._streaming_count % self.config.keyframe_interval == 0
-        self._streaming_count += 1
+        keyframe = self._next_keyframe()
         with self._timer.stage("model"):
             pose_enc, depth, conf = self._step([image_net], keyframe=keyframe)
         with self._timer.stage("decode"):

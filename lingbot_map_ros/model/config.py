@@ -37,7 +37,10 @@ class ModelConfig:
     dpt_features: int = 256
     dpt_out_channels: tuple[int, int, int, int] = (256, 512, 1024, 1024)
     dpt_head_features: int = 32
-    dpt_frames_chunk: int = 8
+    #: Frames per depth-head pass. The reference uses 8; 1 bounds the anchor step's activations (8 frames at
+    #: full resolution in fp32 were +2.6 GiB at 518x378, the peak of the whole process) and runs every frame
+    #: the way the streaming steps (S = 1) do (issue 13, docs/performance.md).
+    dpt_frames_chunk: int = 1
 
     def __post_init__(self) -> None:
         if self.img_size % self.patch_size:

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -276,3 +278,25 @@ def _compiled_regions() -> tuple[Callable, ...]:
     """The four block regions compiled once per process (blocks are inputs, so all layers share them)."""
     regions = (_backbone_block, _frame_block, _global_inputs, _global_finish)
     return tuple(torch.compile(fn, dynamic=False) for fn in regions)
+
+
+def default_compile_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/lingbot_map_ros/torch_compile` (`~/.cache/...` without XDG_CACHE_HOME)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lingbot_map_ros" / "torch_compile"
+
+
+def set_compile_cache_dir(configured: str) -> Path:
+    """Point torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels) at a
+    directory that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets
+    it, else `default_compile_cache_dir()`. Must run before the first compile of the process (OSError
+    when the directory cannot be made)."""
+    if configured:
+        path = Path(configured).expanduser()
+    elif os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        path = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    else:
+        path = default_compile_cache_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return path

@@ -89,9 +89,24 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ),
     ParamSpec(
         "model.compile_blocks",
-        False,
-        "With model.cuda_graphs, torch.compile the blocks inside the graphs: ~24% faster on the H200, "
-        "but the first streaming frame waits about a minute while it compiles.",
+        True,
+        "With model.cuda_graphs, torch.compile the blocks inside the graphs (~24% faster on the H200). "
+        "Compiled during configure by the warm-up (about a minute the first time, seconds with the compile "
+        "cache); false: no compiler at all.",
+    ),
+    ParamSpec(
+        "model.compile_cache_dir",
+        "",
+        "Persistent torch.compile cache (TORCHINDUCTOR_CACHE_DIR). Empty: "
+        "$XDG_CACHE_HOME/lingbot_map_ros/torch_compile (~/.cache/... without XDG_CACHE_HOME), unless "
+        "TORCHINDUCTOR_CACHE_DIR is set.",
+    ),
+    ParamSpec(
+        "model.warmup_image_size",
+        "518x378",
+        "Camera image size WxH for the warm-up during configure on CUDA (captures the CUDA graphs and "
+        "compiles at the network resolution this size maps to, so no frame waits); other sizes at run time "
+        "capture/compile on their first frame. Empty: no warm-up.",
     ),
     ParamSpec(
         "attention.backend", "auto", "Global-attention backend.", choices=("auto", "flashinfer", "torch")
@@ -265,6 +280,8 @@ class NodeParams:
     model_image_width: int
     model_cuda_graphs: bool
     model_compile_blocks: bool
+    model_compile_cache_dir: str
+    model_warmup_image_size: str
     attention_backend: str
     kv_cache_sliding_window: int
     kv_cache_max_window: int
@@ -344,10 +361,22 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problems.append(f"grid.max_height ({high}) must be > grid.min_height ({low})")
     if values.get("scale.window", 50) < values.get("scale.min_samples", 1):
         problems.append("scale.window must be >= scale.min_samples")
+    size = values.get("model.warmup_image_size", "")
+    if isinstance(size, str) and size and parse_image_size(size) is None:
+        problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
     width = values.get("model.image_width", 14)
     if isinstance(width, int) and width % 14:
         problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
     return problems
+
+
+def parse_image_size(text: str) -> tuple[int, int] | None:
+    """`"640x480"` -> (H, W) = (480, 640); None when `text` is not `WxH` with both in [1, 8192]."""
+    width, sep, height = text.strip().lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        return None
+    w, h = int(width), int(height)
+    return (h, w) if 1 <= w <= 8192 and 1 <= h <= 8192 else None
 
 
 def check_update(params: list[Parameter], current: NodeParams, configured: bool) -> SetParametersResult:

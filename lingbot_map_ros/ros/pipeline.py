@@ -7,6 +7,7 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,11 @@ from ..engine.config import SessionConfig
 from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
-from .params import NodeParams
+from ..model.graphed import set_compile_cache_dir
+from .params import NodeParams, parse_image_size
+
+#: Python's GIL switch interval while a CUDA pipeline runs (default 5 ms; see build_pipeline).
+GIL_SWITCH_INTERVAL_S = 0.0002
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -89,6 +94,11 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     if faults:
         warn(f"{FAULTS_ENV} is set: injecting faults into model.step for testing: {faults}")
         model = FaultInjectingModel(model, faults)
+    compiling = params.model_compile_blocks and params.model_cuda_graphs and device.type == "cuda"
+    try:
+        cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
+    except OSError as exc:
+        raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
     session_config = SessionConfig(
         scale_frames=params.kv_cache_scale_frames,
         sliding_window=params.kv_cache_sliding_window,
@@ -106,6 +116,21 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     description = (
         f"preset {params.model_preset}, weights {checkpoint or 'synthetic'}, device {device}, "
         f"dtype {params.model_dtype}, backend {params.attention_backend}, "
-        f"image width {params.model_image_width}"
+        f"image width {params.model_image_width}, "
+        f"compile_blocks {compiling}" + (f" (cache {cache_dir})" if cache_dir else "")
     )
+    if device.type == "cuda":
+        # The inference thread gives the GIL back ~60 times a frame (graph replays, waits, the output copy);
+        # with Python's default 5 ms switch interval each time it can wait 5 ms behind any busy Python thread
+        # of the node (rclpy's executor). Measured on the H200 through the node at 60 Hz: 0.25 FPS posed with
+        # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node").
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
+    if warmup_hw is not None and device.type == "cuda":
+        try:
+            seconds = session.warm_up(warmup_hw)
+        except Exception as exc:  # e.g. out of memory: one clear configure error
+            raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
+        description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(model=model, session=session, device=device, description=description)
+

@@ -12,7 +12,11 @@ from collections.abc import Sequence
 from geometry_msgs.msg import TransformStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from tf2_msgs.msg import TFMessage
+
+try:
+    from tf2_msgs.msg import TFMessage
+except ImportError:  # PyPI wheels without the tf2_msgs of scripts/build_tf2_msgs.py (a bare GPU machine)
+    TFMessage = None
 
 try:  # pragma: no cover - only on a real ROS install
     from tf2_ros import TransformBroadcaster as _Tf2RosBroadcaster
@@ -34,7 +38,14 @@ class TfBroadcaster:
     def __init__(self, node: Node, use_tf2_ros: bool = True) -> None:
         self._node = node
         self._tf2 = _Tf2RosBroadcaster(node) if (use_tf2_ros and _Tf2RosBroadcaster is not None) else None
-        self._pub = None if self._tf2 is not None else node.create_publisher(TFMessage, "/tf", TF_QOS)
+        self._pub = None
+        if self._tf2 is None and TFMessage is None:
+            node.get_logger().error(
+                "neither tf2_ros nor tf2_msgs is importable: /tf is NOT published (odometry is); build "
+                "tf2_msgs with scripts/build_tf2_msgs.py"
+            )
+        elif self._tf2 is None:
+            self._pub = node.create_publisher(TFMessage, "/tf", TF_QOS)
 
     @property
     def uses_tf2_ros(self) -> bool:
@@ -46,7 +57,7 @@ class TfBroadcaster:
         batch = [transforms] if isinstance(transforms, TransformStamped) else list(transforms)
         if self._tf2 is not None:  # pragma: no cover - only on a real ROS install
             self._tf2.sendTransform(batch)
-        else:
+        elif self._pub is not None:
             self._pub.publish(TFMessage(transforms=batch))
 
     def destroy(self) -> None:

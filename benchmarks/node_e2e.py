@@ -1,0 +1,315 @@
+"""Through the node over DDS: a camera at 30 / 60 Hz into the `lingbot_map` node, pose latency and rate.
+
+The node runs as a child process with its default parameters (model `lingbot-map`, random weights unless
+--checkpoint, CUDA graphs + compiled blocks, warm-up at 518x378 during configure, autostart) plus the ones
+given with --set. This process is the camera and the listener: one publisher of sensor_msgs/Image (518x378
+rgb8, sensor-data QoS: best effort, keep last 5) at each rate of --rates, stamped with the wall clock at
+publication, and subscribers of ~/odometry, /tf and /diagnostics. For each rate: --settle-s seconds
+unmeasured (the window fills: 72 keyframes at keyframe interval 1), then --seconds measured:
+
+* FPS posed: odometry messages per second; dropped: frames published in the window without odometry;
+* latency image stamp -> odometry arrival and -> /tf arrival (p50 / p90 / p99, ms);
+* GPU memory of the node (allocated / peak allocated / reserved, from /diagnostics `session.gpu_memory_gib`).
+
+Start-up: process start -> first odometry (the camera publishes from the start; frames before the node is
+active are lost), and the node's configure line (warm-up seconds). Usage (docs/benchmarks.md)::
+
+    python benchmarks/node_e2e.py --rates 30,60 --seconds 20 --out /tmp/node_e2e
+    python benchmarks/node_e2e.py --set model.preset=tiny --set model.device=cpu --set model.image_width=56 \\
+        --width 74 --height 42 --rates 10 --seconds 3 --settle-s 3          # CPU smoke
+
+Prints a table and writes node_e2e.json (and node_e2e.log, the node's output) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+NODE = "lingbot_map"
+
+
+def _value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "count": 0}
+    a = np.asarray(values) * 1e3
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+        "count": len(values),
+    }
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every thread of process `pid`, with its name (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def busiest_threads(before: dict, after: dict, seconds: float, top: int = 8) -> list[dict]:
+    """Threads of the node by CPU share over a window (1.0 = one core busy)."""
+    rows = [
+        {"tid": tid, "name": name, "cpu": round((cpu - before.get(tid, (name, 0.0))[1]) / seconds, 3)}
+        for tid, (name, cpu) in after.items()
+    ]
+    return sorted(rows, key=lambda r: -r["cpu"])[:top]
+
+
+def main(argv: list[str] | None = None) -> int:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--rates", default="30,60", help="camera rates in Hz, comma-separated, in order")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per rate")
+    parser.add_argument("--settle-s", type=float, default=8.0, help="unmeasured seconds before each rate")
+    parser.add_argument("--width", type=int, default=518)
+    parser.add_argument("--height", type=int, default=378)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="node parameter")
+    parser.add_argument(
+        "--executor",
+        choices=("node", "single"),
+        default="node",
+        help="single: run the node with rclpy's SingleThreadedExecutor instead of its MultiThreadedExecutor "
+        "(patched in at start, node.py unchanged): an experiment on the executor's cost",
+    )
+    parser.add_argument("--segments", type=int, default=1, help="also report latency per time segment")
+    parser.add_argument("--start-timeout-s", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=REPO / "output" / "node_e2e")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
+    env.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="node_e2e_roslog_"))
+    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_localhost_big_shm.xml"))
+    os.environ.update(env)
+    params = {"model.warmup_image_size": f"{args.width}x{args.height}"}
+    params.update({k: _value(v) for k, v in (item.split("=", 1) for item in args.set)})
+
+    import rclpy
+    from builtin_interfaces.msg import Time
+    from diagnostic_msgs.msg import DiagnosticArray
+    from nav_msgs.msg import Odometry
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import Header
+
+    from lingbot_map_ros.ros.conversions import rgb_to_image
+
+    try:
+        from tf2_msgs.msg import TFMessage
+    except ImportError:
+        TFMessage = None
+
+    command = [sys.executable, "-m", "lingbot_map_ros.ros.node", "--ros-args", "-r", f"__node:={NODE}"]
+    if args.executor == "single":
+        patch = (
+            "import sys, rclpy.executors as e; "
+            "e.MultiThreadedExecutor = lambda num_threads=None, **k: e.SingleThreadedExecutor(**k); "
+            "from lingbot_map_ros.ros.node import main; sys.exit(main())"
+        )
+        command = [sys.executable, "-c", patch, "--ros-args", "-r", f"__node:={NODE}"]
+    for key, value in params.items():
+        command += ["-p", f"{key}:={json.dumps(value)}"]
+    log_path = args.out / "node_e2e.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    process_start = time.monotonic()
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    context = Context()
+    rclpy.init(context=context)
+    client = rclpy.create_node("node_e2e_client", context=context)
+    lock = threading.Lock()
+    odometry: list[tuple[int, float]] = []  # (stamp ns, arrival wall s)
+    tf: list[tuple[int, float]] = []
+    diagnostics: dict[str, str] = {}
+
+    def stamp_ns(header: Header) -> int:
+        return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
+
+    def on_odometry(msg: Odometry) -> None:
+        now = time.time()
+        with lock:
+            odometry.append((stamp_ns(msg.header), now))
+
+    def on_tf(msg: object) -> None:
+        now = time.time()
+        with lock:
+            for t in msg.transforms:
+                if t.header.frame_id == "map":
+                    tf.append((stamp_ns(t.header), now))
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.endswith(": mapping"):
+                with lock:
+                    diagnostics.clear()
+                    diagnostics.update({kv.key: kv.value for kv in status.values})
+
+    reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    client.create_subscription(Odometry, f"/{NODE}/odometry", on_odometry, reliable)
+    if TFMessage is not None:
+        client.create_subscription(TFMessage, "/tf", on_tf, reliable)
+    client.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, reliable)
+    pub = client.create_publisher(Image, "/image", qos_profile_sensor_data)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(client)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+
+    rng = np.random.default_rng(0)
+    shape = (args.height, args.width, 3)
+    messages = [
+        rgb_to_image(rng.integers(0, 256, shape, dtype=np.uint8), Header(frame_id="cam")) for _ in range(8)
+    ]
+    published: list[int] = []  # stamps (ns) of the frames published
+    stop = threading.Event()
+    rate = {"hz": 30.0}
+
+    def camera() -> None:
+        next_t = time.monotonic()
+        i = 0
+        while not stop.is_set():
+            now_ns = time.time_ns()
+            msg = messages[i % len(messages)]
+            msg.header.stamp = Time(sec=now_ns // 1_000_000_000, nanosec=now_ns % 1_000_000_000)
+            pub.publish(msg)
+            with lock:
+                published.append(now_ns)
+            i += 1
+            next_t += 1.0 / rate["hz"]
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_t = time.monotonic()
+
+    report: dict = {"params": params, "executor": args.executor, "rates": {}}
+    report["image"] = f"{args.width}x{args.height} rgb8"
+    rates = [float(r) for r in args.rates.split(",")]
+    rate["hz"] = rates[0]
+    cam = threading.Thread(target=camera, daemon=True)
+    cam.start()
+    try:
+        deadline = time.monotonic() + args.start_timeout_s
+        while True:
+            with lock:
+                first = odometry[0][1] if odometry else None
+            if first is not None:
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                tail = log_path.read_text(errors="replace").splitlines()[-30:]
+                raise SystemExit(f"no odometry (node exit {proc.poll()}); log tail:\n" + "\n".join(tail))
+            time.sleep(0.01)
+        report["process_start_to_first_pose_s"] = time.monotonic() - process_start
+        print(f"first pose {report['process_start_to_first_pose_s']:.1f} s after the node process started")
+        for hz in rates:
+            rate["hz"] = hz
+            time.sleep(args.settle_s)
+            with lock:
+                t0_ns, n_pub0, n_odo0, n_tf0 = time.time_ns(), len(published), len(odometry), len(tf)
+            cpu0 = thread_cpu(proc.pid)
+            time.sleep(args.seconds)
+            threads = busiest_threads(cpu0, thread_cpu(proc.pid), args.seconds)
+            with lock:
+                t1_ns = time.time_ns()
+                pub_stamps = set(published[n_pub0:])
+                window_odo = [o for o in odometry[n_odo0:] if o[0] in pub_stamps]
+                window_tf = [t for t in tf[n_tf0:] if t[0] in pub_stamps]
+                diag = dict(diagnostics)
+            # frames published in the window whose odometry arrived (possibly just after the window)
+            time.sleep(0.5)
+            with lock:
+                posed = {o[0] for o in odometry[n_odo0:]} & pub_stamps
+            duration = (t1_ns - t0_ns) / 1e9
+            result = {
+                "published": len(pub_stamps),
+                "published_hz": len(pub_stamps) / duration,
+                "fps_posed": len(window_odo) / duration,
+                "dropped": len(pub_stamps) - len(posed),
+                "odometry_latency_ms": percentiles([o[1] - o[0] / 1e9 for o in window_odo]),
+                "tf_latency_ms": percentiles([t[1] - t[0] / 1e9 for t in window_tf]),
+                "gpu_memory_gib": {k.rsplit(".", 1)[1]: v for k, v in diag.items() if "gpu_memory_gib" in k},
+                "node_timings_mean_ms": {
+                    k.split(".")[2]: v
+                    for k, v in diag.items()
+                    if k.startswith("session.timings_ms.") and k.endswith(".mean")
+                },
+                "diagnostics_dropped_total": diag.get("frames_dropped"),
+                "node_cpu_total": round(sum(t["cpu"] for t in threads), 3),
+                "node_busiest_threads": threads,
+            }
+            if args.segments > 1:  # latency over time: first segment = first full-window frames
+                edges = np.linspace(t0_ns, t1_ns, args.segments + 1)
+                result["segments"] = [
+                    {
+                        "from_s": (lo - t0_ns) / 1e9,
+                        "poses_before": n_odo0 + sum(1 for o in window_odo if o[0] < lo),
+                        **percentiles([o[1] - o[0] / 1e9 for o in window_odo if lo <= o[0] < hi]),
+                    }
+                    for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+                ]
+            report["rates"][f"{hz:g}"] = result
+            lat = result["odometry_latency_ms"]
+            print(
+                f"{hz:g} Hz: {result['fps_posed']:.2f} FPS posed of {result['published_hz']:.1f} published, "
+                f"dropped {result['dropped']}, odometry latency p50/p90/p99 {lat['p50']:.1f}/"
+                f"{lat['p90']:.1f}/{lat['p99']:.1f} ms, tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
+                f"gpu {result['gpu_memory_gib']}, node threads (cores): {threads[:4]}",
+                flush=True,
+            )
+        report["diagnostics"] = dict(diagnostics)
+    finally:
+        stop.set()
+        cam.join(2)
+        if proc.poll() is None:
+            proc.send_signal(2)
+            try:
+                report["node_exit_code"] = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                report["node_exit_code"] = proc.wait()
+        log.close()
+        executor.shutdown(timeout_sec=2)
+        rclpy.try_shutdown(context=context)
+    configured = [line for line in log_path.read_text(errors="replace").splitlines() if "configured:" in line]
+    report["configure_line"] = configured[-1] if configured else None
+    (args.out / "node_e2e.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "diagnostics"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
