@@ -179,6 +179,8 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
         values = [diagnostic_values(m) for m in run.diagnostics.messages]
         values = [v for v in values if v.get("tf_mode")]
         assert values and values[-1]["tf_mode"] == "map_to_odom"
+        names = {s.name for m in run.diagnostics.messages for s in m.status}
+        assert "/robot_auto/lingbot_map: mapping" in names  # the namespace keeps two robots apart
         assert {"scale", "scale_spread", "scale_source", "scale_age_s", "scale_converged"} <= set(values[-1])
         assert values[-1]["scale_source"] == "odometry" and values[-1]["rejected_total"] == "0"
         assert values[-1]["scale_converged"] == "true" and int(values[-1]["scale_samples"]) >= 3

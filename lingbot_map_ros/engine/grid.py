@@ -13,7 +13,8 @@ z = 0 is the ground under the base frame at the first frame). Per keyframe, 2D r
 
 A cell is occupied (100) when hits / (hits + passes) >= `occupied_ratio`, free (0) when it was passed through
 more than hit, unknown (-1) when no ray reached it. numpy only; the grid grows to cover what was seen, up to
-`max_cells` per side (points beyond are dropped and counted).
+`max_cells` per side (points beyond are dropped and counted): two uint16 (saturating) counters per cell, at
+most 2 · 2 · 2000² B = 16 MB.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ import numpy as np
 
 from .writers import atomic_write
 
+#: nav2_map_server loads a trinary pixel p as occupied when 1 - p/255 > occupied_thresh, free when below
+#: free_thresh, else unknown. Unknown is written as 205 (1 - 205/255 = 0.19608), so free_thresh must stay at
+#: or below that: 0.196 (ROS 1's map_saver value) keeps unknown unknown; nav2 map_saver's 0.25 makes it free.
+FREE_THRESH = 0.196
+#: Cells added on each side when the grid grows (fewer re-allocations).
+GROW_MARGIN = 40
+
 
 @dataclass(frozen=True)
 class GridConfig:
@@ -35,9 +43,10 @@ class GridConfig:
     min_height: float = 0.1
     max_height: float = 1.5
     occupied_ratio: float = 0.35
-    max_rays: int = 20_000
+    max_rays: int = 10_000
+    max_samples: int = 100_000
     max_range: float = 8.0
-    max_cells: int = 4000
+    max_cells: int = 2000
 
     def __post_init__(self) -> None:
         if not self.resolution > 0:
@@ -66,51 +75,39 @@ class OccupancyGridBuilder:
         self.clear()
 
     def clear(self) -> None:
-        self._hits = np.zeros((0, 0), np.int32)
-        self._passes = np.zeros((0, 0), np.int32)
+        self._hits = np.zeros((0, 0), np.uint16)  # saturating counts, indexed [x, y] from `_origin`
+        self._passes = np.zeros((0, 0), np.uint16)
         self._origin = np.zeros(2, np.int64)  # cell index of [0, 0]
         self.dropped = 0
         self.rays_total = 0
 
-    def integrate(self, xyz: np.ndarray, camera_xyz: np.ndarray, rng_seed: int = 0) -> None:
-        """One keyframe: `xyz` [N, 3] map points, `camera_xyz` [3] the camera's position in the map."""
+    def integrate(self, xyz: np.ndarray, camera_xyz: np.ndarray) -> None:
+        """One keyframe: `xyz` [N, 3] map points, `camera_xyz` [3] the camera's position in the map.
+
+        Cost: only the part of a floor ray below `min_height` is sampled (every half cell), at most
+        `max_samples` samples per keyframe (rays subsampled evenly beyond that)."""
         cfg = self.config
         xyz = np.asarray(xyz, np.float64)
         xyz = xyz[np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] <= cfg.max_height)]
         cam3 = np.asarray(camera_xyz, np.float64)
         cam = cam3[:2]
-        far = np.linalg.norm(xyz[:, :2] - cam, axis=1) > cfg.max_range
-        xyz = xyz[~far]
+        xyz = xyz[np.linalg.norm(xyz[:, :2] - cam, axis=1) <= cfg.max_range]
         if len(xyz) > cfg.max_rays:  # deterministic subset
             xyz = xyz[np.linspace(0, len(xyz) - 1, cfg.max_rays).astype(np.int64)]
         if len(xyz) == 0:
             return
-        obstacle = xyz[:, 2] >= cfg.min_height
         end = np.floor(xyz[:, :2] / cfg.resolution).astype(np.int64)
         start = np.floor(cam / cfg.resolution).astype(np.int64)
         if not self._cover(np.vstack([end, start[None]])):
             return
-        # Sample each ray every half cell, excluding its end cell; keep the samples below min_height.
-        delta = xyz[:, :2] - cam
-        length = np.linalg.norm(delta, axis=1)
-        steps = np.maximum(1, np.ceil(length / (0.5 * cfg.resolution)).astype(np.int64))
-        ray = np.repeat(np.arange(len(xyz)), steps)
-        offsets = np.arange(ray.size) - np.repeat(np.cumsum(steps) - steps, steps)
-        frac = offsets / steps[ray]
-        pts = cam + frac[:, None] * delta[ray]
-        height = cam3[2] + frac * (xyz[ray, 2] - cam3[2])
-        cells = np.floor(pts / cfg.resolution).astype(np.int64)
-        not_end = np.any(cells != end[ray], axis=1) & (height < cfg.min_height)
-        cells, ray = cells[not_end], ray[not_end]
-        # one pass per (ray, cell)
-        key = np.unique(np.column_stack([ray, cells]), axis=0)
-        self._add(self._passes, key[:, 1:])
+        obstacle = xyz[:, 2] >= cfg.min_height
         self._add(self._hits, end[obstacle])
         self._add(self._passes, end[~obstacle])
+        self._cast_floor_rays(xyz[~obstacle], end[~obstacle], cam3)
         self.rays_total += len(xyz)
 
     def counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(hits [X, Y] int32, passes [X, Y] int32, origin [2] int64 cell index of [0, 0]): copies, for a
+        """(hits [X, Y] uint16, passes [X, Y] uint16, origin [2] int64 cell index of [0, 0]): copies, for a
         saved session."""
         return self._hits.copy(), self._passes.copy(), self._origin.copy()
 
@@ -119,16 +116,50 @@ class OccupancyGridBuilder:
         hits, passes = np.asarray(hits), np.asarray(passes)
         if hits.ndim != 2 or hits.shape != passes.shape or np.asarray(origin).shape != (2,):
             raise ValueError(f"grid counts must be two equal [X, Y] arrays and an origin [2]: {hits.shape}")
-        negative = hits.min(initial=0) < 0 or passes.min(initial=0) < 0
-        if negative or np.any(np.array(hits.shape) > self.config.max_cells):
-            raise ValueError(f"grid counts must be >= 0 and at most {self.config.max_cells} cells a side")
+        if hits.dtype != np.uint16 or passes.dtype != np.uint16:
+            raise ValueError(f"grid counts must be uint16, got {hits.dtype} and {passes.dtype}")
+        if np.any(np.array(hits.shape) > self.config.max_cells):
+            raise ValueError(f"grid counts must have at most {self.config.max_cells} cells a side")
         self.clear()
-        self._hits, self._passes = hits.astype(np.int32), passes.astype(np.int32)
+        self._hits, self._passes = hits.copy(), passes.copy()
         self._origin = np.asarray(origin, np.int64).copy()
+
+    def _cast_floor_rays(self, floor: np.ndarray, end: np.ndarray, cam3: np.ndarray) -> None:
+        """Passes for the cells where the rays to floor points run below `min_height` (end cells excluded)."""
+        cfg = self.config
+        if len(floor) == 0:
+            return
+        cam = cam3[:2]
+        drop = cam3[2] - floor[:, 2]
+        # the ray's height falls linearly: below min_height from `first` (fraction of the ray) to its end
+        below = np.clip((cam3[2] - cfg.min_height) / np.maximum(drop, 1e-12), 0.0, 1.0)
+        first = np.where(drop > 0, below, 0.0)
+        delta = floor[:, :2] - cam
+        length = np.linalg.norm(delta, axis=1) * (1.0 - first)
+        steps = np.ceil(length / (0.5 * cfg.resolution)).astype(np.int64)
+        total = int(steps.sum())
+        if total > cfg.max_samples:
+            count = max(1, len(floor) * cfg.max_samples // total)
+            keep = np.linspace(0, len(floor) - 1, count).astype(np.int64)
+            floor, end, first, delta, steps = floor[keep], end[keep], first[keep], delta[keep], steps[keep]
+        live = steps > 0
+        if not live.any():
+            return
+        end, first, delta, steps = end[live], first[live], delta[live], steps[live]
+        ray = np.repeat(np.arange(len(steps)), steps)
+        offsets = np.arange(ray.size) - np.repeat(np.cumsum(steps) - steps, steps)
+        frac = first[ray] + (1.0 - first[ray]) * offsets / steps[ray]
+        cells = np.floor((cam + frac[:, None] * delta[ray]) / cfg.resolution).astype(np.int64)
+        # one pass per (ray, cell): a ray's samples are in order and a straight ray never comes back to a cell
+        new = np.ones(len(ray), bool)
+        new[1:] = (ray[1:] != ray[:-1]) | np.any(cells[1:] != cells[:-1], axis=1)
+        keep = new & np.any(cells != end[ray], axis=1)
+        self._add(self._passes, cells[keep])
 
     def grid(self) -> Grid:
         """The current grid (copies)."""
-        hits, passes = self._hits, self._passes
+        hits = self._hits.astype(np.float64)
+        passes = self._passes.astype(np.float64)
         data = np.full(hits.shape, -1, np.int8)
         seen = (hits + passes) > 0
         ratio = np.where(seen, hits / np.maximum(hits + passes, 1), 0.0)
@@ -138,24 +169,32 @@ class OccupancyGridBuilder:
         return Grid(data.T.copy(), res, (float(self._origin[0] * res), float(self._origin[1] * res)))
 
     def _add(self, counts: np.ndarray, cells: np.ndarray) -> None:
+        """Saturating += 1 per occurrence of each cell (no full-size temporary)."""
+        if len(cells) == 0:
+            return
         idx = cells - self._origin
-        np.add.at(counts, (idx[:, 0], idx[:, 1]), 1)
+        flat = idx[:, 0] * counts.shape[1] + idx[:, 1]
+        where, n = np.unique(flat, return_counts=True)
+        view = counts.reshape(-1)
+        view[where] = np.minimum(view[where].astype(np.int64) + n, np.iinfo(np.uint16).max)
 
     def _cover(self, cells: np.ndarray) -> bool:
-        """Grow the arrays (indexed [x, y]) to hold `cells`; False (and counted) beyond `max_cells`."""
+        """Grow the arrays (indexed [x, y]) to hold `cells` (with a margin, so growth is rare); False (and
+        counted) beyond `max_cells` a side."""
         lo = cells.min(axis=0)
         hi = cells.max(axis=0) + 1
         if self._hits.size:
-            lo = np.minimum(lo, self._origin)
-            hi = np.maximum(hi, self._origin + np.array(self._hits.shape))
+            cur_lo, cur_hi = self._origin, self._origin + np.array(self._hits.shape)
+            if np.all(lo >= cur_lo) and np.all(hi <= cur_hi):
+                return True
+            lo, hi = np.minimum(lo, cur_lo), np.maximum(hi, cur_hi)
+        lo, hi = lo - GROW_MARGIN, hi + GROW_MARGIN
         size = hi - lo
         if np.any(size > self.config.max_cells):
             self.dropped += len(cells)
             return False
-        if self._hits.size and np.array_equal(lo, self._origin) and tuple(size) == self._hits.shape:
-            return True
-        hits = np.zeros(tuple(size), np.int32)
-        passes = np.zeros(tuple(size), np.int32)
+        hits = np.zeros(tuple(size), np.uint16)
+        passes = np.zeros(tuple(size), np.uint16)
         if self._hits.size:
             o = self._origin - lo
             hits[o[0] : o[0] + self._hits.shape[0], o[1] : o[1] + self._hits.shape[1]] = self._hits
@@ -186,7 +225,7 @@ def write_nav2_map(directory: str | os.PathLike, name: str, grid: Grid) -> tuple
         f"origin: [{grid.origin_xy[0]}, {grid.origin_xy[1]}, 0]\n"
         "negate: 0\n"
         "occupied_thresh: 0.65\n"
-        "free_thresh: 0.25\n"
+        f"free_thresh: {FREE_THRESH}\n"
     )
     yaml = atomic_write(directory / f"{name}.yaml", lambda f: f.write(text.encode()))
     return pgm, yaml

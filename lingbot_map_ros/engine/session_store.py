@@ -9,7 +9,7 @@ Layout of a session folder (format ``lingbot_map_session``, version `FORMAT_VERS
                        stamps_ns [S0] int64
       map.npz          xyz [N, 3] float32 and rgb [N, 3] uint8 (the voxel map, map frame)
       trajectory.npz   stamps_ns [M] int64 and poses [M, 7] float64 (tx ty tz qx qy qz qw, map frame)
-      grid.npz         hits, passes [X, Y] int32 and origin [2] int64 (the occupancy grid's counts)
+      grid.npz         hits, passes [X, Y] uint16 and origin [2] int64 (the occupancy grid's counts)
 
 A session file is untrusted input (anyone on the DDS domain can call the node's services): nothing is
 ever unpickled (``allow_pickle=False``, JSON only), every file is hashed and its size bounded before it is
@@ -45,7 +45,7 @@ SCHEMA: dict[str, dict[str, tuple[str, int]]] = {
     "anchors.npz": {"images": ("|u1", 4), "stamps_ns": ("<i8", 1)},
     "map.npz": {"xyz": ("<f4", 2), "rgb": ("|u1", 2)},
     "trajectory.npz": {"stamps_ns": ("<i8", 1), "poses": ("<f8", 2)},
-    "grid.npz": {"hits": ("<i4", 2), "passes": ("<i4", 2), "origin": ("<i8", 1)},
+    "grid.npz": {"hits": ("<u2", 2), "passes": ("<u2", 2), "origin": ("<i8", 1)},
 }
 
 
@@ -76,7 +76,7 @@ class SessionSnapshot:
         alignment: Sim(3) from the current model stream's world frame into the map frame.
         map_xyz: [N, 3] float32 voxel-map points (map frame); map_rgb: [N, 3] uint8 colours.
         trajectory_stamps_ns: [M] int64; trajectory_poses: [M, 7] float64 (t xyz, q xyzw), map frame.
-        grid_hits / grid_passes: [X, Y] int32 occupancy counts; grid_origin: [2] int64 cell of [0, 0].
+        grid_hits / grid_passes: [X, Y] uint16 occupancy counts; grid_origin: [2] int64 cell of [0, 0].
         state: further JSON-able state (scale and its source, frames, map -> odom, ...).
     """
 
@@ -89,8 +89,8 @@ class SessionSnapshot:
     map_rgb: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.uint8))
     trajectory_stamps_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     trajectory_poses: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), np.float64))
-    grid_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
-    grid_passes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
+    grid_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint16))
+    grid_passes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint16))
     grid_origin: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     state: dict[str, Any] = field(default_factory=dict)
 

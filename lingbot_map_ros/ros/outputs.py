@@ -174,6 +174,7 @@ class MappingOutputs:
         # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
         self._map_odom: tuple[np.ndarray, float, float] | None = None
         self.mode_reason = ""
+        self._logged_mode: tuple[str, str] | None = None
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
 
@@ -197,9 +198,12 @@ class MappingOutputs:
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
         mode = self.mapper.mode
-        if self.mapper.needs_new_epoch(result):
-            mode, self.mode_reason = self._robot.resolve_mode(camera, stamp_s)
-            self._node.get_logger().info(f"TF mode {mode} ({self.mode_reason})")
+        if self.mapper.needs_new_epoch(result):  # a stream starts: choose the TF mode (auto) for it
+            mode, reason = self._robot.resolve_mode(camera, stamp_s)
+            if (mode, reason) != self._logged_mode:  # once, not again for every frame dropped meanwhile
+                self._node.get_logger().info(f"TF mode {mode} ({reason})")
+                self._logged_mode = (mode, reason)
+            self.mode_reason = reason
         try:
             robot = self._robot.sample(mode, camera, stamp_s)
         except TransformUnavailable as exc:
@@ -362,6 +366,7 @@ class MappingOutputs:
             self.mapper.clear()
             self._map_dirty = self._grid_dirty = True
             self._map_odom = None
+            self._logged_mode = None  # a new stream logs its TF mode again
             self.last_stamp = None
 
     def destroy(self) -> None:

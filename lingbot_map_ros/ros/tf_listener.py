@@ -15,7 +15,11 @@ from geometry_msgs.msg import Transform
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from tf2_msgs.msg import TFMessage
+
+try:
+    from tf2_msgs.msg import TFMessage
+except ImportError:  # PyPI wheels without tf2_msgs (scripts/build_tf2_msgs.py): no robot TF can be read
+    TFMessage = None
 
 from ..engine.geometry import pose_from_quat
 from .tf import TF_QOS
@@ -55,6 +59,13 @@ class TfLookup:
             self.buffer = None
             return
         self.buffer = TfBuffer(cache_s)
+        if TFMessage is None:
+            node.get_logger().error(
+                "neither tf2_ros nor tf2_msgs is importable: the robot's TF cannot be read, so tf.mode auto "
+                "maps as a bare camera and the robot modes drop every frame (tf_unavailable); build tf2_msgs "
+                "with scripts/build_tf2_msgs.py"
+            )
+            return
         group = ReentrantCallbackGroup()
         self._subs = [
             node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS, callback_group=group),
