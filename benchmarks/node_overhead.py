@@ -57,6 +57,7 @@ from lingbot_map_ros.ros.conversions import (  # noqa: E402
 )
 from lingbot_map_ros.ros.outputs import FRAME_QOS, MappingOutputs, OutputConfig  # noqa: E402
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters  # noqa: E402
+from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
 from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
 
 HW = (378, 518)
@@ -182,7 +183,7 @@ def main() -> None:
     declare_parameters(node)
     params = read_parameters(node)
     config = with_overrides(OutputConfig.from_params(params), args.set)
-    outputs = MappingOutputs(node, config)
+    outputs = MappingOutputs(node, config, TfLookup(node))
     subscriber = subscribe_all("overhead_subscriber", node.get_name()) if args.subscribers else None
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()

@@ -64,7 +64,9 @@ def test_lifecycle_transitions_and_reload_parameters(ros_client: RosClient, tmp_
             proc.output()
         )
         assert state(ros_client) == State.PRIMARY_STATE_UNCONFIGURED
-        assert not ros_client.client(Trigger, f"{NODE}/reset").wait_for_service(timeout_sec=0.5)
+        # Services exist for the node's whole life (never destroyed while spinning) and refuse while inactive
+        answer = ros_client.call(Trigger, f"{NODE}/reset")
+        assert not answer.success and answer.message == "not active"
         (ok,) = ros_client.set_parameters(
             NODE, {"model.image_width": 84}
         )  # reload-only: fine while unconfigured
@@ -89,7 +91,11 @@ def test_lifecycle_transitions_and_reload_parameters(ros_client: RosClient, tmp_
 
         assert transition(ros_client, Transition.TRANSITION_DEACTIVATE)
         assert state(ros_client) == State.PRIMARY_STATE_INACTIVE
-        wait_until(lambda: pub.get_subscription_count() == 0)  # the image subscription is released
+        # The subscription is kept (gated): topics do not vanish, frames arriving now are only counted
+        assert pub.get_subscription_count() == 1
+        pub.publish(rgb_to_image(frames[0], Header(stamp=Time(sec=15), frame_id="cam")))
+        time.sleep(0.5)
+        assert len(odom) == 3
         assert transition(ros_client, Transition.TRANSITION_CLEANUP)
         assert state(ros_client) == State.PRIMARY_STATE_UNCONFIGURED
         (ok,) = ros_client.set_parameters(NODE, {"model.image_width": 56})

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from attack_helpers import warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
@@ -301,7 +302,11 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
                 windows.append((value, future.result().results[0].successful))
                 time.sleep(rng.uniform(0.0, 0.15))
 
-        publish(pub, frames, range(S0 + 6))
+        # DDS discovery is not symmetric: frames sent the moment the node's reader is seen can still be lost
+        # (seen: 0 of 8 odometry, on main too), so warm up until odometry flows, then count
+        warm_up(pub, odom, lambda i: rgb_to_image(frames[i % 8], Header(stamp=stamp(20 + i), frame_id="cam")))
+        odom.clear()
+        publish(pub, frames, range(60, 60 + S0 + 6))
         odom.wait_for(S0 + 6)
         assert ros_client.call(Trigger, f"/{name}/{name}/save_map").success
         (first_map,) = out_dir.glob("map_*.ply")

@@ -54,6 +54,7 @@ BASE = {
     "publish.depth": False,
 }
 
+CONFIRM = 3  # stream.change_confirm_frames (default): frames of a new size/camera before the stream restarts
 
 def start(client: RosClient, tmp: Path, name: str, params: dict[str, object]) -> NodeProcess:
     """The node as `/<name>/<name>` (its /diagnostics status is `/<name>/<name>: mapping`)."""
@@ -346,7 +347,10 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
     publish_valid(pub, frames, range(100, 104))
     odom.wait_for(4)
     before = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(294, 518)")
-    publish_valid(pub, frames, range(104, 104 + S0 + 2), size=(259, 147))  # a new camera mode
+    # a new camera mode: the first CONFIRM - 1 frames are rejected (stream.change_confirm_frames), the
+    # CONFIRM-th restarts the stream
+    publish_valid(pub, frames, range(90, 90 + CONFIRM - 1), size=(259, 147))
+    publish_valid(pub, frames, range(104, 104 + S0 + 2), size=(259, 147))
     got = odom.wait_for(4 + S0 + 2)
     assert [m.header.stamp for m in got[4:]] == [stamp(i) for i in range(104, 104 + S0 + 2)]
     after = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(147, 259)")
@@ -355,6 +359,7 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
     log = raw_node.output()
     assert "mapping restarted" in log and "input resolution changed from 294x518 to 147x259" in log
 
+    publish_valid(pub, frames, range(92, 92 + CONFIRM - 1), size=(259, 147), frame_id="cam_b")
     publish_valid(pub, frames, range(110, 110 + S0 + 2), size=(259, 147), frame_id="cam_b")  # same size
     got = odom.wait_for(4 + 2 * (S0 + 2))
     assert [m.header.stamp for m in got[-(S0 + 2) :]] == [stamp(i) for i in range(110, 110 + S0 + 2)]
@@ -362,6 +367,7 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
     switched = latest(diag, "fuzz_raw", lambda v: "cam_b" in v.get("session.last_reset_reason", ""))
     assert int(switched["session.epoch"]) == int(after["session.epoch"]) + 1
     assert "camera changed from 'cam' to 'cam_b'" in raw_node.output()
+    assert int(switched["rejected_unconfirmed_stream_change"]) == 2 * (CONFIRM - 1)
 
 
 def test_fuzzed_compressed_images_are_rejected(

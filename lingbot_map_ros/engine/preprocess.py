@@ -122,14 +122,20 @@ def resize_uint8(rgb: np.ndarray, geometry: PreprocessGeometry) -> np.ndarray:
     Args:
         rgb: [H, W, 3] uint8 RGB with (H, W) = ``geometry.source_hw``.
     Returns:
-        [h, w, 3] uint8 with (h, w) = ``geometry.out_hw``.
+        [h, w, 3] uint8 with (h, w) = ``geometry.out_hw``, its own memory: a copy when rows were cropped,
+        so no view keeps the (for a tall image, much larger) resized intermediate alive while the frame waits
+        in a queue (issue 16: a 14x20000 frame's crop pinned a 1.15 GB intermediate). Cropping before the
+        resize (PIL's ``box``) would avoid the intermediate too but is not bit-identical to the reference;
+        the node bounds it instead with ``max_aspect_ratio`` before pre-processing.
     """
     h, w = geometry.resized_hw
     if (h, w) == tuple(rgb.shape[:2]) and geometry.out_hw == (h, w):
         return rgb  # already at the network size: PIL's resize to the same size is a copy, nothing to do
     resized = np.asarray(Image.fromarray(rgb, mode="RGB").resize((w, h), Image.Resampling.BICUBIC))
     top = geometry.crop_top
-    return resized[top : top + geometry.out_hw[0]]
+    if top == 0 and geometry.out_hw[0] == h:
+        return resized
+    return resized[top : top + geometry.out_hw[0]].copy()
 
 
 def to_chw_float(rgb_net: np.ndarray) -> np.ndarray:

@@ -22,8 +22,27 @@ _PLY_VERTEX = np.dtype(
 )
 
 
+def process_umask() -> int:
+    """The process's file-mode creation mask, read without changing it (Linux: /proc/self/status; else the
+    racy `os.umask` set-and-restore)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(file)`` on a temporary file next to ``path``, fsync it and rename it onto ``path``."""
+    """Call ``write(file)`` on a temporary file next to ``path``, fsync it and rename it onto ``path``.
+
+    The file gets the mode an ordinary ``open(path, "w")`` would give it (0666 less the umask), not the
+    temporary file's private 0600, so other users and tools can read a saved map as usual.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -31,6 +50,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~process_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -99,23 +119,38 @@ def write_tum(path: str | os.PathLike, stamps: np.ndarray, poses: np.ndarray) ->
     """Write a TUM trajectory: one line ``timestamp tx ty tz qx qy qz qw`` per pose.
 
     Args:
-        stamps: [N] timestamps in seconds.
+        stamps: [N] timestamps: integer nanoseconds (any integer dtype; written exactly, e.g. ROS
+            ``sec * 10**9 + nanosec``: 2147483647.999999999 stays that), or float seconds (written with 9
+            decimals; float64 cannot hold nanoseconds of today's epoch times, so prefer integers).
         poses: [N, 4, 4] camera-to-world matrices, or [N, 7] rows (tx ty tz qx qy qz qw).
     """
-    stamps = np.asarray(stamps, dtype=np.float64).reshape(-1)
+    stamps = np.asarray(stamps).reshape(-1)
+    if np.issubdtype(stamps.dtype, np.integer):
+        stamp_text = [stamp_ns_text(int(ns)) for ns in stamps]
+    else:
+        stamp_text = [f"{value:.9f}" for value in stamps.astype(np.float64)]
     poses = np.asarray(poses, dtype=np.float64)
     rows = poses if poses.ndim == 2 and poses.shape[1:] == (7,) else tum_rows(poses)
     if rows.shape[0] != stamps.shape[0]:
         raise ValueError(
             f"expected one timestamp per pose, got {stamps.shape[0]} stamps for {rows.shape[0]} poses"
         )
-    table = np.concatenate([stamps[:, None], rows], axis=1)
+    lines = [
+        f"{stamp} " + " ".join(f"{v:.9g}" for v in row) + "\n"
+        for stamp, row in zip(stamp_text, rows, strict=True)
+    ]
 
     def _write(f: IO[bytes]) -> None:
         f.write(b"# timestamp tx ty tz qx qy qz qw\n")
-        np.savetxt(f, table, fmt=["%.9f"] + ["%.9g"] * 7)
+        f.write("".join(lines).encode("ascii"))
 
     return atomic_write(path, _write)
+
+
+def stamp_ns_text(ns: int) -> str:
+    """Integer nanoseconds as exact decimal seconds with 9 digits (``-1`` -> ``-0.000000001``)."""
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    return f"{sign}{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
 
 
 def read_tum(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:

@@ -15,20 +15,15 @@ import numpy as np
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2, PointField
 from std_msgs.msg import Header
 
+from .image_checks import ImageConversionError, jpeg_structure_problem
+from .image_checks import check_pixel_budget as check_pixel_budget  # re-exported (intake, tests)
+
 try:  # pragma: no cover - only on a real ROS install
     from cv_bridge import CvBridge
 
     _BRIDGE: CvBridge | None = CvBridge()
 except ImportError:
     _BRIDGE = None
-
-
-class ImageConversionError(ValueError):
-    """An input image the node cannot use; `cause` names the rejection counter in /diagnostics."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 #: Accepted input encodings -> (channels, channel order of the source relative to RGB(A)).
@@ -62,6 +57,29 @@ def image_to_rgb(msg: Image) -> np.ndarray:
         ImageConversionError (a ValueError): unknown encoding, zero size, `step` smaller than a
             row, or too few data bytes.
     """
+    encoding, channels, data = check_image_layout(msg)
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    row_bytes = width * channels
+    if _BRIDGE is not None:  # a real ROS install
+        return _bridged(lambda: _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"), "malformed_image")
+    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
+    pixels = rows.reshape(height, width, channels)
+    if encoding == "mono8":
+        return np.repeat(pixels, 3, axis=2)
+    if encoding in ("bgr8", "bgra8"):
+        return np.ascontiguousarray(pixels[:, :, 2::-1])
+    return np.ascontiguousarray(pixels[:, :, :3])
+
+
+def check_image_layout(msg: Image) -> tuple[str, int, np.ndarray]:
+    """Check an Image's encoding, size, step and data length without touching its pixels.
+
+    Returns:
+        (encoding lower-cased, channels, the data as a flat uint8 view).
+
+    Raises:
+        ImageConversionError: `unsupported_encoding` or `malformed_image`.
+    """
     encoding = msg.encoding.lower()
     if encoding not in IMAGE_ENCODINGS:
         raise ImageConversionError(
@@ -85,15 +103,7 @@ def image_to_rgb(msg: Image) -> np.ndarray:
             "malformed_image",
             f"image data has {data.size} bytes, expected at least {needed} ({height} rows of step {step})",
         )
-    if _BRIDGE is not None:  # a real ROS install
-        return _bridged(lambda: _BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"), "malformed_image")
-    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
-    pixels = rows.reshape(height, width, channels)
-    if encoding == "mono8":
-        return np.repeat(pixels, 3, axis=2)
-    if encoding in ("bgr8", "bgra8"):
-        return np.ascontiguousarray(pixels[:, :, 2::-1])
-    return np.ascontiguousarray(pixels[:, :, :3])
+    return encoding, channels, data
 
 
 def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
@@ -112,7 +122,8 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         raise ImageConversionError(
             "undecodable_image", "compressed image has no data: expected jpeg or png bytes"
         )
-    size = compressed_image_size(data.tobytes())
+    raw = data.tobytes()
+    size = compressed_image_size(raw)
     if size is None:
         raise ImageConversionError(
             "undecodable_image",
@@ -129,13 +140,31 @@ def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
         return _bridged(
             lambda: _BRIDGE.compressed_imgmsg_to_cv2(msg, desired_encoding="rgb8"), "undecodable_image"
         )
-    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if raw.startswith(b"\xff\xd8") and (problem := jpeg_structure_problem(raw)) is not None:
+        # libjpeg would only print "Corrupt JPEG data" to stderr and return garbage pixels
+        raise ImageConversionError("undecodable_image", f"corrupt JPEG data: {problem}")
+    # EXIF orientation is ignored: the pixels keep the sensor's (and CameraInfo's, and the header's) layout,
+    # as a raw Image of the same camera would; OpenCV would otherwise rotate a JPEG with orientation 6.
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     if bgr is None:
         raise ImageConversionError(
             "undecodable_image",
             f"cannot decode compressed image (format '{msg.format}'): expected jpeg or png",
         )
+    if bgr.shape[:2] != tuple(size):
+        raise ImageConversionError(
+            "undecodable_image",
+            f"decoded {bgr.shape[1]}x{bgr.shape[0]} px but the header says {size[1]}x{size[0]}",
+        )
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def image_header_size(msg: Image | CompressedImage) -> tuple[int, int] | None:
+    """(height, width) an image message claims, without decoding or copying pixels (None: unknown)."""
+    if isinstance(msg, CompressedImage):
+        data = _message_bytes(msg.data)
+        return compressed_image_size(data.tobytes()) if data.size else None
+    return int(msg.height), int(msg.width)
 
 
 def _bridged(convert: Callable[[], np.ndarray], cause: str) -> np.ndarray:

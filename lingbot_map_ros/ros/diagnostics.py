@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -36,6 +36,7 @@ class RuntimeStats:
         self._failed: Counter[str] = Counter()
         self.frames_published = 0
         self.resets = 0
+        self.frames_ignored_inactive = 0
 
     def record_output(self, latency_s: float) -> None:
         """One frame's results were published `latency_s` after its image arrived."""
@@ -61,6 +62,11 @@ class RuntimeStats:
         with self._lock:
             self.resets += 1
 
+    def record_ignored_inactive(self) -> None:
+        """A frame arrived while the node was not active (or while it deactivated): skipped, not an error."""
+        with self._lock:
+            self.frames_ignored_inactive += 1
+
     def snapshot(self) -> dict[str, float | int | str]:
         """Flat key -> value: fps, latency_ms_mean/max, frames_published, rejected_<cause>, failed_<cause>."""
         now = time.monotonic()
@@ -75,6 +81,7 @@ class RuntimeStats:
                 "latency_ms_max": round(1e3 * max(latencies), 2) if latencies else 0.0,
                 "frames_published": self.frames_published,
                 "resets": self.resets,
+                "frames_ignored_inactive": self.frames_ignored_inactive,
                 "rejected_total": sum(self._rejected.values()),
                 "failed_total": sum(self._failed.values()),
             }
@@ -142,6 +149,60 @@ class CauseLog:
             self._logger.error(f"publishing failed ({cause}, {count} so far), step skipped: {exc}")
 
 
+    def callback_failed(self, where: str, exc: Exception) -> None:
+        """A callback (timer, service, parameter) raised; counted as `failed_<where>_<ExceptionType>` and
+        logged, never re-raised (an exception escaping a callback would end the executor's spin)."""
+        cause = f"{where}_{type(exc).__name__}"
+        count = self.stats.record_failed(cause)
+        if self._throttle.should_log(cause):
+            self._logger.error(f"{where} failed ({cause}, {count} so far): {type(exc).__name__}: {exc}")
+
+
+class SimClockWatch:
+    """Notice when ROS time does not run under `use_sim_time` (no /clock) or runs backwards; warn once each.
+
+    Timers of the node run on the steady clock, so /diagnostics and ~/map_cloud keep coming either way; this
+    only tells the user why stamps are zero or jump.
+
+    Args:
+        logger: the node's logger.
+        grace_s: how long ROS time may stay at zero under `use_sim_time` before the warning.
+    """
+
+    def __init__(self, logger: RcutilsLogger, grace_s: float = 3.0) -> None:
+        self._logger = logger
+        self._grace_s = grace_s
+        self._started = time.monotonic()
+        self._last_ns = 0
+        self._warned_no_clock = False
+        self._throttle = CauseThrottle()
+
+    def check(self, use_sim_time: bool, ros_now_ns: int) -> str:
+        """Call periodically; returns the clock state for /diagnostics (`clock`)."""
+        if not use_sim_time:
+            self._last_ns = ros_now_ns
+            return "system"
+        if ros_now_ns == 0:
+            waited = time.monotonic() - self._started
+            if waited > self._grace_s and not self._warned_no_clock:
+                self._warned_no_clock = True
+                self._logger.warning(
+                    f"use_sim_time is true but no /clock message arrived in {waited:.0f} s: ROS time is 0; "
+                    "outputs keep the input stamps, /diagnostics and ~/map_cloud run on a wall-clock timer"
+                )
+            return "sim, no /clock"
+        state = "sim"
+        if ros_now_ns < self._last_ns:
+            state = "sim, ran backwards"
+            if self._throttle.should_log("backwards"):
+                self._logger.warning(
+                    f"ROS time (/clock) jumped back by {(self._last_ns - ros_now_ns) / 1e9:.3f} s "
+                    "(a bag replayed again?); timers keep running on the wall clock"
+                )
+        self._last_ns = ros_now_ns
+        return state
+
+
 def intrinsics_report(info: CameraInfo, predicted: np.ndarray, image_hw: tuple[int, int]) -> dict[str, float]:
     """Predicted focal lengths against an input CameraInfo (empty unless it describes the same image size).
 
@@ -168,13 +229,15 @@ def diagnostic_array(
     worker: WorkerStats | None,
     session: Mapping[str, object],
     state: str,
+    errors: Sequence[str] = (),
 ) -> DiagnosticArray:
     """Build the /diagnostics message.
 
     Level: OK, or WARN once frames were dropped, rejected or failed inference (the message gives the counts;
     the node keeps mapping in every case). Keys: every `runtime` entry, the worker counters, `state`
     (lifecycle state) and the session statistics flattened under `session.` (e.g. `session.sliding_window`,
-    `session.cache.kv_cache.sliding_window`).
+    `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g. two cameras alternating on the image
+    topic) makes the level ERROR and leads the message.
     """
     values: dict[str, object] = {"state": state}
     values.update(runtime)
@@ -194,6 +257,9 @@ def diagnostic_array(
         level = DiagnosticStatus.WARN
         message = "mapping; {frames_dropped} dropped, {rejected_total} rejected, {failed_total} failed"
         message = message.format(**problems)
+    if errors:
+        level = DiagnosticStatus.ERROR
+        message = "; ".join([*errors, message])
     status = DiagnosticStatus(
         level=level,
         name=f"{name}: mapping",

@@ -1,18 +1,22 @@
-"""Frame intake: image callback → RGB conversion → size check → rejection counting → hand-over to the queue.
+"""Frame intake: image callback → header budget → RGB conversion → size, frame id and stream checks →
+rejection counting → hand-over to the queue.
 
 `FrameIntake` creates the node's input subscriptions (`image` or `image/compressed`, and `camera_info`) and is
 what they call. It never blocks and never raises (a raising subscription callback would end the executor's
 spin): an image the node cannot use is counted by cause (`rejected_<cause>` in /diagnostics), logged once per
 cause (then at most every 10 s; `CauseLog`) and skipped. Causes: those of `ImageConversionError`
 (conversions.py: `malformed_image`, `oversized_image`, `unsupported_encoding`, `undecodable_image`),
-`unsupported_size` (this file) and `conversion_error` (any other exception of a converter, e.g. from
-cv_bridge).
+`unsupported_size`, `invalid_frame_id`, `unconfirmed_stream_change` (this file, streams.py) and
+`conversion_error` (any other exception of a converter, e.g. from cv_bridge). The pixel budget
+(`max_input_pixels`, `max_aspect_ratio`) is checked from the message header before anything is decoded or
+copied. The subscriptions are created once and kept (entities.py); while the node is not active a frame is
+only counted (`frames_ignored_inactive`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +28,17 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
 from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
-from .conversions import ImageConversionError, compressed_to_rgb, image_to_rgb
+from .conversions import (
+    ImageConversionError,
+    check_image_layout,
+    check_pixel_budget,
+    compressed_to_rgb,
+    image_header_size,
+    image_to_rgb,
+)
 from .diagnostics import CauseLog
 from .params import NodeParams
+from .streams import StreamGuard, StreamKey, frame_id_problem
 
 
 @dataclass(frozen=True)
@@ -78,39 +90,70 @@ def image_qos(params: NodeParams) -> QoSProfile:
     )
 
 
+def reserved_frame_ids(params: NodeParams) -> frozenset[str]:
+    """Frame ids the node publishes as parents (`map_frame`, and `odom_frame` where that parameter exists):
+    a camera frame with one of these names would make TF link a frame to itself."""
+    names = (params.map_frame, getattr(params, "odom_frame", ""))
+    return frozenset(name for name in names if name)
+
+
 class FrameIntake:
     """The input subscriptions and their callbacks; `camera_info` holds the latest input CameraInfo (or None).
 
     Args:
         causes: counts and logs the rejections (`rejected_<cause>` in /diagnostics).
-        image_width: returns the current `model.image_width` (network input width, px).
+        params: returns the current parameter snapshot (image width, pixel budget, frames; live ones apply
+            to the next frame).
         enqueue: takes an accepted frame's `(header, rgb [H, W, 3] uint8, received monotonic s)`; must not
             block (the node stamps the stream generation and submits to the drop-oldest inference queue).
+        active: whether the node is active; frames arriving otherwise are counted by `on_inactive`.
+        on_inactive: called for each frame that arrives while not active (counted, nothing else).
+        reserved_frames: the frame ids a camera must not have (default: `reserved_frame_ids`).
     """
 
     def __init__(
         self,
         causes: CauseLog,
-        image_width: Callable[[], int],
+        params: Callable[[], NodeParams],
         enqueue: Callable[[Header, np.ndarray, float], None],
+        active: Callable[[], bool] = lambda: True,
+        on_inactive: Callable[[], None] = lambda: None,
+        reserved_frames: Callable[[NodeParams], Collection[str]] = reserved_frame_ids,
     ) -> None:
         self._causes = causes
-        self._image_width = image_width
+        self._params = params
         self._enqueue = enqueue
+        self._active = active
+        self._on_inactive = on_inactive
+        self._reserved_frames = reserved_frames
+        self._subscribed: tuple | None = None  # (transport, reliability, depth) of the subscriptions in use
+        self.guard = StreamGuard(params().stream_change_confirm_frames)
         self.camera_info: CameraInfo | None = None
 
     def subscribe(self, node: Node, params: NodeParams, group: CallbackGroup) -> list[Subscription]:
-        """Create the image subscription (`image_transport`: raw `image` or `image/compressed`; first in the
-        list) and the optional `camera_info` one, in `group` (mutually exclusive: frames in order)."""
+        """Create (or, through a `NodeFacade`, reuse) the image subscription (`image_transport`: raw `image`
+        or `image/compressed`; first in the list) and the `camera_info` one, in `group` (mutually exclusive:
+        frames in order). Only the subscriptions of the latest call deliver frames: kept ones of an earlier
+        transport or QoS are gated off."""
         qos = image_qos(params)
+        key = (params.image_transport, params.qos_reliability, params.qos_depth)
+        self._subscribed = key
+
+        def gated(callback: Callable[[object], None]) -> Callable[[object], None]:
+            def deliver(msg: object) -> None:
+                if self._subscribed == key:
+                    callback(msg)
+
+            return deliver
+
         if params.image_transport == "compressed":
             image = node.create_subscription(
-                CompressedImage, "image/compressed", self.on_compressed, qos, callback_group=group
+                CompressedImage, "image/compressed", gated(self.on_compressed), qos, callback_group=group
             )
         else:
-            image = node.create_subscription(Image, "image", self.on_image, qos, callback_group=group)
+            image = node.create_subscription(Image, "image", gated(self.on_image), qos, callback_group=group)
         info = node.create_subscription(
-            CameraInfo, "camera_info", self.on_camera_info, qos, callback_group=group
+            CameraInfo, "camera_info", gated(self.on_camera_info), qos, callback_group=group
         )
         return [image, info]
 
@@ -129,15 +172,46 @@ class FrameIntake:
     def _intake(
         self, msg: Image | CompressedImage, convert: Callable[[Image | CompressedImage], np.ndarray]
     ) -> None:
+        """Never raises (a raising subscription callback would end the executor's spin)."""
         received = time.monotonic()
         try:
-            rgb = convert(msg)
-            check_size(rgb, self._image_width())
+            if not self._active():
+                self._on_inactive()
+                return
+            params = self._params()
+            rgb = self._accept(msg, convert, params)
+            if rgb is None:
+                return
+            self._enqueue(msg.header, rgb, received)
         except ImageConversionError as exc:
             self._causes.rejected(exc.cause, str(exc))
-            return
         except Exception as exc:  # noqa: BLE001 - a raising subscription callback would end the executor's spin
             reason = f"unexpected {type(exc).__name__} while converting: {exc}"
             self._causes.rejected("conversion_error", reason)
-            return
-        self._enqueue(msg.header, rgb, received)
+
+    def _accept(
+        self,
+        msg: Image | CompressedImage,
+        convert: Callable[[Image | CompressedImage], np.ndarray],
+        params: NodeParams,
+    ) -> np.ndarray | None:
+        """The frame's RGB pixels, or None when the stream guard rejected it (counted here).
+
+        Raises:
+            ImageConversionError: any other rejection, with its cause.
+        """
+        if isinstance(msg, Image):
+            check_image_layout(msg)  # malformed before oversized: the header must match the data first
+        check_pixel_budget(image_header_size(msg), params.max_input_pixels, params.max_aspect_ratio)
+        child = params.camera_frame or msg.header.frame_id
+        problem = frame_id_problem(child, self._reserved_frames(params))
+        if problem is not None:
+            raise ImageConversionError("invalid_frame_id", f"{problem}; expected a camera optical frame")
+        rgb = convert(msg)
+        check_size(rgb, params.model_image_width)
+        self.guard.confirm_frames = params.stream_change_confirm_frames
+        verdict = self.guard.check(StreamKey(rgb.shape[0], rgb.shape[1], msg.header.frame_id))
+        if not verdict.accept:
+            self._causes.rejected("unconfirmed_stream_change", verdict.reason)
+            return None
+        return rgb

@@ -1,14 +1,16 @@
 """The `lingbot_map` lifecycle node: camera in; TF, odometry, path, depth and a point-cloud map out.
 
-Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py),
-activate creates the subscription, publishers (outputs.py), services (services.py) and timers,
-deactivate/cleanup release them (and the GPU). Three stages: the image callback converts and enqueues
-(intake.py, then worker.py's drop-oldest queue) and never blocks; the inference thread pushes frames through
-the session under `_session_lock`; the publish thread publishes each step's results in input order with the
-input stamps (back-pressure to inference, never dropped), so the next frame's inference overlaps the previous
-frame's unprojection, voxel map and message serialisation. `~/reset` and live `kv_cache.sliding_window` take
-the session lock, so they are safe while a frame is being inferred; results of steps from before a reset are
-not published.
+Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py), the
+node's subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
+while the executor may wait on them), activate starts the inference and publish threads and opens the gate,
+deactivate closes it and stops them, cleanup releases the model (and the GPU). No callback raises (an
+exception escaping one would end the executor's spin): failures are counted and logged. Three stages: the
+image callback converts and enqueues (intake.py, then worker.py's drop-oldest queue) and never blocks; the
+inference thread pushes frames through the session under `_session_lock`; the publish thread publishes each
+step's results in input order with the input stamps (back-pressure to inference, never dropped), so the next
+frame's inference overlaps the previous frame's unprojection, voxel map and message serialisation. `~/reset`
+and live `kv_cache.sliding_window` take the session lock, so they are safe while a frame is being inferred;
+results of steps from before a reset are not published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -16,30 +18,31 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
-from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
+from .depth_input import DepthInput
+from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array, intrinsics_report
+from .entities import KeptEntities, NodeFacade
 from .intake import FrameIntake, InputFrame
 from .outputs import MappingOutputs, OutputConfig
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .services import MappingServices
-from .worker import InferenceWorker
+from .shutdown import run_node
+from .tf_listener import TfLookup
+from .worker import InferenceWorker, WorkerStopped
 
 NODE_NAME = "lingbot_map"
 #: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
@@ -93,16 +96,52 @@ class LingBotMapNode(LifecycleNode):
         self._publisher: InferenceWorker[StepResults] | None = None  # publish stage, in step order
         self._publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
         self._outputs: MappingOutputs | None = None
-        self._entities: list[tuple[str, object]] = []  # (kind, handle) created in activate
-        self._diag_pub = None
-        self._intake = FrameIntake(self._causes, lambda: self.params.model_image_width, self._enqueue)
+        self._active = False  # the gate of every kept entity's callback (lifecycle state active)
+        self._kept = KeptEntities(self)
+        self._facade = NodeFacade(self, self._kept)  # what MappingOutputs and the intake create through
+        self._intake = FrameIntake(
+            self._causes,
+            lambda: self.params,
+            self._enqueue,
+            active=lambda: self._active,
+            on_inactive=self.stats.record_ignored_inactive,
+        )
         self._triggers = MappingServices(
-            self.get_logger(), lambda: self.params, lambda: self._outputs, self.reset_stream
+            self.get_logger(), lambda: self.params, lambda: self._outputs, self.reset_stream,
+            self._causes.callback_failed,
         )
         self._intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
+        self._clock_watch = SimClockWatch(self.get_logger())
         self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
+        # Created once, kept for the node's life (entities.py); timers on the steady clock, so they run
+        # under use_sim_time without /clock or with a /clock that jumps back.
+        self._triggers.create(self, self._service_group)
+        self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._map_timer = self.create_timer(
+            1.0 / self.params.map_publish_rate, self._guarded_timer("map_timer", self._publish_map),
+            callback_group=self._timer_group, clock=steady,
+        )
+        self._diag_timer = self.create_timer(
+            1.0 / self.params.diagnostics_rate,
+            self._guarded_timer("diagnostics_timer", self.publish_diagnostics),
+            callback_group=self._timer_group, clock=steady,
+        )
+        self._map_odom_timer = self.create_timer(
+            1.0 / self.params.tf_publish_rate,
+            self._guarded_timer("map_odom_timer", self._republish_map_odom),
+            callback_group=self._timer_group, clock=steady,
+        )
+        self._grid_timer = self.create_timer(
+            1.0 / self.params.grid_rate,
+            self._guarded_timer("grid_timer", self._publish_grid),
+            callback_group=self._timer_group, clock=steady,
+        )
+        # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
+        self._tf_lookup = TfLookup(self._facade)
+        self._depth_input: DepthInput | None = None
 
     # ----------------------------------------------------------------------------------------- lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -115,29 +154,37 @@ class LingBotMapNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
         self._refresh_session_stats()
+        self._map_timer.timer_period_ns = int(1e9 / self.params.map_publish_rate)
+        self._diag_timer.timer_period_ns = int(1e9 / self.params.diagnostics_rate)
+        self._map_odom_timer.timer_period_ns = int(1e9 / self.params.tf_publish_rate)
+        self._grid_timer.timer_period_ns = int(1e9 / self.params.grid_rate)
+        self._intake.guard.forget()
         self.get_logger().info(f"configured: {self._pipeline.description}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            return self._activate()
+        except Exception as exc:  # noqa: BLE001 - rclpy turns it into ERROR without a word; say why
+            self.get_logger().error(f"activate failed: {type(exc).__name__}: {exc}")
+            self._release_active()
+            return TransitionCallbackReturn.FAILURE
+
+    def _activate(self) -> TransitionCallbackReturn:
         p = self.params
-        self._outputs = MappingOutputs(self, OutputConfig.from_params(p), self._causes.rejected)
+        # Publishers and subscriptions come from the kept set: the same ones on every activation.
+        if p.scale_source == "depth" and self._depth_input is None:
+            self._depth_input = DepthInput(self._facade)  # kept, like every subscription
+        config = OutputConfig.from_params(p)
+        self._outputs = MappingOutputs(
+            self._facade, config, self._tf_lookup, self._depth_input, self._causes.rejected
+        )
         self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
-        subscriptions = self._intake.subscribe(self, p, self._input_group)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        timers = [
-            self.create_timer(1.0 / p.map_publish_rate, self._publish_map, callback_group=self._timer_group),
-            self.create_timer(
-                1.0 / p.diagnostics_rate, self.publish_diagnostics, callback_group=self._timer_group
-            ),
-        ]
-        self._entities = (
-            [("subscription", sub) for sub in subscriptions]
-            + [("service", srv) for srv in self._triggers.create(self, self._service_group)]
-            + [("timer", timer) for timer in timers]
-        )
+        subscriptions = self._intake.subscribe(self._facade, p, self._input_group)
+        self._active = True
         topic = subscriptions[0].topic_name
         self.get_logger().info(f"active: listening on {topic} ({p.image_transport}, {p.qos_reliability})")
         return TransitionCallbackReturn.SUCCESS
@@ -168,10 +215,10 @@ class LingBotMapNode(LifecycleNode):
         return self.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
     def _release_active(self, step_wait_s: float = 30.0) -> bool:
-        """Destroy what activate created; False when the inference thread did not end within `step_wait_s`."""
-        for kind, handle in self._entities:
-            getattr(self, f"destroy_{kind}")(handle)
-        self._entities = []
+        """Close the gate and stop the threads activate started (the entities are kept: entities.py); False
+        when the inference thread did not end within `step_wait_s`. Frames converted meanwhile are counted
+        (`frames_ignored_inactive`), never raised."""
+        self._active = False
         stopped = True
         if self._worker is not None:
             stopped = self._worker.stop(step_wait_s)
@@ -180,12 +227,10 @@ class LingBotMapNode(LifecycleNode):
             self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
             stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
             self._publisher = None
-        if self._outputs is not None:
-            self._outputs.destroy()
-            self._outputs = None
-        if self._diag_pub is not None:
-            self.destroy_publisher(self._diag_pub)
-            self._diag_pub = None
+        with self._publish_lock:  # not while a (late) publish or a reset uses the outputs
+            outputs, self._outputs = self._outputs, None
+        if outputs is not None:
+            outputs.destroy()  # through the facade: its publishers are kept
         return stopped
 
     def _release_configured(self) -> None:
@@ -200,8 +245,13 @@ class LingBotMapNode(LifecycleNode):
     def _enqueue(self, header: Header, rgb: np.ndarray, received: float) -> None:
         """An accepted frame (intake.py) joins the inference queue (drop-oldest) in the current generation."""
         worker = self._worker
-        if worker is not None:
+        if worker is None or not self._active:
+            self.stats.record_ignored_inactive()
+            return
+        try:
             worker.submit(InputFrame(header, rgb, received, self._generation))
+        except WorkerStopped:  # deactivate stopped the worker while this frame was being converted
+            self.stats.record_ignored_inactive()
 
     def _process(self, frame: InputFrame) -> None:
         """Inference thread: push one frame, publish whatever results the session returns, in order."""
@@ -282,11 +332,12 @@ class LingBotMapNode(LifecycleNode):
         the new stream), drop the queued frames, then reset the session after a step in progress and clear
         path, trajectory and map after a step being published. Returns the number of queued frames
         discarded, None when the node is not active."""
-        if self._pipeline is None or self._outputs is None or self._worker is None:
+        worker = self._worker
+        if self._pipeline is None or self._outputs is None or worker is None:
             return None
         self._generation += 1  # frames from now on start the new stream; older ones are dropped
         generation = self._generation
-        discarded = self._worker.clear()
+        discarded = worker.clear()
         with self._session_lock:  # waits for a step in progress
             if self._pipeline is not None:
                 self._sync_session(generation)
@@ -296,29 +347,58 @@ class LingBotMapNode(LifecycleNode):
         self.stats.record_reset()
         return discarded
 
+    def _guarded_timer(self, name: str, callback: object) -> object:
+        """A timer callback that counts and logs its failure instead of raising (which would end spin)."""
+
+        def run() -> None:
+            try:
+                callback()
+            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
+                if self.context.ok():
+                    self._causes.callback_failed(name, exc)
+
+        return run
+
+    def _republish_map_odom(self) -> None:
+        outputs = self._outputs  # deactivate may clear it meanwhile
+        if outputs is not None and self._active:
+            outputs.republish_map_odom()
+
+    def _publish_grid(self) -> None:
+        outputs = self._outputs
+        if outputs is not None and self._active:
+            outputs.publish_grid()
+
     def _publish_map(self) -> None:
-        if self._outputs is not None:
-            self._outputs.publish_map(self._outputs.last_stamp or self.get_clock().now().to_msg())
+        outputs = self._outputs
+        if outputs is not None and self._active:
+            outputs.publish_map(outputs.last_stamp or self.get_clock().now().to_msg())
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change)."""
         pub = self._diag_pub
-        if pub is None:
+        if pub is None or not self.context.ok():
             return
+        now = self.get_clock().now()
+        use_sim_time = bool(self.get_parameter("use_sim_time").value)
         runtime = self.stats.snapshot()
+        runtime["clock"] = self._clock_watch.check(use_sim_time, now.nanoseconds)
         runtime.update(self._intrinsics)
-        if self._outputs is not None:
-            runtime["map_points"] = self._outputs.map_size()
-            runtime.update(self._outputs.trajectory_stats())
-        worker = self._worker.stats() if self._worker is not None else None
+        outputs, pipeline = self._outputs, self._pipeline  # deactivate/cleanup may clear them meanwhile
+        if outputs is not None:
+            runtime["map_points"] = outputs.map_size()
+            runtime.update(outputs.trajectory_stats())
+        worker = self._worker
+        conflict = self._intake.guard.conflict()
         msg = diagnostic_array(
             self.get_fully_qualified_name(),  # with the namespace: two robots' statuses never collide
-            str(self._pipeline.device) if self._pipeline else "none",
-            self.get_clock().now().to_msg(),
+            str(pipeline.device) if pipeline else "none",
+            now.to_msg(),
             runtime,
-            worker,
+            worker.stats() if worker is not None else None,
             dict(self._session_stats),
-            "active" if self._entities else ("inactive" if self._pipeline else "unconfigured"),
+            "active" if self._active else ("inactive" if pipeline else "unconfigured"),
+            errors=[conflict] if conflict else [],
         )
         pub.publish(msg)
 
@@ -332,15 +412,24 @@ class LingBotMapNode(LifecycleNode):
 
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        """Validate; a new `kv_cache.sliding_window` is applied to the cache here, so a refusal rejects it."""
+        """Validate; a new `kv_cache.sliding_window` is applied to the cache here, so a refusal rejects it.
+        Never raises: an unexpected error rejects the update with the reason."""
+        try:
+            return self._check_parameters_unguarded(params)
+        except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
+            self._causes.callback_failed("set_parameters", exc)
+            return SetParametersResult(successful=False, reason=f"{type(exc).__name__}: {exc}")
+
+    def _check_parameters_unguarded(self, params: list[Parameter]) -> SetParametersResult:
         result = check_update(params, self.params, configured=self._pipeline is not None)
         window = {p.name: p.value for p in params}.get("kv_cache.sliding_window")
         if not result.successful or window is None or self._pipeline is None:
             return result
         try:
             with self._session_lock:
-                self._pipeline.session.set_sliding_window(window)
-                self._refresh_session_stats()
+                if self._pipeline is not None:  # cleanup may have released it meanwhile
+                    self._pipeline.session.set_sliding_window(window)
+                    self._refresh_session_stats()
         except (ValueError, RuntimeError) as exc:
             return SetParametersResult(successful=False, reason=f"kv_cache.sliding_window refused: {exc}")
         self.get_logger().info(f"kv_cache.sliding_window -> {window}")
@@ -348,48 +437,21 @@ class LingBotMapNode(LifecycleNode):
 
     def _apply_parameters(self, params: list[Parameter]) -> None:
         """After a successful set: update the snapshot and the outputs, report the change at once."""
-        self.params = apply_update(self.params, params)
-        if self._outputs is not None:
-            self._outputs.update_config(OutputConfig.from_params(self.params))
-        self.publish_diagnostics()
+        try:
+            self.params = apply_update(self.params, params)
+            outputs = self._outputs
+            if outputs is not None:
+                outputs.update_config(OutputConfig.from_params(self.params))
+            self.publish_diagnostics()
+        except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
+            self._causes.callback_failed("apply_parameters", exc)
 
 
 def main(args: list[str] | None = None, exit_process: bool = True) -> int:
-    """Entry point of `lingbot_map_node`; exit code 0 on SIGINT, 1 when autostart fails, 2 on bad params.
-
-    With `exit_process` (the console script) the process ends with `os._exit(code)` once everything the node
-    holds is released: the interpreter's own teardown of torch takes 1-2 s on a busy CPU, which would break
-    the 2 s SIGINT budget (docs/reliability.md) and would wait for a step abandoned at shutdown. Pass False
-    to get the code back in-process.
-    """
-    rclpy.init(args=args)
-    try:
-        node = LingBotMapNode()
-    except (ValueError, ParameterException) as exc:
-        print(f"[lingbot_map] {exc}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    executor = MultiThreadedExecutor(num_threads=4)
-    executor.add_node(node)
-    code = 0
-    try:
-        if node.params.autostart and not node.autostart():
-            node.get_logger().fatal("autostart failed (see the error above); exiting")
-            code = 1
-        else:
-            executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.on_shutdown(None)
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    if exit_process:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    """Entry point of `lingbot_map_node`; exit code 0 on SIGINT/SIGTERM (a second one during the shutdown
+    exits at once, also 0), 1 when autostart fails or the executor stops by itself, 2 on bad params.
+    `shutdown.run_node` has the signal handling; `exit_process=False` returns the code in-process."""
+    return run_node(LingBotMapNode, SHUTDOWN_STEP_WAIT_S, args, exit_process)
 
 
 if __name__ == "__main__":

@@ -135,24 +135,29 @@ def seconds_stamp(seconds: float) -> Time:
 class MappingOutputs:
     """Create the output publishers on `node` and publish `FrameResult`s through the mapper.
 
+    Subscriptions and timers are the node's (created once and kept, entities.py): the TF `lookup` and the
+    `depth_input` are passed in, and the node's timers call `republish_map_odom` and `publish_grid`.
+
     Args:
-        node: the (activated) lifecycle node; publishers live in its private namespace (`~/...`).
+        node: the (activated) lifecycle node, or its `NodeFacade`; publishers live in its private namespace.
         config: frames and options; `update_config` swaps in live changes.
+        lookup: TF lookups at image stamps (the node's `TfLookup`).
+        depth_input: the metric depth topic (`scale.source: depth`), else None.
         on_drop: `(cause, reason)` of a frame dropped before publishing (the node's CauseLog.rejected).
     """
 
-    def __init__(self, node: Node, config: OutputConfig,
+    def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
+                 depth_input: DepthInput | None = None,
                  on_drop: Callable[[str, str], None] | None = None) -> None:
         self._node = node
         self.config = config
         self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
         self._tf = TfBroadcaster(node)
-        self._lookup = TfLookup(node)
-        self._robot = RobotFrames(self._lookup, RobotTfConfig(
+        self._robot = RobotFrames(lookup, RobotTfConfig(
             config.tf_mode, config.base_frame, config.odom_frame, config.tf_timeout,
             odometry_scale=config.scale.source == "odometry"))
-        self._depth_input = DepthInput(node) if config.scale.source == "depth" else None
+        self._depth_input = depth_input if config.scale.source == "depth" else None
         self._pubs = {
             "odometry": node.create_publisher(Odometry, "~/odometry", FRAME_QOS),
             "camera_pose": node.create_publisher(PoseStamped, "~/camera_pose", FRAME_QOS),
@@ -163,10 +168,6 @@ class MappingOutputs:
             "map_cloud": node.create_publisher(PointCloud2, "~/map_cloud", MAP_QOS),
             "grid": node.create_publisher(OccupancyGrid, "~/grid", MAP_QOS),
         }
-        self._timers = [
-            node.create_timer(1.0 / config.tf_publish_rate, self._republish_map_odom),
-            node.create_timer(1.0 / config.grid_rate, self.publish_grid),
-        ]
         self.mapper = Mapper(config.mapper_config())
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._map_dirty = False
@@ -259,7 +260,7 @@ class MappingOutputs:
     def _now_s(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
 
-    def _republish_map_odom(self) -> None:
+    def republish_map_odom(self) -> None:
         """Timer: the last `map -> odom` again, stamped with the image clock advanced by the time since it was
         published, + tf.transform_tolerance. On a robot (image stamps = now) that is now + tolerance, as
         slam_toolbox does; a replayed bag's older stamps are followed instead of mixed with the wall clock."""
@@ -370,14 +371,8 @@ class MappingOutputs:
             self.last_stamp = None
 
     def destroy(self) -> None:
-        """Release all publishers, timers and subscriptions (deactivate)."""
+        """Release the publishers (deactivate; no-ops through the node's `NodeFacade`)."""
         self._tf.destroy()
-        self._lookup.destroy()
-        if self._depth_input is not None:
-            self._depth_input.destroy()
-        for timer in self._timers:
-            self._node.destroy_timer(timer)
-        self._timers = []
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)
         self._pubs.clear()

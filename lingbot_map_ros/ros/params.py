@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
@@ -247,7 +248,35 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
     ),
     ParamSpec(
-        "output_dir", "~/.ros/lingbot_map", "Directory of ~/save_map (PLY map + TUM trajectory).", live=True
+        "output_dir",
+        "~/.ros/lingbot_map",
+        "Directory of ~/save_map (PLY map + TUM trajectory); must be absolute after expanding '~' "
+        "(empty, relative or unexpandable values are rejected).",
+        live=True,
+    ),
+    ParamSpec(
+        "max_input_pixels",
+        16_777_216,
+        "Largest input image (width x height, from the Image or PNG/JPEG header) accepted; larger ones are "
+        "rejected before decoding (rejected_oversized_image). 16,777,216 = 4096 x 4096.",
+        live=True,
+        int_range=(196, 268_435_456),
+    ),
+    ParamSpec(
+        "max_aspect_ratio",
+        8.0,
+        "Largest long side / short side of an input image; flatter ones are rejected before decoding "
+        "(rejected_unsupported_aspect_ratio), which bounds the resized intermediate to 518 x 8 rows.",
+        live=True,
+        float_range=(1.0, 1000.0),
+    ),
+    ParamSpec(
+        "stream.change_confirm_frames",
+        3,
+        "Consecutive frames of a new size or frame_id needed to restart the stream (a new map); fewer "
+        "are rejected (rejected_unconfirmed_stream_change). 1: restart at the first one.",
+        live=True,
+        int_range=(1, 100),
     ),
     ParamSpec(
         "image_transport",
@@ -319,6 +348,9 @@ class NodeParams:
     publish_frame_cloud: bool
     queue_size: int
     output_dir: str
+    max_input_pixels: int
+    max_aspect_ratio: float
+    stream_change_confirm_frames: int
     image_transport: str
     qos_reliability: str
     qos_depth: int
@@ -361,6 +393,12 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problems.append(f"grid.max_height ({high}) must be > grid.min_height ({low})")
     if values.get("scale.window", 50) < values.get("scale.min_samples", 1):
         problems.append("scale.window must be >= scale.min_samples")
+    output_dir = values.get("output_dir")
+    if isinstance(output_dir, str):
+        try:
+            resolve_output_dir(output_dir)
+        except ValueError as exc:
+            problems.append(str(exc))
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
@@ -368,6 +406,26 @@ def cross_check(values: dict[str, object]) -> list[str]:
     if isinstance(width, int) and width % 14:
         problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
     return problems
+
+
+def resolve_output_dir(text: str) -> Path:
+    """`output_dir` as an absolute path ('~' and '~user' expanded).
+
+    Raises:
+        ValueError: empty, not expandable (no home directory, unknown user) or relative after expansion
+            (files would land in the process's working directory).
+    """
+    if not text.strip():
+        raise ValueError("output_dir is empty: expected an absolute directory (or one starting with '~')")
+    try:
+        path = Path(text).expanduser()
+    except (RuntimeError, KeyError, OSError) as exc:  # Path.expanduser: "Could not determine home directory."
+        raise ValueError(f"output_dir '{text}' cannot be expanded: {exc}") from exc
+    if not path.is_absolute():
+        raise ValueError(
+            f"output_dir '{text}' is relative: expected an absolute directory (or one starting with '~')"
+        )
+    return path
 
 
 def parse_image_size(text: str) -> tuple[int, int] | None:

@@ -3,22 +3,35 @@
 `~/reset` calls the node's `reset_stream` (stream generations, docs/node.md "Behaviour"); `~/save_map` writes
 the map (binary PLY) and the trajectory (TUM) through `MappingOutputs.save`, atomically (temp file + rename)
 into `output_dir`. Both answer "not active" while the node is not active, and log their response message.
+
+Neither handler raises: any failure is answered with `success: false` and the reason (an exception escaping a
+service callback would end the executor's spin, issue 16). The services are created once, with a request
+queue of `SERVICE_QUEUE_DEPTH` (the default of 10 silently dropped the 11th of 50 concurrent calls).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.service import Service
 from std_srvs.srv import Trigger
 
 from .outputs import MappingOutputs
-from .params import NodeParams
+from .params import NodeParams, resolve_output_dir
+
+#: Requests a service holds while earlier ones are served: a burst of 50 concurrent callers is all answered.
+SERVICE_QUEUE_DEPTH = 256
+SERVICE_QOS = QoSProfile(
+    depth=SERVICE_QUEUE_DEPTH,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
 
 
 class MappingServices:
@@ -29,6 +42,7 @@ class MappingServices:
         params: returns the current parameter snapshot (`output_dir` is live).
         outputs: returns the active `MappingOutputs`, None while not active.
         reset_stream: starts a new stream; returns the number of queued frames discarded (None: not active).
+        on_failure: called with `(service name, exception)` when a handler failed unexpectedly (counted).
     """
 
     def __init__(
@@ -37,19 +51,41 @@ class MappingServices:
         params: Callable[[], NodeParams],
         outputs: Callable[[], MappingOutputs | None],
         reset_stream: Callable[[], int | None],
+        on_failure: Callable[[str, Exception], None] = lambda where, exc: None,
     ) -> None:
         self._logger = logger
         self._params = params
         self._outputs = outputs
         self._reset_stream = reset_stream
+        self._on_failure = on_failure
         self._saves = 0  # numbers the files of this process's saves (two saves in one second never collide)
 
     def create(self, node: Node, group: CallbackGroup) -> list[Service]:
-        """Create `~/reset` and `~/save_map` on `node` in callback `group` (the caller destroys them)."""
+        """Create `~/reset` and `~/save_map` on `node` in callback `group` (queue `SERVICE_QUEUE_DEPTH`)."""
         return [
-            node.create_service(Trigger, "~/reset", self.on_reset, callback_group=group),
-            node.create_service(Trigger, "~/save_map", self.on_save_map, callback_group=group),
+            node.create_service(
+                Trigger, "~/reset", self._guarded("reset", self.on_reset), qos_profile=SERVICE_QOS,
+                callback_group=group,
+            ),
+            node.create_service(
+                Trigger, "~/save_map", self._guarded("save_map", self.on_save_map), qos_profile=SERVICE_QOS,
+                callback_group=group,
+            ),
         ]
+
+    def _guarded(
+        self, name: str, handler: Callable[[Trigger.Request, Trigger.Response], Trigger.Response]
+    ) -> Callable[[Trigger.Request, Trigger.Response], Trigger.Response]:
+        """`handler` that answers `success: false` with the reason instead of raising."""
+
+        def serve(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+            try:
+                return handler(request, response)
+            except Exception as exc:  # noqa: BLE001 - a raising service callback would end the executor's spin
+                self._on_failure(f"service_{name}", exc)
+                return Trigger.Response(success=False, message=f"{name} failed: {type(exc).__name__}: {exc}")
+
+        return serve
 
     def on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """`~/reset`: new stream (session, path, trajectory and map cleared, queued frames discarded)."""
@@ -71,12 +107,14 @@ class MappingServices:
         if outputs is None:
             response.success, response.message = False, "not active"
             return response
-        out_dir = Path(self._params().output_dir).expanduser()
+        text = self._params().output_dir
         self._saves += 1
         try:
+            out_dir = resolve_output_dir(text)
             response.message = outputs.save(out_dir, f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}")
-        except (OSError, ValueError) as exc:
-            response.success, response.message = False, f"save_map failed in '{out_dir}': {exc}"
+        except Exception as exc:  # noqa: BLE001 - any failure is an answer, never an exception out of the callback
+            response.success = False
+            response.message = f"save_map failed in '{text}': {type(exc).__name__}: {exc}"
             self._logger.error(response.message)
             return response
         response.success = True

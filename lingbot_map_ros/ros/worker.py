@@ -18,6 +18,10 @@ from typing import Generic, TypeVar
 Item = TypeVar("Item")
 
 
+class WorkerStopped(RuntimeError):
+    """`InferenceWorker.submit` on a stopped worker (e.g. a frame converted while the node deactivates)."""
+
+
 @dataclass(frozen=True)
 class WorkerStats:
     """Counters since the worker started.
@@ -74,13 +78,13 @@ class InferenceWorker(Generic[Item]):
         stage, whose items must all be published).
 
         Raises:
-            RuntimeError: the worker is stopped (also when it stops while `block` waits).
+            WorkerStopped (a RuntimeError): the worker is stopped (also when it stops while `block` waits).
         """
         with self._cond:
             while block and len(self._queue) >= self._capacity and not self._stopping:
                 self._cond.wait()
             if self._stopping:
-                raise RuntimeError("InferenceWorker is stopped")
+                raise WorkerStopped("InferenceWorker is stopped")
             dropped = len(self._queue) >= self._capacity
             if dropped:
                 self._queue.popleft()
@@ -109,6 +113,11 @@ class InferenceWorker(Generic[Item]):
                     return False
                 self._cond.wait(remaining)
         return True
+
+    @property
+    def stopped(self) -> bool:
+        """True once `stop` was called (submit then raises `WorkerStopped`)."""
+        return self._stopping
 
     def stats(self) -> WorkerStats:
         """A consistent snapshot of the counters."""

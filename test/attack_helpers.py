@@ -1,0 +1,130 @@
+"""Helpers of the issue-16 reliability tests (test_reliability_attacks*.py, test_reliability_streams.py):
+start a tiny-preset node as a subprocess, read its /diagnostics, sample its memory with psutil."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from ros_helpers import Collector, NodeProcess, RosClient
+
+RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+BASE = {
+    "model.preset": "tiny",
+    "model.device": "cpu",
+    "model.image_width": 56,
+    "kv_cache.scale_frames": 2,
+    "qos.reliability": "reliable",
+    "qos.depth": 50,
+    "queue_size": 4,
+    "diagnostics_rate": 10.0,
+    "publish.frame_cloud": False,
+    "publish.depth": False,
+}
+
+
+def launch(tmp: Path, name: str, params: dict[str, object] | None = None) -> NodeProcess:
+    """Start `/<name>/<name>` with `BASE` and `params`."""
+    return NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **(params or {})})
+
+
+def collect(client: RosClient, msg_type: type, topic: str, qos: QoSProfile = RELIABLE) -> Collector:
+    """Subscribe and wait until a publisher is matched, so no early message is lost."""
+    collector = Collector()
+    collector.subscription = client.node.create_subscription(msg_type, topic, collector, qos)
+    deadline = time.monotonic() + 30
+    while collector.subscription.get_publisher_count() < 1:
+        assert time.monotonic() < deadline, f"no publisher on {topic} within 30 s"
+        time.sleep(0.02)
+    return collector
+
+
+def status_of(msg: DiagnosticArray, name: str) -> tuple[int, str, dict[str, str]] | None:
+    """(level, message, values) of the status `<name>: mapping` in `msg`, None when absent."""
+    for status in msg.status:
+        if status.name == f"{name}: mapping":
+            return (
+                int.from_bytes(status.level, "little")
+                if isinstance(status.level, bytes)
+                else int(status.level),
+                status.message,
+                {kv.key: kv.value for kv in status.values},
+            )
+    return None
+
+
+def latest(
+    diag: Collector, name: str, predicate: Callable[[int, str, dict[str, str]], bool], timeout: float = 30.0
+) -> tuple[int, str, dict[str, str]]:
+    """The newest status of node `name` on /diagnostics that satisfies `predicate(level, message, values)`."""
+
+    def matching(msgs: list[DiagnosticArray]) -> list[tuple[int, str, dict[str, str]]]:
+        found = [status_of(m, name) for m in msgs]
+        return [s for s in found if s is not None and predicate(*s)]
+
+    return matching(diag.wait_for(lambda msgs: bool(matching(msgs)), timeout))[-1]
+
+
+def count(values: dict[str, str], key: str) -> int:
+    return int(values.get(key, "0"))
+
+
+class PeakRss:
+    """Peak resident memory of a process: psutil samples every `period_s` and the kernel's VmHWM."""
+
+    def __init__(self, pid: int, period_s: float = 0.005) -> None:
+        self._proc = psutil.Process(pid)
+        self._period_s = period_s
+        self.peak_sampled = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak_sampled = max(self.peak_sampled, self._proc.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(self._period_s)
+
+    def rss(self) -> int:
+        return self._proc.memory_info().rss
+
+    def high_water_mark(self) -> int:
+        """The kernel's peak RSS of the process since it started (VmHWM, bytes)."""
+        with open(f"/proc/{self._proc.pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def warm_up(pub: object, odom: Collector, make: Callable[[int], object], timeout: float = 60.0) -> int:
+    """Publish valid frames `make(0), make(1), ...` every 0.2 s until odometry arrives; returns how many were
+    sent. The node's odometry writer may match the test's reader a moment after the reader saw the writer
+    (DDS discovery is not symmetric), so the first outputs can be lost: tests count from here."""
+    deadline = time.monotonic() + timeout
+    sent = 0
+    while len(odom) == 0:
+        assert time.monotonic() < deadline, f"no odometry after {sent} frames in {timeout} s"
+        pub.publish(make(sent))
+        sent += 1
+        end = time.monotonic() + 0.2
+        while len(odom) == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+    time.sleep(0.3)  # the rest of the warm-up's outputs
+    return sent
