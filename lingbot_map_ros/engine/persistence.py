@@ -30,12 +30,12 @@ _RESTORE_CHUNK = 1 << 20
 
 
 def compat_fields(
-    preset: str, checkpoint: str | Path | None, image_width: int, scale_frames: int
+    preset: str, checkpoint: str | Path | None, image_width: int, scale_frames: int, seed: int = 0
 ) -> dict[str, Any]:
     """What a saved session must share with the model that loads it (docs/session.md "compat")."""
     return {
         "preset": preset,
-        "weights": checkpoint_fingerprint(checkpoint, preset),
+        "weights": checkpoint_fingerprint(checkpoint, preset, seed),
         "image_width": int(image_width),
         "scale_frames": int(scale_frames),
     }

@@ -141,10 +141,10 @@ def resolve_under(base: str | os.PathLike, requested: str | os.PathLike) -> Path
     return current
 
 
-def checkpoint_fingerprint(path: str | os.PathLike | None, preset: str) -> str:
-    """Identity of the weights: ``sha256:<hex>`` of the checkpoint file, or ``synthetic:<preset>``."""
+def checkpoint_fingerprint(path: str | os.PathLike | None, preset: str, seed: int = 0) -> str:
+    """Identity of the weights: ``sha256:<hex>`` of the checkpoint, or ``synthetic:<preset>:seed=<n>``."""
     if not path:
-        return f"synthetic:{preset}"
+        return f"synthetic:{preset}:seed={seed}"
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 24), b""):

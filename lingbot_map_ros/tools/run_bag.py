@@ -67,7 +67,7 @@ class RunConfig:
 
     def compat(self) -> dict[str, object]:
         """The fields a saved session must share with this run (`persistence.compat_fields`)."""
-        return compat_fields(self.preset, self.checkpoint, self.image_width, self.scale_frames)
+        return compat_fields(self.preset, self.checkpoint, self.image_width, self.scale_frames, self.seed)
 
     def mapper_config(self) -> MapperConfig:
         """The node's mapper settings for these options (defaults equal the node's parameters)."""
