@@ -129,7 +129,8 @@ def test_save_kill_load_continues_the_map_frame(ros_client: RosClient, tmp_path:
         publish(ros_client, pub, frames, range(S0 + 1, S0 + 8))
         odometry.wait_for(8, timeout=60)
         time.sleep(0.5)  # a map publish period
-        assert all(m.width == loaded_points for m in map_cloud.messages), [m.width for m in map_cloud.messages]
+        widths = [m.width for m in map_cloud.messages]
+        assert all(w == loaded_points for w in widths), widths
         saved_map = ros_client.call(Trigger, f"{NODE}/save_map")
         assert saved_map.success and f"({loaded_points} points)" in saved_map.message, saved_map.message
 
