@@ -116,6 +116,9 @@ def test_save_kill_load_continues_the_map_frame(ros_client: RosClient, tmp_path:
         cloud = map_cloud.wait_for(lambda msgs: any(m.width > 0 for m in msgs), timeout=60)
         loaded_points = max(m.width for m in cloud)
         assert loaded_points > 100
+        deadline = time.monotonic() + 10.0  # the node's log line may reach its file after the cloud
+        while "loaded session" not in node_b.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert "loaded session" in node_b.output()
         ros_client.wait_for_subscribers(pub)
         publish(ros_client, pub, frames, range(S0, S0 + 1))

@@ -27,7 +27,6 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
@@ -44,6 +43,7 @@ from .services import MappingServices
 from .session_files import SessionFiles
 from .shutdown import run_node
 from .tf_listener import TfLookup
+from .timers import NodeTimers
 from .worker import InferenceWorker, WorkerStopped
 
 NODE_NAME = "lingbot_map"
@@ -119,29 +119,12 @@ class LingBotMapNode(LifecycleNode):
         self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # Created once, kept for the node's life (entities.py); timers on the steady clock, so they run
-        # under use_sim_time without /clock or with a /clock that jumps back.
+        # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
         self._triggers.create(self, self._service_group)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
-        steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self._map_timer = self.create_timer(
-            1.0 / self.params.map_publish_rate, self._guarded_timer("map_timer", self._publish_map),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._diag_timer = self.create_timer(
-            1.0 / self.params.diagnostics_rate,
-            self._guarded_timer("diagnostics_timer", self.publish_diagnostics),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._map_odom_timer = self.create_timer(
-            1.0 / self.params.tf_publish_rate,
-            self._guarded_timer("map_odom_timer", self._republish_map_odom),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._grid_timer = self.create_timer(
-            1.0 / self.params.grid_rate,
-            self._guarded_timer("grid_timer", self._publish_grid),
-            callback_group=self._timer_group, clock=steady,
+        self._periodic = NodeTimers(
+            self, self._timer_group, self.params, lambda: self._outputs if self._active else None,
+            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
         )
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
@@ -158,10 +141,7 @@ class LingBotMapNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
         self._refresh_session_stats()
-        self._map_timer.timer_period_ns = int(1e9 / self.params.map_publish_rate)
-        self._diag_timer.timer_period_ns = int(1e9 / self.params.diagnostics_rate)
-        self._map_odom_timer.timer_period_ns = int(1e9 / self.params.tf_publish_rate)
-        self._grid_timer.timer_period_ns = int(1e9 / self.params.grid_rate)
+        self._periodic.set_rates(self.params)
         self._intake.guard.forget()
         self._load_on_activate = bool(self.params.session_load_path.strip())
         self.get_logger().info(f"configured: {self._pipeline.description}")
@@ -391,33 +371,6 @@ class LingBotMapNode(LifecycleNode):
         poses = len(snapshot.trajectory_stamps_ns)
         return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
                 f"{self._outputs.mapper.mode}; new frames continue its map frame")
-
-    def _guarded_timer(self, name: str, callback: object) -> object:
-        """A timer callback that counts and logs its failure instead of raising (which would end spin)."""
-
-        def run() -> None:
-            try:
-                callback()
-            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
-                if self.context.ok():
-                    self._causes.callback_failed(name, exc)
-
-        return run
-
-    def _republish_map_odom(self) -> None:
-        outputs = self._outputs  # deactivate may clear it meanwhile
-        if outputs is not None and self._active:
-            outputs.republish_map_odom()
-
-    def _publish_grid(self) -> None:
-        outputs = self._outputs
-        if outputs is not None and self._active:
-            outputs.publish_grid()
-
-    def _publish_map(self) -> None:
-        outputs = self._outputs
-        if outputs is not None and self._active:
-            outputs.publish_map(outputs.last_stamp or self.get_clock().now().to_msg())
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change)."""
