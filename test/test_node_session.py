@@ -98,10 +98,13 @@ def test_save_kill_load_continues_the_map_frame(ros_client: RosClient, tmp_path:
         saved = ros_client.call(Trigger, f"{NODE}/save_session")
         assert saved.success, saved.message
         assert "session.load_path:=session_" in saved.message
+        ros_client.set_parameters(NODE, {"session.save_with_map": True})
+        with_map = ros_client.call(Trigger, f"{NODE}/save_map")
+        assert with_map.success and "map: " in with_map.message and "session: " in with_map.message
     finally:
         assert node_a.stop() == 0, node_a.output()
     sessions = sorted((tmp_path / "a" / "sessions").iterdir())
-    assert len(sessions) == 1 and (sessions[0] / "manifest.json").is_file()
+    assert len(sessions) == 2 and all((s / "manifest.json").is_file() for s in sessions)
     name = sessions[0].name
 
     odometry.clear()
