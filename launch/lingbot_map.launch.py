@@ -44,6 +44,9 @@ KNOBS = {
     "base_frame": "base_frame",
     "scale_source": "scale.source",
     "scale_factor": "scale.factor",
+    "session_dir": "session.dir",
+    "session_load_path": "session.load_path",
+    "mapping_enabled": "mapping.enabled",
 }
 KNOB_HELP = {
     "checkpoint": "LingBot-Map checkpoint (.pt/.safetensors); empty: params file value (synthetic weights)",
@@ -56,6 +59,9 @@ KNOB_HELP = {
     "base_frame": "robot body frame (REP-105), default base_link",
     "scale_source": "metric scale: none, fixed, odometry or depth",
     "scale_factor": "metres per model unit with scale_source fixed",
+    "session_dir": "directory of saved sessions (docs/session.md)",
+    "session_load_path": "saved session to continue (a folder below session_dir)",
+    "mapping_enabled": "false: localisation mode (the map is not extended)",
 }
 
 
@@ -70,7 +76,9 @@ def camera_info_for(image: str, camera_info_topic: str) -> str:
 
 
 def parameter_value(text: str) -> object:
-    """A launch argument's text as the parameter's type (int, float or string)."""
+    """A launch argument's text as the parameter's type (bool, int, float or string)."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for cast in (int, float):
         try:
             return cast(text)

@@ -28,7 +28,7 @@ from lingbot_map_ros.ros.conversions import (
     rgb_to_compressed,
 )
 from lingbot_map_ros.ros.diagnostics import SimClockWatch
-from lingbot_map_ros.ros.params import resolve_output_dir
+from lingbot_map_ros.ros.params import resolve_directory
 from lingbot_map_ros.ros.services import MappingServices
 from lingbot_map_ros.ros.streams import StreamGuard, StreamKey, frame_id_problem
 from lingbot_map_ros.ros.worker import InferenceWorker, WorkerStopped
@@ -150,12 +150,12 @@ def test_compressed_png_over_the_budget_is_rejected_before_decoding() -> None:
 
 
 def test_output_dir_must_be_absolute_after_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert resolve_output_dir("/data/maps") == Path("/data/maps")
+    assert resolve_directory("/data/maps") == Path("/data/maps")
     monkeypatch.setenv("HOME", "/home/robot")
-    assert resolve_output_dir("~/maps") == Path("/home/robot/maps")
+    assert resolve_directory("~/maps") == Path("/home/robot/maps")
     for bad in ("", "  ", "maps", "./maps", "~nosuchuser_lingbot/maps"):
         with pytest.raises(ValueError):
-            resolve_output_dir(bad)
+            resolve_directory(bad)
 
 
 def test_tum_stamps_from_integer_nanoseconds(tmp_path: Path) -> None:

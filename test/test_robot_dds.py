@@ -250,3 +250,41 @@ def test_depth_scale_source_reads_the_registered_depth_topic(client: RosClient, 
         assert last["scale_source"] == "depth" and int(last["scale_samples"]) >= 2
     finally:
         run.stop()
+
+
+def test_a_loaded_session_republishes_the_saved_map_to_odom(client: RosClient, tmp_path: Path) -> None:
+    """Robot mode map_to_odom: `~/save_session`, then a new node loads it and, before any frame, publishes the
+    saved `map -> odom` (the initial guess; docs/session.md), in the saved TF mode."""
+    from std_srvs.srv import Trigger
+
+    sessions = tmp_path / "sessions"
+    run = Run(client, tmp_path, "robot_save", {"session.dir": str(sessions)}, [])
+    try:
+        run.wait_truth()
+        run.camera_pose.wait_for(FRAMES, timeout=120)
+        saved = client.call(Trigger, "/robot_save/lingbot_map/save_session")
+        assert saved.success, saved.message
+        time.sleep(0.3)
+        last = [tf_pose(tf) for m in run.tf.messages for tf in m.transforms
+                if (tf.header.frame_id, tf.child_frame_id) == ("map", "odom")][-1]
+    finally:
+        run.stop()
+    (folder,) = sessions.iterdir()
+    tf = client.collect(TFMessage, "/tf", TF_QOS)
+    node = NodeProcess.start(
+        tmp_path, name="lingbot_map", namespace="/robot_load",
+        params={**PARAMS, "session.dir": str(sessions), "session.load_path": folder.name},
+        remaps={"image": "/robot_load/camera/image_raw"},
+    )
+    try:
+        node.wait_ready(client, ["/robot_load/lingbot_map/reset"])
+        msgs = tf.wait_for(
+            lambda ms: any(t.header.frame_id == "map" for m in ms for t in m.transforms), timeout=60
+        )
+        edges_seen = {(t.header.frame_id, t.child_frame_id) for m in msgs for t in m.transforms}
+        assert edges_seen == {("map", "odom")}, edges_seen
+        first = next(tf_pose(t) for m in msgs for t in m.transforms)
+        np.testing.assert_allclose(first, last, atol=1e-9)
+    finally:
+        assert node.stop() == 0, node.output()
+        client.node.destroy_subscription(tf.subscription)

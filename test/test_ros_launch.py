@@ -33,6 +33,9 @@ EXPECTED_ARGS = {
     "map_frame",
     "odom_frame",
     "base_frame",
+    "session_dir",
+    "session_load_path",
+    "mapping_enabled",
     "scale_source",
     "scale_factor",
     "params_file",
@@ -120,7 +123,8 @@ def test_launch_topics_follow_the_image_transport_convention() -> None:
     assert h["image_topic_for"]("/camera", "/usb_cam/image_raw") == "/usb_cam/image_raw"
     assert h["camera_info_for"]("/usb_cam/image_raw", "") == "/usb_cam/camera_info"
     assert h["camera_info_for"]("/usb_cam/image_raw", "/info") == "/info"
-    assert [h["parameter_value"](v) for v in ("518", "0.37", "tiny")] == [518, 0.37, "tiny"]
+    texts = ("518", "0.37", "tiny", "false", "True")
+    assert [h["parameter_value"](v) for v in texts] == [518, 0.37, "tiny", False, True]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None, reason="launch_ros only on a ROS install")

@@ -77,3 +77,30 @@ def test_keyframe_interval_stores_every_other_streaming_frame(bag: Path, tmp_pat
     summary = _run(bag, tmp_path / "kf", "--max-frames", "12", "--keyframe-interval", "2")
     assert (summary["posed"], summary["keyframes"]) == (12, 8 + 2)  # anchors + streaming frames 0 and 2
     assert summary["session"]["frames_stored"] == 10
+
+
+def test_save_then_load_continues_in_the_saved_map_frame(bag: Path, tmp_path: Path) -> None:
+    """run A saves after 12 frames; run B loads it and gets frame 8 (the first after A's anchor phase, in a
+    bag that starts there) with exactly A's pose, and starts from A's map."""
+    first = _run(bag, tmp_path / "a", "--max-frames", "12", "--save", str(tmp_path / "sessions" / "a"))
+    assert (tmp_path / "sessions" / "a" / "manifest.json").is_file()
+    tail = tmp_path / "tail"
+    write_camera_bag(MakeBagConfig(output=tail, storage="sqlite3", rate_hz=10.0,
+                                   start_time_ns=START_NS + 800_000_000, compressed="png"),
+                     read_images(image_files(LOOP)[8:FRAMES], 160), total=FRAMES - 8)
+    second = _run(tail, tmp_path / "b", "--max-frames", "1", "--load", str(tmp_path / "sessions" / "a"))
+    assert second["posed"] == 1 and second["map_points"] >= first["map_points"]
+    stamps_a, rows_a = read_tum(tmp_path / "a" / "trajectory.tum")
+    stamps_b, rows_b = read_tum(tmp_path / "b" / "trajectory.tum")
+    assert stamps_b[0] == stamps_a[8]
+    np.testing.assert_array_equal(rows_b[0], rows_a[8])
+
+
+def test_load_refuses_a_session_of_another_width(
+    bag: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run(bag, tmp_path / "a", "--max-frames", "9", "--save", str(tmp_path / "s"))
+    argv = ["run", str(bag), "-o", str(tmp_path / "b"), "--width", "56", "--load", str(tmp_path / "s")]
+    assert cli.main(argv) == 2
+    assert "incompatible: image_width is 112 in the session, 56 here" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "trajectory.tum").exists()

@@ -106,6 +106,24 @@ class OccupancyGridBuilder:
         self._cast_floor_rays(xyz[~obstacle], end[~obstacle], cam3)
         self.rays_total += len(xyz)
 
+    def counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hits [X, Y] uint16, passes [X, Y] uint16, origin [2] int64 cell index of [0, 0]): copies, for a
+        saved session."""
+        return self._hits.copy(), self._passes.copy(), self._origin.copy()
+
+    def restore(self, hits: np.ndarray, passes: np.ndarray, origin: np.ndarray) -> None:
+        """Replace the counts with saved ones (`counts()`); ValueError for mismatched or negative arrays."""
+        hits, passes = np.asarray(hits), np.asarray(passes)
+        if hits.ndim != 2 or hits.shape != passes.shape or np.asarray(origin).shape != (2,):
+            raise ValueError(f"grid counts must be two equal [X, Y] arrays and an origin [2]: {hits.shape}")
+        if hits.dtype != np.uint16 or passes.dtype != np.uint16:
+            raise ValueError(f"grid counts must be uint16, got {hits.dtype} and {passes.dtype}")
+        if np.any(np.array(hits.shape) > self.config.max_cells):
+            raise ValueError(f"grid counts must have at most {self.config.max_cells} cells a side")
+        self.clear()
+        self._hits, self._passes = hits.copy(), passes.copy()
+        self._origin = np.asarray(origin, np.int64).copy()
+
     def _cast_floor_rays(self, floor: np.ndarray, end: np.ndarray, cam3: np.ndarray) -> None:
         """Passes for the cells where the rays to floor points run below `min_height` (end cells excluded)."""
         cfg = self.config

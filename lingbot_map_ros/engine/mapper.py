@@ -134,6 +134,9 @@ class Mapper:
         self.stamps_backwards = 0
         self.stamps_duplicate = 0
         self.held_dropped = 0
+        #: False = localisation mode (`mapping.enabled`): poses go on, the voxel map and the grid stay as
+        #: they are (keyframes are neither integrated nor held).
+        self.mapping_enabled = True
         self._clear_stream()
 
     # ------------------------------------------------------------------------------------------------
@@ -200,6 +203,43 @@ class Mapper:
             twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, points=points,
             colors=colors, map_changed=map_changed, scale=self.scale.state())
 
+    def state(self) -> dict[str, object]:
+        """JSON-able state of the epoch for a saved session (docs/session.md): TF mode, frame chain, scale.
+
+        Raises ValueError before the first frame (nothing mapped yet)."""
+        if self.chain is None:
+            raise ValueError("nothing is mapped yet: no frame chain")
+        return {
+            "tf_mode": self.mode,
+            "chain": {"world_cam0": self.chain.world_cam0.tolist(), "map_cam0": self.chain.map_cam0.tolist(),
+                      "scale": float(self.chain.scale)},
+            "scale": self.scale.export(),
+        }
+
+    def restore(self, state: dict[str, object], epoch: int, segment: int) -> None:
+        """Continue a saved session's epoch: TF mode, chain and scale from `state()` (the caller restores
+        `voxels`, `grid` and `trajectory` from the saved arrays); the session's frames of `epoch` follow.
+
+        Raises ValueError (KeyError/TypeError included) for malformed state; the mapper is then cleared."""
+        self.clear()
+        try:
+            mode = state["tf_mode"]
+            if mode not in ("map_to_odom", "map_to_base", "map_to_camera"):
+                raise ValueError(f"saved TF mode must be a concrete mode, got {mode!r}")
+            chain = state["chain"]
+            world_cam0 = _rigid_4x4(chain["world_cam0"], "world_cam0")  # type: ignore[index]
+            map_cam0 = _rigid_4x4(chain["map_cam0"], "map_cam0")  # type: ignore[index]
+            self.scale.restore(state["scale"])  # type: ignore[arg-type]
+        except (KeyError, TypeError) as exc:
+            self.clear()
+            raise ValueError(f"saved mapper state is malformed ({type(exc).__name__}: {exc})") from None
+        except ValueError:
+            self.clear()
+            raise
+        self.mode = str(mode)
+        self.chain = FrameChain(world_cam0, map_cam0, self.scale.value)
+        self._epoch, self._segment = epoch, segment
+
     def stats(self) -> dict[str, object]:
         """For /diagnostics and run's summary."""
         s = self.scale.state()
@@ -238,6 +278,8 @@ class Mapper:
     def _integrate(self, result: FrameResult, points: np.ndarray, colors: np.ndarray,
                    camera_pose: np.ndarray, cam_xyz: np.ndarray) -> bool:
         """Add a keyframe to the voxel map and the grid, or hold it until the scale converged."""
+        if not self.mapping_enabled:
+            return False
         if not self.scale.converged:
             unscaled = cam_xyz / max(self.scale.value, 1e-12)
             self._held.append((np.asarray(result.pose_c2w, np.float64), unscaled.astype(np.float32), colors))
@@ -279,3 +321,13 @@ class Mapper:
         cov = self.config.covariance
         factor = 1.0 if self.scale.converged else cov.unscaled_factor
         return np.diag(factor * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3))
+
+
+def _rigid_4x4(value: object, name: str) -> np.ndarray:
+    """A saved [4, 4] rigid transform (finite, orthonormal rotation, last row 0 0 0 1) or ValueError."""
+    m = np.asarray(value, dtype=np.float64)
+    if m.shape != (4, 4) or not np.isfinite(m).all():
+        raise ValueError(f"saved {name} must be a finite 4x4 matrix")
+    if not (np.allclose(m[:3, :3] @ m[:3, :3].T, np.eye(3), atol=1e-6) and np.allclose(m[3], [0, 0, 0, 1])):
+        raise ValueError(f"saved {name} is not a rigid transform")
+    return m

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .geometry import pose_from_quat
 from .result import FrameResult
 from .writers import read_ply, read_tum, tum_rows, write_ply, write_tum
 
@@ -296,6 +297,22 @@ class Trajectory:
         else:
             self._full_start = (self._full_start + 1) % capacity
             self.history_dropped += 1
+
+    def load(self, stamps: np.ndarray, rows: np.ndarray) -> None:
+        """Replace the trajectory with saved poses: stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw
+        (oldest first; the newest ``max_history`` are kept, the newest ``max_length`` form the window)."""
+        stamps, rows = np.asarray(stamps, np.float64), np.asarray(rows, np.float64)
+        if rows.ndim != 2 or rows.shape[1] != 7 or stamps.shape != (rows.shape[0],):
+            raise ValueError(f"expected stamps [M] and rows [M, 7], got {stamps.shape} and {rows.shape}")
+        self.clear()
+        for stamp, row in zip(stamps[-self.max_length:], rows[-self.max_length:], strict=True):
+            self._recent.append((float(stamp), pose_from_quat(row[:3], row[3:])))
+        if self.keep_full_history:
+            keep = min(rows.shape[0], self.max_history)
+            self._full = np.empty((max(keep, min(self._INITIAL_ROWS, self.max_history)), 8), np.float64)
+            self._full[:keep, 0] = stamps[rows.shape[0] - keep:]
+            self._full[:keep, 1:] = rows[rows.shape[0] - keep:]
+            self._full_len = keep
 
     def clear(self) -> None:
         """Forget every pose (recent window and full log) and the ``history_dropped`` count."""

@@ -37,12 +37,14 @@ class KeyframeRecord:
         pose_c2w: [4, 4] float64 published camera → map pose.
         depth_net: [h, w] float32 published depth (map scale) on the network grid.
         conf_net: [h, w] float32 confidence on the network grid.
+        meta: the frame's ``push`` meta (e.g. the ROS header), kept for a saved session's anchor stamps.
     """
 
     image_net: np.ndarray
     pose_c2w: np.ndarray
     depth_net: np.ndarray
     conf_net: np.ndarray
+    meta: object = None
 
 
 def estimate_alignment(

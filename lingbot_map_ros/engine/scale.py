@@ -77,6 +77,29 @@ class ScaleEstimator:
         self._samples.clear()
         self._keyframes.clear()
 
+    def export(self) -> dict[str, object]:
+        """JSON-able estimate for a saved session: value, converged, the window's samples, last stamp."""
+        return {"value": self._value, "converged": self._converged, "samples": list(self._samples),
+                "updated_s": self._updated, "source": self.config.source}
+
+    def restore(self, saved: dict[str, object]) -> None:
+        """Continue from `export()` of a saved session (without keyframe pairs: odometry may have restarted).
+
+        A saved estimate of another source is ignored (the configured source starts afresh); ValueError for
+        malformed values."""
+        self.reset()
+        if saved.get("source") != self.config.source or self.config.source in ("none", "fixed"):
+            return
+        samples = [float(v) for v in saved.get("samples", [])]  # type: ignore[union-attr]
+        value = float(saved["value"])  # type: ignore[arg-type]
+        if not (np.isfinite(value) and value > 0 and all(np.isfinite(v) and v > 0 for v in samples)):
+            raise ValueError(f"saved scale must be finite and > 0, got {value} / {samples[:3]}...")
+        self._samples.extend(samples[-self.config.window:])
+        self._value = value
+        self._converged = bool(saved.get("converged")) or len(self._samples) >= self.config.min_samples
+        updated = saved.get("updated_s")
+        self._updated = float(updated) if updated is not None else None  # type: ignore[arg-type]
+
     @property
     def value(self) -> float:
         return self._value

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,6 +40,24 @@ _LOG = logging.getLogger(__name__)
 
 class NonFiniteOutputError(RuntimeError):
     """The model returned NaN or infinite poses or depth for a step; the frame is dropped."""
+
+
+@dataclass(frozen=True)
+class AnchorState:
+    """The anchors of the current model stream: what a saved session replays to come back into its map frame.
+
+    Attributes:
+        images: [S0, h, w, 3] uint8 network inputs, oldest first (the anchor phase's frames, or after a
+            re-anchor the keyframes it re-ran).
+        metas: their ``push`` metas.
+        source_hw: (H, W) of the original images.
+        alignment: Sim(3) from the model stream's world frame into the session's map frame.
+    """
+
+    images: np.ndarray
+    metas: tuple[object, ...]
+    source_hw: tuple[int, int]
+    alignment: Sim3
 
 
 class StreamingSession:
@@ -155,6 +174,62 @@ class StreamingSession:
         new epoch's first results (``reset_reason``)."""
         with self._lock:
             self._clear(reason=reason)
+
+    def anchor_state(self) -> AnchorState | None:
+        """The current model stream's anchors and alignment; None during the anchor phase."""
+        with self._lock:
+            if self._anchoring or self._needs_reanchor or self._geometry is None:
+                return None
+            return AnchorState(
+                np.stack([image for image, _ in self._anchors]),
+                tuple(meta for _, meta in self._anchors),
+                self._geometry.source_hw,
+                self._align,
+            )
+
+    def restore_anchors(self, anchors: AnchorState, reason: str = "session loaded") -> list[FrameResult]:
+        """Start a new epoch whose model stream is anchored on saved anchors, in the saved map frame.
+
+        Re-runs ``anchors.images`` as the anchor phase and publishes every later pose through
+        ``anchors.alignment``, so new frames come out in the map frame of the session that saved them (their
+        sliding window starts empty). Returns the anchors' results (phase 1, keyframes; ``rgb`` is the
+        network image mapped back to the original grid), equal to the saving session's when it was in its
+        first segment.
+        Raises:
+            ValueError: not ``scale_frames`` images of the network size of ``anchors.source_hw``; the
+                session is untouched. Model errors as in `push` (the session is then reset).
+        """
+        geometry = preprocess_geometry(tuple(anchors.source_hw), self.config.image_width)
+        images = np.asarray(anchors.images)
+        expected = (self.config.scale_frames, *geometry.out_hw, 3)
+        if images.dtype != np.uint8 or images.shape != expected or len(anchors.metas) != expected[0]:
+            raise ValueError(
+                f"restore_anchors needs {expected} uint8 images and metas, got {images.shape} {images.dtype}"
+            )
+        with self._lock:
+            self._clear(reason)
+            self._geometry = geometry
+            frames = [np.ascontiguousarray(image) for image in images]
+            try:
+                with self._timer.stage("model"):
+                    pose_enc, depth, conf = self._step(frames, keyframe=True)
+            except Exception as exc:
+                self._recover(exc)
+                raise
+            self._anchoring = False
+            self._align = anchors.alignment
+            self._anchors = list(zip(frames, anchors.metas, strict=True))
+            results = []
+            for i, (image, meta) in enumerate(self._anchors):
+                rgb = np.stack(
+                    [geometry.map_to_source(image[..., c].astype(np.float32), 0.0) for c in range(3)], -1
+                )
+                rgb = np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
+                results.append(
+                    self._decode(rgb, meta, image, pose_enc[i], depth[i], conf[i], True, PHASE_ANCHOR)
+                )
+            self._timer.end_step()
+            return results
 
     def set_sliding_window(self, n: int) -> None:
         """Resize the live window of the global-attention cache (1..max_window), from the next step on."""
@@ -316,6 +391,7 @@ class StreamingSession:
         self._geometry: PreprocessGeometry | None = None
         self._anchoring = True
         self._pending: list[tuple[np.ndarray, object, np.ndarray]] = []
+        self._anchors: list[tuple[np.ndarray, object]] = []  # the model stream's anchors: (image_net, meta)
         self._records: deque[KeyframeRecord] = deque(maxlen=self.config.scale_frames)
         self._align = Sim3.identity()
         self._index = 0
@@ -412,6 +488,7 @@ class StreamingSession:
         with self._timer.stage("model"):
             pose_enc, depth, conf = self._step([p[2] for p in pending], keyframe=True)
         self._anchoring = False
+        self._anchors = [(image_net, meta) for _, meta, image_net in pending]
         results = []
         with self._timer.stage("decode"):
             for i, (rgb, meta, image_net) in enumerate(pending):
@@ -452,6 +529,7 @@ class StreamingSession:
             records, pose_encoding_to_c2w(pose_enc), depth, conf, self.config.realign_conf_threshold
         )
         self._align = align
+        self._anchors = [(r.image_net, r.meta) for r in records]
         self._segment += 1
         self._reanchors_total += 1
         self._streaming_count = 0
@@ -482,7 +560,7 @@ class StreamingSession:
         k_net = fov_to_intrinsics(pose_enc, geometry.out_hw)
         if keyframe:
             self._keyframes += 1
-            self._records.append(KeyframeRecord(image_net, pose, depth_net, conf_net))
+            self._records.append(KeyframeRecord(image_net, pose, depth_net, conf_net, meta))
         result = FrameResult(
             index=self._index,
             meta=meta,

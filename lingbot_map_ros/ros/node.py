@@ -27,11 +27,11 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
+from ..engine.session_store import SessionError
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array, intrinsics_report
 from .entities import KeptEntities, NodeFacade
@@ -40,8 +40,10 @@ from .outputs import MappingOutputs, OutputConfig
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .services import MappingServices
+from .session_files import SessionFiles
 from .shutdown import run_node
 from .tf_listener import TfLookup
+from .timers import NodeTimers
 from .worker import InferenceWorker, WorkerStopped
 
 NODE_NAME = "lingbot_map"
@@ -106,38 +108,23 @@ class LingBotMapNode(LifecycleNode):
             active=lambda: self._active,
             on_inactive=self.stats.record_ignored_inactive,
         )
+        self._sessions = SessionFiles()
+        self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
         self._triggers = MappingServices(
             self.get_logger(), lambda: self.params, lambda: self._outputs, self.reset_stream,
-            self._causes.callback_failed,
+            self.save_session, self.load_session, self._causes.callback_failed,
         )
         self._intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
         self._clock_watch = SimClockWatch(self.get_logger())
         self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # Created once, kept for the node's life (entities.py); timers on the steady clock, so they run
-        # under use_sim_time without /clock or with a /clock that jumps back.
+        # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
         self._triggers.create(self, self._service_group)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
-        steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self._map_timer = self.create_timer(
-            1.0 / self.params.map_publish_rate, self._guarded_timer("map_timer", self._publish_map),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._diag_timer = self.create_timer(
-            1.0 / self.params.diagnostics_rate,
-            self._guarded_timer("diagnostics_timer", self.publish_diagnostics),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._map_odom_timer = self.create_timer(
-            1.0 / self.params.tf_publish_rate,
-            self._guarded_timer("map_odom_timer", self._republish_map_odom),
-            callback_group=self._timer_group, clock=steady,
-        )
-        self._grid_timer = self.create_timer(
-            1.0 / self.params.grid_rate,
-            self._guarded_timer("grid_timer", self._publish_grid),
-            callback_group=self._timer_group, clock=steady,
+        self._periodic = NodeTimers(
+            self, self._timer_group, self.params, lambda: self._outputs if self._active else None,
+            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
         )
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
@@ -154,11 +141,9 @@ class LingBotMapNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
         self._refresh_session_stats()
-        self._map_timer.timer_period_ns = int(1e9 / self.params.map_publish_rate)
-        self._diag_timer.timer_period_ns = int(1e9 / self.params.diagnostics_rate)
-        self._map_odom_timer.timer_period_ns = int(1e9 / self.params.tf_publish_rate)
-        self._grid_timer.timer_period_ns = int(1e9 / self.params.grid_rate)
+        self._periodic.set_rates(self.params)
         self._intake.guard.forget()
+        self._load_on_activate = bool(self.params.session_load_path.strip())
         self.get_logger().info(f"configured: {self._pipeline.description}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -187,6 +172,12 @@ class LingBotMapNode(LifecycleNode):
         self._active = True
         topic = subscriptions[0].topic_name
         self.get_logger().info(f"active: listening on {topic} ({p.image_transport}, {p.qos_reliability})")
+        if self._load_on_activate:
+            self._load_on_activate = False
+            try:
+                self.get_logger().info(self.load_session())
+            except Exception as exc:  # noqa: BLE001 - a bad session must not stop the node: it maps afresh
+                self._causes.callback_failed("session.load_path", exc)
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -347,32 +338,39 @@ class LingBotMapNode(LifecycleNode):
         self.stats.record_reset()
         return discarded
 
-    def _guarded_timer(self, name: str, callback: object) -> object:
-        """A timer callback that counts and logs its failure instead of raising (which would end spin)."""
+    def save_session(self) -> str:
+        """`~/save_session`: copies of the session and the map under both locks (after what was inferred is
+        published), written outside them. Raises `SessionError` (not active, anchor phase, ...) or OSError."""
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.wait_idle(PUBLISH_DRAIN_S)
+        with self._session_lock, self._publish_lock:
+            if self._pipeline is None or self._outputs is None:
+                raise SessionError("not active")
+            snapshot = self._sessions.capture(self.params, self._pipeline.session, self._outputs)
+        return self._sessions.write(self.params, snapshot)
 
-        def run() -> None:
-            try:
-                callback()
-            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
-                if self.context.ok():
-                    self._causes.callback_failed(name, exc)
-
-        return run
-
-    def _republish_map_odom(self) -> None:
-        outputs = self._outputs  # deactivate may clear it meanwhile
-        if outputs is not None and self._active:
-            outputs.republish_map_odom()
-
-    def _publish_grid(self) -> None:
-        outputs = self._outputs
-        if outputs is not None and self._active:
-            outputs.publish_grid()
-
-    def _publish_map(self) -> None:
-        outputs = self._outputs
-        if outputs is not None and self._active:
-            outputs.publish_map(outputs.last_stamp or self.get_clock().now().to_msg())
+    def load_session(self) -> str:
+        """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
+        current map is kept on any error), then start a new stream generation in its map frame."""
+        name, snapshot = self._sessions.read(self.params)
+        worker = self._worker
+        if self._pipeline is None or self._outputs is None or worker is None:
+            raise SessionError("not active")
+        self._generation += 1  # queued and in-flight frames of the old stream are dropped
+        generation = self._generation
+        worker.clear()
+        with self._session_lock, self._publish_lock:
+            if self._pipeline is None or self._outputs is None:
+                raise SessionError("not active")
+            self._session_generation = self._outputs_generation = generation
+            self._camera_id = None
+            self._outputs.restore(self._pipeline.session, snapshot)
+            self._last_result = {}
+            self._refresh_session_stats()
+        poses = len(snapshot.trajectory_stamps_ns)
+        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
+                f"{self._outputs.mapper.mode}; new frames continue its map frame")
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change)."""

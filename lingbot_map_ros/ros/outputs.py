@@ -26,11 +26,14 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
+from ..engine import persistence
 from ..engine.grid import GridConfig, write_nav2_map
 from ..engine.mapper import CovarianceConfig, MappedFrame, Mapper, MapperConfig
 from ..engine.mapping import VoxelMapConfig, write_ply, write_tum
 from ..engine.result import FrameResult
 from ..engine.scale import ScaleConfig
+from ..engine.session import StreamingSession
+from ..engine.session_store import SessionSnapshot
 from .conversions import depth_to_image, points_to_cloud
 from .depth_input import DepthInput
 from .geometry import camera_info_msg, grid_msg, odometry_msg, pose_stamped_msg, transform_msg
@@ -74,6 +77,7 @@ class OutputConfig:
     grid: GridConfig = GridConfig()
     grid_rate: float = 0.5
     covariance: CovarianceConfig = CovarianceConfig()
+    mapping_enabled: bool = True
 
     @staticmethod
     def from_params(p: NodeParams) -> OutputConfig:
@@ -104,6 +108,7 @@ class OutputConfig:
                                         orientation_std=p.covariance_orientation_std,
                                         unscaled_factor=p.covariance_unscaled_factor,
                                         twist_min_dt=p.twist_min_dt),
+            mapping_enabled=p.mapping_enabled,
         )
 
     def voxel_map_config(self) -> VoxelMapConfig:
@@ -169,6 +174,7 @@ class MappingOutputs:
             "grid": node.create_publisher(OccupancyGrid, "~/grid", MAP_QOS),
         }
         self.mapper = Mapper(config.mapper_config())
+        self.mapper.mapping_enabled = config.mapping_enabled
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._map_dirty = False
         self._grid_dirty = False
@@ -188,6 +194,7 @@ class MappingOutputs:
             voxel = replace(self.mapper.config.voxel, conf_threshold=config.map_conf_threshold,
                             pixel_stride=config.map_stride)
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
+            self.mapper.mapping_enabled = config.mapping_enabled
 
     def camera_frame(self, header: Header) -> str:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
@@ -338,6 +345,41 @@ class MappingOutputs:
             )
         return report
 
+    def session_state(self) -> dict[str, object]:
+        """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
+        with self.lock:
+            map_odom = self._map_odom[0].tolist() if self._map_odom is not None else None
+        cfg = self.config
+        return {"map_frame": cfg.map_frame, "odom_frame": cfg.odom_frame, "base_frame": cfg.base_frame,
+                "map_odom": map_odom}
+
+    def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
+        """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes
+        its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
+        T_map_odom is republished until the first frame gives a new one, and map cloud, grid and path are
+        published at once (latched for late subscribers).
+
+        Raises:
+            SessionError: the snapshot does not fit (see `persistence.restore`).
+        """
+        with self.lock:
+            persistence.restore(session, self.mapper, snapshot)
+            stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
+            self._path.clear()
+            for stamp, pose in zip(stamps, poses, strict=True):
+                header = Header(stamp=seconds_stamp(float(stamp)), frame_id=self.config.map_frame)
+                self._path.append(pose_stamped_msg(pose, header))
+            self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
+            saved = _saved_map_odom(snapshot.state)
+            self._map_odom = None
+            if saved is not None and self.mapper.mode == "map_to_odom" and len(stamps):
+                self._map_odom = (saved, float(stamps[-1]), self._now_s())
+            path = Path(header=Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame),
+                        poses=list(self._path))
+        self._pubs["path"].publish(path)
+        self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
+        self.publish_grid(force=True)
+
     def map_size(self) -> int:
         with self.lock:
             return len(self.mapper.voxels)
@@ -376,3 +418,14 @@ class MappingOutputs:
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)
         self._pubs.clear()
+
+
+def _saved_map_odom(state: dict[str, object]) -> np.ndarray | None:
+    """T_map_odom [4, 4] saved with a session (`state.node.map_odom`), None when absent or malformed."""
+    node = state.get("node")
+    value = node.get("map_odom") if isinstance(node, dict) else None
+    try:
+        m = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        return None
+    return m if m.shape == (4, 4) and np.isfinite(m).all() else None

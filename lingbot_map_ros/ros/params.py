@@ -78,6 +78,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         choices=("auto", "float32", "bfloat16", "float16"),
     ),
     ParamSpec(
+        "model.synthetic_seed",
+        0,
+        "Seed of the synthetic weights used when model.checkpoint is empty (the same seed gives the same "
+        "weights in every process, as `lingbot-map-ros run --seed`).",
+        int_range=(0, 2**31 - 1),
+    ),
+    ParamSpec(
         "model.image_width",
         518,
         "Network input width in pixels (multiple of 14; 518 as released).",
@@ -255,6 +262,32 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         live=True,
     ),
     ParamSpec(
+        "session.dir",
+        "~/.ros/lingbot_map/sessions",
+        "Directory of saved sessions (~/save_session writes below it; session.load_path and "
+        "~/load_session read only below it); absolute after expanding '~'.",
+        live=True,
+    ),
+    ParamSpec(
+        "session.load_path",
+        "",
+        "Saved session (a folder name below session.dir) to continue: loaded when the node activates after "
+        "configure, and by ~/load_session. Empty: start a new map.",
+        live=True,
+    ),
+    ParamSpec(
+        "session.save_with_map",
+        False,
+        "~/save_map also saves a session (as ~/save_session does).",
+        live=True,
+    ),
+    ParamSpec(
+        "mapping.enabled",
+        True,
+        "false = localisation mode: poses, TF and odometry go on, the map and the grid are not extended.",
+        live=True,
+    ),
+    ParamSpec(
         "max_input_pixels",
         16_777_216,
         "Largest input image (width x height, from the Image or PNG/JPEG header) accepted; larger ones are "
@@ -304,6 +337,7 @@ class NodeParams:
     autostart: bool
     model_checkpoint: str
     model_preset: str
+    model_synthetic_seed: int
     model_device: str
     model_dtype: str
     model_image_width: int
@@ -348,6 +382,10 @@ class NodeParams:
     publish_frame_cloud: bool
     queue_size: int
     output_dir: str
+    session_dir: str
+    session_load_path: str
+    session_save_with_map: bool
+    mapping_enabled: bool
     max_input_pixels: int
     max_aspect_ratio: float
     stream_change_confirm_frames: int
@@ -393,12 +431,13 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problems.append(f"grid.max_height ({high}) must be > grid.min_height ({low})")
     if values.get("scale.window", 50) < values.get("scale.min_samples", 1):
         problems.append("scale.window must be >= scale.min_samples")
-    output_dir = values.get("output_dir")
-    if isinstance(output_dir, str):
-        try:
-            resolve_output_dir(output_dir)
-        except ValueError as exc:
-            problems.append(str(exc))
+    for name in ("output_dir", "session.dir"):
+        text = values.get(name)
+        if isinstance(text, str):
+            try:
+                resolve_directory(text, name)
+            except ValueError as exc:
+                problems.append(str(exc))
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
@@ -408,22 +447,22 @@ def cross_check(values: dict[str, object]) -> list[str]:
     return problems
 
 
-def resolve_output_dir(text: str) -> Path:
-    """`output_dir` as an absolute path ('~' and '~user' expanded).
+def resolve_directory(text: str, name: str = "output_dir") -> Path:
+    """The directory parameter `name` (`output_dir`, `session.dir`) as an absolute path ('~' expanded).
 
     Raises:
         ValueError: empty, not expandable (no home directory, unknown user) or relative after expansion
             (files would land in the process's working directory).
     """
     if not text.strip():
-        raise ValueError("output_dir is empty: expected an absolute directory (or one starting with '~')")
+        raise ValueError(f"{name} is empty: expected an absolute directory (or one starting with '~')")
     try:
         path = Path(text).expanduser()
     except (RuntimeError, KeyError, OSError) as exc:  # Path.expanduser: "Could not determine home directory."
-        raise ValueError(f"output_dir '{text}' cannot be expanded: {exc}") from exc
+        raise ValueError(f"{name} '{text}' cannot be expanded: {exc}") from exc
     if not path.is_absolute():
         raise ValueError(
-            f"output_dir '{text}' is relative: expected an absolute directory (or one starting with '~')"
+            f"{name} '{text}' is relative: expected an absolute directory (or one starting with '~')"
         )
     return path
 

@@ -81,8 +81,10 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     if checkpoint is None:
         warn(
             f"model.checkpoint is empty: using SYNTHETIC weights of preset '{params.model_preset}' "
-            "(outputs are not meaningful; set model.checkpoint to a released LingBot-Map checkpoint)"
+            f"(seed {params.model_synthetic_seed}; outputs are not meaningful; set model.checkpoint to a "
+            "released LingBot-Map checkpoint)"
         )
+        torch.manual_seed(params.model_synthetic_seed)  # the same weights in every process
     try:
         model = build_model(config, checkpoint, device=device, precision=precision)
     except (CheckpointError, OSError) as exc:

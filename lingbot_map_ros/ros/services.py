@@ -1,8 +1,10 @@
-"""The node's std_srvs/Trigger services: `~/reset` and `~/save_map` (request → action → response message).
+"""The node's std_srvs/Trigger services: `~/reset`, `~/save_map`, `~/save_session`, `~/load_session`.
 
 `~/reset` calls the node's `reset_stream` (stream generations, docs/node.md "Behaviour"); `~/save_map` writes
 the map (binary PLY) and the trajectory (TUM) through `MappingOutputs.save`, atomically (temp file + rename)
-into `output_dir`. Both answer "not active" while the node is not active, and log their response message.
+into `output_dir`, and a session too with `session.save_with_map`; `~/save_session` / `~/load_session` call
+the node's `save_session` / `load_session` (docs/session.md). All answer "not active" while the node is not
+active, and log their response message.
 
 Neither handler raises: any failure is answered with `success: false` and the reason (an exception escaping a
 service callback would end the executor's spin, issue 16). The services are created once, with a request
@@ -22,7 +24,7 @@ from rclpy.service import Service
 from std_srvs.srv import Trigger
 
 from .outputs import MappingOutputs
-from .params import NodeParams, resolve_output_dir
+from .params import NodeParams, resolve_directory
 
 #: Requests a service holds while earlier ones are served: a burst of 50 concurrent callers is all answered.
 SERVICE_QUEUE_DEPTH = 256
@@ -35,13 +37,15 @@ SERVICE_QOS = QoSProfile(
 
 
 class MappingServices:
-    """Handlers of `~/reset` and `~/save_map`; `create` makes the services on the node (activate).
+    """Handlers of the node's Trigger services; `create` makes them on the node (once, at construction).
 
     Args:
         logger: the node's logger.
         params: returns the current parameter snapshot (`output_dir` is live).
         outputs: returns the active `MappingOutputs`, None while not active.
         reset_stream: starts a new stream; returns the number of queued frames discarded (None: not active).
+        save_session / load_session: the node's; return the report line, raise (SessionError, OSError, ...)
+            with the reason.
         on_failure: called with `(service name, exception)` when a handler failed unexpectedly (counted).
     """
 
@@ -51,27 +55,48 @@ class MappingServices:
         params: Callable[[], NodeParams],
         outputs: Callable[[], MappingOutputs | None],
         reset_stream: Callable[[], int | None],
+        save_session: Callable[[], str],
+        load_session: Callable[[], str],
         on_failure: Callable[[str, Exception], None] = lambda where, exc: None,
     ) -> None:
         self._logger = logger
         self._params = params
         self._outputs = outputs
         self._reset_stream = reset_stream
+        self._sessions = {"save_session": save_session, "load_session": load_session}
         self._on_failure = on_failure
         self._saves = 0  # numbers the files of this process's saves (two saves in one second never collide)
 
     def create(self, node: Node, group: CallbackGroup) -> list[Service]:
-        """Create `~/reset` and `~/save_map` on `node` in callback `group` (queue `SERVICE_QUEUE_DEPTH`)."""
+        """Create the services on `node` in callback `group` (queue `SERVICE_QUEUE_DEPTH`)."""
+        handlers = {
+            "reset": self.on_reset,
+            "save_map": self.on_save_map,
+            "save_session": lambda request, response: self._session_call("save_session", response),
+            "load_session": lambda request, response: self._session_call("load_session", response),
+        }
         return [
             node.create_service(
-                Trigger, "~/reset", self._guarded("reset", self.on_reset), qos_profile=SERVICE_QOS,
+                Trigger, f"~/{name}", self._guarded(name, handler), qos_profile=SERVICE_QOS,
                 callback_group=group,
-            ),
-            node.create_service(
-                Trigger, "~/save_map", self._guarded("save_map", self.on_save_map), qos_profile=SERVICE_QOS,
-                callback_group=group,
-            ),
+            )
+            for name, handler in handlers.items()
         ]
+
+    def _session_call(self, name: str, response: Trigger.Response) -> Trigger.Response:
+        """`~/save_session` / `~/load_session`: the report line, or `success: false` and the reason."""
+        if self._outputs() is None:
+            response.success, response.message = False, "not active"
+            return response
+        try:
+            response.message = self._sessions[name]()
+        except Exception as exc:  # noqa: BLE001 - any failure is an answer (the map is kept)
+            response.success, response.message = False, f"{name} failed: {exc}"
+            self._logger.error(response.message)
+            return response
+        response.success = True
+        self._logger.info(response.message)
+        return response
 
     def _guarded(
         self, name: str, handler: Callable[[Trigger.Request, Trigger.Response], Trigger.Response]
@@ -110,7 +135,7 @@ class MappingServices:
         text = self._params().output_dir
         self._saves += 1
         try:
-            out_dir = resolve_output_dir(text)
+            out_dir = resolve_directory(text)
             response.message = outputs.save(out_dir, f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}")
         except Exception as exc:  # noqa: BLE001 - any failure is an answer, never an exception out of the callback
             response.success = False
@@ -118,5 +143,9 @@ class MappingServices:
             self._logger.error(response.message)
             return response
         response.success = True
+        if self._params().session_save_with_map:
+            with_session = self._session_call("save_session", Trigger.Response())
+            response.success = with_session.success
+            response.message += f"; {with_session.message}"
         self._logger.info(f"saved {response.message}")
         return response

@@ -11,6 +11,10 @@ frame (REP-103: the first camera's position, x forward, y left, z up; as the nod
 
 A frame is "dropped" when it never got a pose: it could not be decoded, or the bag ended while it waited
 for the anchor phase to fill.
+
+`--load SESSION` first continues a saved session (docs/session.md: its anchors are re-run, its map, grid and
+trajectory restored), so the bag's frames are posed in the saved map frame; `--save SESSION` writes the
+session at the end of the run (a folder that must not exist), which the node's `session.load_path` accepts.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from lingbot_map_ros.engine import persistence
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
+from lingbot_map_ros.engine.persistence import compat_fields
 from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
@@ -56,6 +62,12 @@ class RunConfig:
     max_points: int = 500_000
     scale_factor: float | None = None  # metres per model unit; None: model units (scale.source none)
     progress: bool = True
+    load_session: Path | None = None
+    save_session: Path | None = None
+
+    def compat(self) -> dict[str, object]:
+        """The fields a saved session must share with this run (`persistence.compat_fields`)."""
+        return compat_fields(self.preset, self.checkpoint, self.image_width, self.scale_frames, self.seed)
 
     def mapper_config(self) -> MapperConfig:
         """The node's mapper settings for these options (defaults equal the node's parameters)."""
@@ -115,6 +127,8 @@ def run_bag(config: RunConfig) -> RunResult:
         total = min(total, config.max_frames)
     session = build_session(config)
     mapper = Mapper(config.mapper_config())
+    if config.load_session is not None:
+        persistence.load(config.load_session, session, mapper, config.compat())
     stamps, poses, latency, keyframe = [], [], [], []
     frames = 0
     start = time.perf_counter()
@@ -138,6 +152,9 @@ def run_bag(config: RunConfig) -> RunResult:
                        dropped=frames - len(stamps), wall_s=wall_s, map_points=len(mapper.voxels),
                        session_stats=session.stats())
     _write_outputs(config, result, mapper.voxels, topic)
+    if config.save_session is not None:
+        saved, _ = persistence.save(config.save_session, session, mapper, config.compat(), int)
+        result.files["session"] = saved
     return result
 
 
@@ -187,6 +204,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-points", type=int, default=500_000, help="map point budget (node: map.max_points)")
     p.add_argument("--scale-factor", type=float, default=None,
                    help="metres per model unit (node: scale.source fixed, scale.factor); default: none")
+    p.add_argument("--load", type=Path, default=None, metavar="SESSION",
+                   help="continue a saved session folder (docs/session.md) before the bag's frames")
+    p.add_argument("--save", type=Path, default=None, metavar="SESSION",
+                   help="save the session to this new folder at the end (node: session.load_path loads it)")
     p.set_defaults(func=main_args)
 
 
@@ -197,7 +218,8 @@ def main_args(args: argparse.Namespace) -> int:
                        scale_frames=args.scale_frames, sliding_window=args.sliding_window,
                        keyframe_interval=args.keyframe_interval, max_frames=args.max_frames, seed=args.seed,
                        threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
-                       pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor)
+                       pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
+                       load_session=args.load, save_session=args.save)
     result = run_bag(config)
     print(f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
           f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points")

@@ -1,0 +1,143 @@
+"""Save a running mapping session and continue from a saved one: `StreamingSession` + `Mapper` <-> folder.
+
+The one place that knows which engine state goes into a session folder (docs/session.md); the node's
+`~/save_session` / `~/load_session` and `lingbot-map-ros run --save/--load` both call it. No ROS imports: the
+caller passes the stamps of the anchor frames' metas (`stamp_ns`) and its compatibility fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .mapper import Mapper
+from .result import FrameResult
+from .session import AnchorState, StreamingSession
+from .session_store import (
+    SessionError,
+    SessionLimits,
+    SessionSnapshot,
+    checkpoint_fingerprint,
+    load_session,
+    save_session,
+)
+
+#: Points inserted per `VoxelMap.insert` call while a saved map is restored (bounds the temporaries).
+_RESTORE_CHUNK = 1 << 20
+
+
+def compat_fields(
+    preset: str, checkpoint: str | Path | None, image_width: int, scale_frames: int, seed: int = 0
+) -> dict[str, Any]:
+    """What a saved session must share with the model that loads it (docs/session.md "compat")."""
+    return {
+        "preset": preset,
+        "weights": checkpoint_fingerprint(checkpoint, preset, seed),
+        "image_width": int(image_width),
+        "scale_frames": int(scale_frames),
+    }
+
+
+def capture(
+    session: StreamingSession,
+    mapper: Mapper,
+    compat: dict[str, Any],
+    stamp_ns: Callable[[object], int],
+    extra_state: dict[str, Any] | None = None,
+) -> SessionSnapshot:
+    """The session's current anchors and the mapper's map, grid, trajectory and frame chain.
+
+    Args:
+        stamp_ns: a frame's ``push`` meta -> its stamp in integer nanoseconds.
+        extra_state: JSON-able additions of the caller (frame ids, T_map_odom, ...) under ``state["node"]``.
+    Raises:
+        SessionError: nothing to save yet (the anchor phase has not completed, or no frame was mapped).
+    """
+    anchors = session.anchor_state()
+    if anchors is None:
+        raise SessionError("nothing to save yet: the anchor phase has not completed")
+    try:
+        state = mapper.state()
+    except ValueError as exc:
+        raise SessionError(f"nothing to save yet: {exc}") from None
+    state["node"] = extra_state or {}
+    xyz, rgb = mapper.voxels.points()
+    stamps_s, rows = mapper.trajectory.full_history()
+    hits, passes, origin = mapper.grid.counts()
+    return SessionSnapshot(
+        compat=dict(compat),
+        anchor_images=anchors.images,
+        anchor_stamps_ns=np.array([stamp_ns(m) for m in anchors.metas], np.int64),
+        source_hw=anchors.source_hw,
+        alignment=anchors.alignment,
+        map_xyz=xyz,
+        map_rgb=rgb,
+        trajectory_stamps_ns=np.rint(stamps_s * 1e9).astype(np.int64),
+        trajectory_poses=rows,
+        grid_hits=hits,
+        grid_passes=passes,
+        grid_origin=origin,
+        state=state,
+    )
+
+
+def save(
+    target: str | Path,
+    session: StreamingSession,
+    mapper: Mapper,
+    compat: dict[str, Any],
+    stamp_ns: Callable[[object], int],
+    extra_state: dict[str, Any] | None = None,
+) -> tuple[Path, SessionSnapshot]:
+    """`capture` and write it atomically to the folder ``target`` (which must not exist)."""
+    snapshot = capture(session, mapper, compat, stamp_ns, extra_state)
+    return save_session(target, snapshot), snapshot
+
+
+def restore(session: StreamingSession, mapper: Mapper, snapshot: SessionSnapshot) -> list[FrameResult]:
+    """Continue ``snapshot``: re-run its anchors in ``session`` (a new epoch in the saved map frame) and put
+    its map, grid, trajectory, chain and scale into ``mapper``. Later frames' results go to
+    ``mapper.process`` as usual. Returns the replayed anchors' results (already in the trajectory: not to
+    be mapped again).
+
+    Raises:
+        SessionError: the snapshot does not fit this session (anchor count or size) or its mapper state is
+            malformed; ``session`` and ``mapper`` are then unchanged (size checks) or reset (state errors).
+    """
+    stamps = tuple(int(v) for v in snapshot.anchor_stamps_ns)
+    anchors = AnchorState(snapshot.anchor_images, stamps, snapshot.source_hw, snapshot.alignment)
+    try:
+        results = session.restore_anchors(anchors, reason="session loaded")
+    except ValueError as exc:
+        raise SessionError(str(exc)) from None
+    first = results[0]
+    try:
+        mapper.restore(snapshot.state, first.epoch, first.segment)
+        mapper.grid.restore(snapshot.grid_hits, snapshot.grid_passes, snapshot.grid_origin)
+        mapper.trajectory.load(
+            snapshot.trajectory_stamps_ns.astype(np.float64) * 1e-9, snapshot.trajectory_poses
+        )
+    except ValueError as exc:
+        mapper.clear()
+        session.reset("saved session could not be restored")
+        raise SessionError(f"saved session state: {exc}") from None
+    for lo in range(0, len(snapshot.map_xyz), _RESTORE_CHUNK):
+        mapper.voxels.insert(
+            snapshot.map_xyz[lo : lo + _RESTORE_CHUNK], snapshot.map_rgb[lo : lo + _RESTORE_CHUNK]
+        )
+    return results
+
+
+def load(
+    folder: str | Path,
+    session: StreamingSession,
+    mapper: Mapper,
+    compat: dict[str, Any],
+    limits: SessionLimits | None = None,
+) -> tuple[SessionSnapshot, list[FrameResult]]:
+    """`load_session` (validated against ``compat``) then `restore`."""
+    snapshot = load_session(folder, compat, limits)
+    return snapshot, restore(session, mapper, snapshot)

@@ -1,0 +1,425 @@
+"""Saved mapping sessions: one versioned folder a restarted node (or ``run --load``) goes on mapping from.
+
+Layout of a session folder (format ``lingbot_map_session``, version `FORMAT_VERSION`; docs/session.md)::
+
+    <name>/
+      manifest.json    format, version, creation time, compatibility fields, JSON state, and for every array
+                       file its size, sha256 and the dtype/shape of each array it holds
+      anchors.npz      images [S0, h, w, 3] uint8 (network-size inputs of the current model stream's anchors),
+                       stamps_ns [S0] int64
+      map.npz          xyz [N, 3] float32 and rgb [N, 3] uint8 (the voxel map, map frame)
+      trajectory.npz   stamps_ns [M] int64 and poses [M, 7] float64 (tx ty tz qx qy qz qw, map frame)
+      grid.npz         hits, passes [X, Y] uint16 and origin [2] int64 (the occupancy grid's counts)
+
+A session file is untrusted input (anyone on the DDS domain can call the node's services): nothing is
+ever unpickled (``allow_pickle=False``, JSON only), every file is hashed and its size bounded before it is
+read, every array's header (dtype, shape) is checked against the manifest and `SessionLimits` before its data
+is allocated, and `resolve_under` keeps paths below one base folder (no ``..``, no symbolic links). A save
+writes a temporary folder next to the target and renames it into place: never a half-written session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .geometry import Sim3
+
+FORMAT = "lingbot_map_session"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20
+
+#: Every array of a session: file -> {array name: (dtype, rank)}.
+SCHEMA: dict[str, dict[str, tuple[str, int]]] = {
+    "anchors.npz": {"images": ("|u1", 4), "stamps_ns": ("<i8", 1)},
+    "map.npz": {"xyz": ("<f4", 2), "rgb": ("|u1", 2)},
+    "trajectory.npz": {"stamps_ns": ("<i8", 1), "poses": ("<f8", 2)},
+    "grid.npz": {"hits": ("<u2", 2), "passes": ("<u2", 2), "origin": ("<i8", 1)},
+}
+
+
+class SessionError(ValueError):
+    """A session folder cannot be saved or loaded; the message names the file or field and why."""
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Bounds checked before any array of a session is allocated."""
+
+    max_anchor_frames: int = 64
+    max_image_side: int = 4096
+    max_points: int = 50_000_000
+    max_poses: int = 10_000_000
+    max_grid_cells: int = 25_000_000
+
+
+@dataclass
+class SessionSnapshot:
+    """Everything a session folder holds.
+
+    Attributes:
+        compat: fields that must equal the loading model's (preset, checkpoint fingerprint, sizes, ...).
+        anchor_images: [S0, h, w, 3] uint8 network-size anchor images of the current model stream.
+        anchor_stamps_ns: [S0] int64 their stamps.
+        source_hw: (H, W) of the original camera images (the decode geometry).
+        alignment: Sim(3) from the current model stream's world frame into the map frame.
+        map_xyz: [N, 3] float32 voxel-map points (map frame); map_rgb: [N, 3] uint8 colours.
+        trajectory_stamps_ns: [M] int64; trajectory_poses: [M, 7] float64 (t xyz, q xyzw), map frame.
+        grid_hits / grid_passes: [X, Y] uint16 occupancy counts; grid_origin: [2] int64 cell of [0, 0].
+        state: further JSON-able state (scale and its source, frames, map -> odom, ...).
+    """
+
+    compat: dict[str, Any]
+    anchor_images: np.ndarray
+    anchor_stamps_ns: np.ndarray
+    source_hw: tuple[int, int]
+    alignment: Sim3
+    map_xyz: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.float32))
+    map_rgb: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.uint8))
+    trajectory_stamps_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    trajectory_poses: np.ndarray = field(default_factory=lambda: np.zeros((0, 7), np.float64))
+    grid_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint16))
+    grid_passes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint16))
+    grid_origin: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """The arrays by file, in `SCHEMA`'s dtypes (C-contiguous)."""
+        out = {
+            "anchors.npz": {"images": self.anchor_images, "stamps_ns": self.anchor_stamps_ns},
+            "map.npz": {"xyz": self.map_xyz, "rgb": self.map_rgb},
+            "trajectory.npz": {"stamps_ns": self.trajectory_stamps_ns, "poses": self.trajectory_poses},
+            "grid.npz": {"hits": self.grid_hits, "passes": self.grid_passes, "origin": self.grid_origin},
+        }
+        return {
+            f: {k: np.ascontiguousarray(a, dtype=np.dtype(SCHEMA[f][k][0])) for k, a in arrays.items()}
+            for f, arrays in out.items()
+        }
+
+
+def resolve_under(base: str | os.PathLike, requested: str | os.PathLike) -> Path:
+    """``requested`` (relative to ``base``, or absolute inside it) as a path below ``base``.
+
+    Raises:
+        SessionError: ``..`` components, a symbolic link anywhere below ``base``, or a path outside it.
+    """
+    base_path = Path(base).expanduser()
+    if not base_path.is_absolute():
+        raise SessionError(f"session.dir must be an absolute path, got {str(base)!r}")
+    base_real = base_path.resolve()
+    req = Path(requested)
+    if ".." in req.parts:
+        raise SessionError(f"session path {str(requested)!r} contains '..'")
+    if req.is_absolute():
+        try:
+            req = req.relative_to(base_path)
+        except ValueError:
+            try:
+                req = req.relative_to(base_real)
+            except ValueError:
+                raise SessionError(
+                    f"session path {str(requested)!r} is outside session.dir {base_path}"
+                ) from None
+    if not req.parts:
+        raise SessionError("empty session path")
+    current = base_real
+    for part in req.parts:
+        current = current / part
+        if current.is_symlink():
+            raise SessionError(f"session path {str(requested)!r}: {current} is a symbolic link")
+    return current
+
+
+def checkpoint_fingerprint(path: str | os.PathLike | None, preset: str, seed: int = 0) -> str:
+    """Identity of the weights: ``sha256:<hex>`` of the checkpoint, or ``synthetic:<preset>:seed=<n>``."""
+    if not path:
+        return f"synthetic:{preset}:seed={seed}"
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def save_session(target: str | os.PathLike, snapshot: SessionSnapshot) -> Path:
+    """Write ``snapshot`` as the session folder ``target`` (which must not exist), atomically.
+
+    Returns:
+        The folder written. Raises `SessionError` (target exists) or `OSError`.
+    """
+    target = Path(target)
+    if target.exists() or target.is_symlink():
+        raise SessionError(f"session {target} already exists")
+    _check_snapshot(snapshot)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    os.mkdir(tmp, 0o777)  # the umask applies, as to every file below
+    try:
+        files = {}
+        for name, arrays in snapshot.arrays().items():
+            path = tmp / name
+            with open(path, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            files[name] = {
+                "bytes": path.stat().st_size,
+                "sha256": _sha256(path),
+                "arrays": {k: {"dtype": a.dtype.str, "shape": list(a.shape)} for k, a in arrays.items()},
+            }
+        align = snapshot.alignment
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "created_unix_s": time.time(),
+            "compat": snapshot.compat,
+            "source_hw": [int(v) for v in snapshot.source_hw],
+            "alignment": {
+                "rotation": np.asarray(align.rotation, np.float64).tolist(),
+                "translation": np.asarray(align.translation, np.float64).tolist(),
+                "scale": float(align.scale),
+            },
+            "state": snapshot.state,
+            "files": files,
+        }
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, target)
+    except BaseException:
+        for child in tmp.glob("*"):
+            child.unlink(missing_ok=True)
+        tmp.rmdir()
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def load_session(
+    folder: str | os.PathLike, expected_compat: dict[str, Any], limits: SessionLimits | None = None
+) -> SessionSnapshot:
+    """Read and validate a session folder written by `save_session`.
+
+    Args:
+        folder: the session folder (already confined with `resolve_under` by the caller).
+        expected_compat: the running model's compatibility fields; each must equal the saved one.
+    Raises:
+        SessionError: missing/oversized/tampered file, unknown format or newer version, a compatibility
+            mismatch (naming the field), an array of the wrong dtype/shape, or non-finite values.
+    """
+    limits = limits or SessionLimits()
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        raise SessionError(f"session {folder} is not a folder")
+    manifest = _read_manifest(folder)
+    saved = manifest["compat"]
+    for key, value in expected_compat.items():
+        if saved.get(key) != value:
+            raise SessionError(
+                f"session {folder.name} is incompatible: {key} is {saved.get(key)!r} in the session, "
+                f"{value!r} here"
+            )
+    arrays = {name: _read_npz(folder, name, manifest["files"][name], limits) for name in SCHEMA}
+    snapshot = SessionSnapshot(
+        compat=saved,
+        anchor_images=arrays["anchors.npz"]["images"],
+        anchor_stamps_ns=arrays["anchors.npz"]["stamps_ns"],
+        source_hw=(int(manifest["source_hw"][0]), int(manifest["source_hw"][1])),
+        alignment=_alignment(manifest["alignment"]),
+        map_xyz=arrays["map.npz"]["xyz"],
+        map_rgb=arrays["map.npz"]["rgb"],
+        trajectory_stamps_ns=arrays["trajectory.npz"]["stamps_ns"],
+        trajectory_poses=arrays["trajectory.npz"]["poses"],
+        grid_hits=arrays["grid.npz"]["hits"],
+        grid_passes=arrays["grid.npz"]["passes"],
+        grid_origin=arrays["grid.npz"]["origin"],
+        state=manifest["state"],
+    )
+    _check_snapshot(snapshot, limits)
+    return snapshot
+
+
+# ---------------------------------------------------------------------------------------------- internals
+
+
+def _check_snapshot(s: SessionSnapshot, limits: SessionLimits | None = None) -> None:
+    """Shapes and values that every session must have (also before a save: never write a bad session)."""
+    limits = limits or SessionLimits()
+    images = np.asarray(s.anchor_images)
+    if images.ndim != 4 or images.shape[3] != 3 or not 1 <= images.shape[0] <= limits.max_anchor_frames:
+        raise SessionError(
+            f"anchors.npz: images must be [S0 <= {limits.max_anchor_frames}, h, w, 3], got {images.shape}"
+        )
+    if np.asarray(s.anchor_stamps_ns).shape != (images.shape[0],):
+        raise SessionError(f"anchors.npz: stamps_ns must be [{images.shape[0]}]")
+    if len(s.source_hw) != 2 or not all(1 <= int(v) <= 1 << 16 for v in s.source_hw):
+        raise SessionError(f"manifest: source_hw must be two sizes in [1, 65536], got {s.source_hw}")
+    n = np.asarray(s.map_xyz).shape
+    if len(n) != 2 or n[1] != 3 or np.asarray(s.map_rgb).shape != n:
+        raise SessionError(
+            f"map.npz: xyz and rgb must both be [N, 3], got {n} and {np.asarray(s.map_rgb).shape}"
+        )
+    m = np.asarray(s.trajectory_poses).shape
+    if len(m) != 2 or m[1] != 7 or np.asarray(s.trajectory_stamps_ns).shape != (m[0],):
+        raise SessionError(f"trajectory.npz: poses must be [M, 7] with M stamps, got {m}")
+    g = np.asarray(s.grid_hits).shape
+    if len(g) != 2 or np.asarray(s.grid_passes).shape != g or np.asarray(s.grid_origin).shape != (2,):
+        raise SessionError(f"grid.npz: hits and passes must both be [X, Y] and origin [2], got {g}")
+    for name, a in (("map xyz", s.map_xyz), ("trajectory poses", s.trajectory_poses)):
+        if not np.isfinite(np.asarray(a, np.float64)).all():
+            raise SessionError(f"{name} contain non-finite values")
+    align = s.alignment
+    if not (math.isfinite(align.scale) and align.scale > 0 and np.isfinite(align.translation).all()):
+        raise SessionError(f"alignment must have a finite positive scale, got {align.scale}")
+    rot = np.asarray(align.rotation, np.float64)
+    if rot.shape != (3, 3) or not np.allclose(rot @ rot.T, np.eye(3), atol=1e-6):
+        raise SessionError("alignment rotation is not a rotation matrix")
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        raise SessionError(f"session {folder.name}: {MANIFEST} is missing")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise SessionError(f"session {folder.name}: {MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SessionError(f"session {folder.name}: {MANIFEST} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise SessionError(f"session {folder.name}: {MANIFEST} is not a {FORMAT} manifest")
+    version = manifest.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SessionError(f"session {folder.name}: manifest version {version!r} is invalid")
+    if version > FORMAT_VERSION:
+        raise SessionError(
+            f"session {folder.name} has format version {version}, newer than this node's {FORMAT_VERSION}"
+        )
+    for key, kind in (
+        ("compat", dict),
+        ("state", dict),
+        ("files", dict),
+        ("alignment", dict),
+        ("source_hw", list),
+    ):
+        if not isinstance(manifest.get(key), kind):
+            raise SessionError(
+                f"session {folder.name}: manifest field {key!r} is missing or not a {kind.__name__}"
+            )
+    for name in SCHEMA:
+        if not isinstance(manifest["files"].get(name), dict):
+            raise SessionError(f"session {folder.name}: manifest lists no {name}")
+    return manifest
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _read_npz(folder: Path, name: str, entry: dict[str, Any], limits: SessionLimits) -> dict[str, np.ndarray]:
+    """One array file: size and hash against the manifest, then each member's header, then its data."""
+    path = folder / name
+    if path.is_symlink() or not path.is_file():
+        raise SessionError(f"{name} is missing or not a regular file")
+    size = path.stat().st_size
+    if size != entry.get("bytes"):
+        raise SessionError(
+            f"{name} has {size} bytes, the manifest says {entry.get('bytes')} (truncated or replaced)"
+        )
+    if _sha256(path) != entry.get("sha256"):
+        raise SessionError(f"{name} does not match its sha256 in the manifest (tampered or corrupt)")
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename: info for info in archive.infolist()}
+            expected = {f"{k}.npy" for k in SCHEMA[name]}
+            if set(members) != expected:
+                raise SessionError(f"{name} holds {sorted(members)}, expected {sorted(expected)}")
+            for key, (dtype, rank) in SCHEMA[name].items():
+                with archive.open(members[f"{key}.npy"]) as f:
+                    out[key] = _read_member(
+                        f, name, key, np.dtype(dtype), rank, members[f"{key}.npy"], limits
+                    )
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise SessionError(f"{name} is not a readable npz archive ({exc})") from None
+    return out
+
+
+def _read_member(
+    f: IO[bytes],
+    name: str,
+    key: str,
+    dtype: np.dtype,
+    rank: int,
+    info: zipfile.ZipInfo,
+    limits: SessionLimits,
+) -> np.ndarray:
+    """Check an .npy member's header (dtype, rank, size bound) before reading its data without pickle."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
+        if header is None:
+            raise ValueError(f"unsupported .npy version {version}")
+        shape, fortran, found = header(f)
+    except ValueError as exc:
+        raise SessionError(f"{name}/{key}: bad .npy header ({exc})") from None
+    if found.hasobject or found != dtype or fortran or len(shape) != rank:
+        raise SessionError(f"{name}/{key}: expected {dtype} of rank {rank}, got {found} {shape}")
+    bound = {
+        "images": limits.max_anchor_frames * limits.max_image_side**2 * 3,
+        "xyz": limits.max_points * 3,
+        "rgb": limits.max_points * 3,
+        "poses": limits.max_poses * 7,
+        "stamps_ns": max(limits.max_poses, limits.max_anchor_frames),
+        "hits": limits.max_grid_cells,
+        "passes": limits.max_grid_cells,
+        "origin": 2,
+    }[key]
+    count = math.prod(shape)
+    if count > bound or count * dtype.itemsize > info.file_size:
+        raise SessionError(f"{name}/{key}: shape {shape} exceeds the limits or the stored data")
+    data = f.read(count * dtype.itemsize)
+    if len(data) != count * dtype.itemsize:
+        raise SessionError(f"{name}/{key}: data is truncated")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def _alignment(entry: dict[str, Any]) -> Sim3:
+    try:
+        rotation = np.asarray(entry["rotation"], dtype=np.float64)
+        translation = np.asarray(entry["translation"], dtype=np.float64)
+        scale = float(entry["scale"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionError(f"manifest alignment is malformed ({exc})") from None
+    if rotation.shape != (3, 3) or translation.shape != (3,):
+        raise SessionError("manifest alignment must hold a 3x3 rotation and a 3-vector translation")
+    return Sim3(rotation, translation, scale)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,90 @@
+"""The node's periodic work: `/diagnostics`, `~/map_cloud`, `~/grid` and the `map -> odom` republish.
+
+The timers are created once with the node and kept (entities.py: never destroyed while the executor may wait
+on them), run on the steady clock (so they go on under `use_sim_time` without `/clock`, or when `/clock`
+jumps back), work on the outputs only while the node is active, and never raise: a failure is counted and
+logged (an exception escaping a timer would end the executor's spin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+
+from .outputs import MappingOutputs
+from .params import NodeParams
+
+
+class NodeTimers:
+    """Timers of `node` (module doc).
+
+    Args:
+        node: the lifecycle node.
+        group: their callback group.
+        params: the parameter snapshot at construction (rates; `set_rates` applies new ones).
+        outputs: the active outputs, None while not active.
+        diagnostics: publishes /diagnostics.
+        ok: False once the node's context is shutting down (failures are then not reported).
+        on_failure: `(timer name, exception)` of a failed callback (counted and logged by the node).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        group: CallbackGroup,
+        params: NodeParams,
+        outputs: Callable[[], MappingOutputs | None],
+        diagnostics: Callable[[], None],
+        ok: Callable[[], bool],
+        on_failure: Callable[[str, Exception], None],
+    ) -> None:
+        self._node = node
+        self._outputs = outputs
+        self._ok = ok
+        self._on_failure = on_failure
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        bodies = {
+            "diagnostics_timer": diagnostics,
+            "map_timer": self._publish_map,
+            "map_odom_timer": lambda: self._each(MappingOutputs.republish_map_odom),
+            "grid_timer": lambda: self._each(MappingOutputs.publish_grid),
+        }
+        self._timers = {
+            name: node.create_timer(1.0, self._guarded(name, body), callback_group=group, clock=steady)
+            for name, body in bodies.items()
+        }
+        self.set_rates(params)
+
+    def set_rates(self, p: NodeParams) -> None:
+        """Periods from the rate parameters (at construction and at configure)."""
+        rates = {
+            "diagnostics_timer": p.diagnostics_rate,
+            "map_timer": p.map_publish_rate,
+            "map_odom_timer": p.tf_publish_rate,
+            "grid_timer": p.grid_rate,
+        }
+        for name, rate in rates.items():
+            self._timers[name].timer_period_ns = int(1e9 / rate)
+
+    def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                body()
+            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
+                if self._ok():
+                    self._on_failure(name, exc)
+
+        return run
+
+    def _each(self, method: Callable[[MappingOutputs], object]) -> None:
+        outputs = self._outputs()  # None while not active (deactivate may clear it meanwhile)
+        if outputs is not None:
+            method(outputs)
+
+    def _publish_map(self) -> None:
+        outputs = self._outputs()
+        if outputs is not None:
+            outputs.publish_map(outputs.last_stamp or self._node.get_clock().now().to_msg())
