@@ -59,7 +59,7 @@ def test_output_dir_attacks_are_answered_not_fatal(ros_client: RosClient, tmp_pa
         answer = ros_client.call(Trigger, f"{node}/save_map")
         assert answer.success, answer.message
         saved = sorted(good.iterdir())
-        assert [p.suffix for p in saved] == [".pgm", ".ply", ".yaml", ".tum"]  # map_*: Nav2 map, cloud; trajectory
+        assert [p.suffix for p in saved] == [".pgm", ".ply", ".yaml", ".tum"]
         expected_mode = 0o666 & ~process_umask()  # the node inherits this process's umask
         assert {oct(p.stat().st_mode & 0o777) for p in saved} == {oct(expected_mode)}
         # a directory that cannot be created (its parent is a file): answered with the reason
