@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from tiny_stream import pan_frames, tiny_model
 
 from lingbot_map_ros.engine import persistence
 from lingbot_map_ros.engine.config import SessionConfig
@@ -19,7 +19,7 @@ from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.engine.session_store import SessionError
-from lingbot_map_ros.model import LingBotMap, ModelConfig
+from lingbot_map_ros.model import LingBotMap
 
 S0 = 3
 COMPAT = {"preset": "tiny", "weights": "synthetic:tiny", "image_width": 56, "scale_frames": S0}
@@ -27,15 +27,10 @@ COMPAT = {"preset": "tiny", "weights": "synthetic:tiny", "image_width": 56, "sca
 
 @pytest.fixture(scope="module")
 def model() -> LingBotMap:
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    return LingBotMap(ModelConfig.preset("tiny")).eval()
+    return tiny_model()
 
 
-def frames(n: int, hw: tuple[int, int] = (42, 74)) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    texture = rng.integers(0, 256, size=(hw[0], hw[1] + 2 * n, 3), dtype=np.uint8)
-    return [np.ascontiguousarray(texture[:, 2 * i : 2 * i + hw[1]]) for i in range(n)]
+frames = pan_frames
 
 
 def pipeline(model: LingBotMap) -> tuple[StreamingSession, Mapper]:

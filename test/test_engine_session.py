@@ -8,11 +8,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from tiny_stream import pan_frames, tiny_model
 
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.preprocess import preprocess
 from lingbot_map_ros.engine.session import StreamingSession
-from lingbot_map_ros.model import LingBotMap, ModelConfig, StreamConfig
+from lingbot_map_ros.model import LingBotMap, StreamConfig
 
 S0 = 3
 WIDTH = 56  # 42×74 inputs → 28×56 network input (2×4 patches)
@@ -20,16 +21,10 @@ WIDTH = 56  # 42×74 inputs → 28×56 network input (2×4 patches)
 
 @pytest.fixture(scope="module")
 def model() -> LingBotMap:
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    return LingBotMap(ModelConfig.preset("tiny")).eval()
+    return tiny_model()
 
 
-def frames(n: int, hw: tuple[int, int] = (42, 74), seed: int = 0) -> list[np.ndarray]:
-    """A smooth horizontal pan over a random texture: n RGB uint8 frames of ``hw``."""
-    rng = np.random.default_rng(seed)
-    texture = rng.integers(0, 256, size=(hw[0], hw[1] + 2 * n, 3), dtype=np.uint8)
-    return [np.ascontiguousarray(texture[:, 2 * i : 2 * i + hw[1]]) for i in range(n)]
+frames = pan_frames
 
 
 def session(model: LingBotMap, **overrides: object) -> StreamingSession:

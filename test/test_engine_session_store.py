@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from tiny_stream import pan_frames, tiny_model
 
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import Sim3
@@ -28,7 +28,7 @@ from lingbot_map_ros.engine.session_store import (
     resolve_under,
     save_session,
 )
-from lingbot_map_ros.model import LingBotMap, ModelConfig
+from lingbot_map_ros.model import LingBotMap
 
 S0 = 3
 WIDTH = 56
@@ -37,15 +37,10 @@ COMPAT = {"preset": "tiny", "weights": "synthetic:tiny", "image_width": WIDTH, "
 
 @pytest.fixture(scope="module")
 def model() -> LingBotMap:
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    return LingBotMap(ModelConfig.preset("tiny")).eval()
+    return tiny_model()
 
 
-def frames(n: int, hw: tuple[int, int] = (42, 74), seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    texture = rng.integers(0, 256, size=(hw[0], hw[1] + 2 * n, 3), dtype=np.uint8)
-    return [np.ascontiguousarray(texture[:, 2 * i : 2 * i + hw[1]]) for i in range(n)]
+frames = pan_frames
 
 
 def new_session(model: LingBotMap, **overrides: object) -> StreamingSession:
