@@ -221,6 +221,8 @@ def test_services_answer_failures_instead_of_raising() -> None:
         lambda: _Params("~nosuchuser_lingbot/maps"),
         lambda: _Outputs(),
         lambda: (_ for _ in ()).throw(RuntimeError("boom")),
+        lambda: (_ for _ in ()).throw(OSError("disk full")),
+        lambda: (_ for _ in ()).throw(ValueError("session is incompatible")),
         lambda where, exc: failures.append(where),
     )
     save = services.on_save_map(Trigger.Request(), Trigger.Response())
@@ -230,6 +232,9 @@ def test_services_answer_failures_instead_of_raising() -> None:
     assert not save.success and "Could not determine home directory" in save.message
     reset = services._guarded("reset", services.on_reset)(Trigger.Request(), Trigger.Response())
     assert not reset.success and "boom" in reset.message and failures == ["service_reset"]
+    for name, why in (("save_session", "disk full"), ("load_session", "session is incompatible")):
+        answer = services._session_call(name, Trigger.Response())
+        assert not answer.success and answer.message == f"{name} failed: {why}"
 
 
 def test_sim_clock_watch_warns_once(caplog: pytest.LogCaptureFixture) -> None:
