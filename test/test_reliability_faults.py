@@ -355,15 +355,20 @@ def test_sigint_during_a_step_exits_cleanly_within_2s(
 ) -> None:
     name = "sigint_" + ("long" if abandons else "short")
     proc = launch(tmp_path, name, {}, faults=faults)
-    proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
-    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
-    pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
-    ros_client.wait_for_subscribers(pub)
-    publish(pub, frames, range(S0), period=0.0)
-    # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
-    latest(
-        diag, name, lambda v: v.get("frames_received") == str(S0) and v.get("frames_processed") == str(S0 - 1)
-    )
+    try:
+        proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
+        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+        pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
+        ros_client.wait_for_subscribers(pub)
+        publish(pub, frames, range(S0), period=0.0)
+        # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
+        latest(
+            diag, name,
+            lambda v: v.get("frames_received") == str(S0) and v.get("frames_processed") == str(S0 - 1),
+        )
+    except BaseException:
+        proc.stop(timeout=10)  # never leave a node behind: its /diagnostics would mislead later tests
+        raise
     t0 = time.monotonic()
     code = proc.stop(timeout=10)
     elapsed = time.monotonic() - t0
