@@ -7,7 +7,7 @@ for every frame."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +128,11 @@ def client() -> Iterator[RosClient]:
         yield c
 
 
+def ours(ns: str) -> Callable[[DiagnosticArray], dict[str, str]]:
+    """/diagnostics values of the node in namespace `ns` only (other nodes on the domain are ignored)."""
+    return lambda msg: diagnostic_values(msg, f"/{ns}/lingbot_map: mapping")
+
+
 def edges(run: Run) -> dict[tuple[str, str], int]:
     """(parent, child) -> messages seen on /tf and /tf_static."""
     out: dict[tuple[str, str], int] = {}
@@ -176,7 +181,7 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
         odom = run.odometry.wait_for(FRAMES)
         assert {m.child_frame_id for m in odom} == {"base_link"}
         assert all(np.diag(np.reshape(m.pose.covariance, (6, 6))).min() > 0 for m in odom)
-        values = [diagnostic_values(m) for m in run.diagnostics.messages]
+        values = [ours("robot_auto")(m) for m in run.diagnostics.messages]
         values = [v for v in values if v.get("tf_mode")]
         assert values and values[-1]["tf_mode"] == "map_to_odom"
         names = {s.name for m in run.diagnostics.messages for s in m.status}
@@ -219,11 +224,12 @@ def test_missing_extrinsics_drop_frames_with_a_named_edge(client: RosClient, tmp
     run = Run(
         client, tmp_path, "robot_noext", {"tf.mode": "map_to_odom", "tf.timeout": 0.05}, ["--no-static"]
     )
+    mine = ours("robot_noext")
     try:
         run.wait_truth()
 
         def dropped(msgs: list) -> bool:
-            return any(int(diagnostic_values(m).get("rejected_tf_unavailable", "0")) >= FRAMES for m in msgs)
+            return any(int(mine(m).get("rejected_tf_unavailable", "0")) >= FRAMES for m in msgs)
 
         run.diagnostics.wait_for(dropped, timeout=120)
         assert not [k for k in edges(run) if k[0] == "map"]  # nothing published with a wrong transform
@@ -238,14 +244,15 @@ def test_depth_scale_source_reads_the_registered_depth_topic(client: RosClient, 
     params = {"tf.mode": "map_to_camera", "scale.source": "depth", "scale.min_samples": 2}
     run = Run(client, tmp_path, "robot_depth", params, ["--no-odom", "--no-static", "--depth"],
               remaps={"depth_image": "/robot/camera/depth/image_raw"})
+    mine = ours("robot_depth")
     try:
         run.wait_truth()
         run.camera_pose.wait_for(FRAMES, timeout=120)
 
         def converged(msgs: list) -> bool:
-            return any(diagnostic_values(m).get("scale_converged") == "true" for m in msgs)
+            return any(mine(m).get("scale_converged") == "true" for m in msgs)
 
-        values = [diagnostic_values(m) for m in run.diagnostics.wait_for(converged, timeout=30)]
+        values = [mine(m) for m in run.diagnostics.wait_for(converged, timeout=30)]
         last = [v for v in values if v.get("scale_converged") == "true"][-1]
         assert last["scale_source"] == "depth" and int(last["scale_samples"]) >= 2
     finally:
