@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_stream import pan_frames, tiny_model
+from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
 from lingbot_map_ros.engine.session import StreamingSession
@@ -34,10 +33,7 @@ frames = pan_frames
 
 
 def pipeline(model: LingBotMap) -> tuple[StreamingSession, Mapper]:
-    session = StreamingSession(
-        model,
-        SessionConfig(scale_frames=S0, sliding_window=4, max_window=8, image_width=56, max_stored_frames=64),
-    )
+    session = tiny_session(model, S0)
     mapper = Mapper(MapperConfig(voxel=VoxelMapConfig(voxel_size=0.01, conf_threshold=0.0, pixel_stride=2)))
     return session, mapper
 

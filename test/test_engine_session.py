@@ -8,9 +8,8 @@ import logging
 import numpy as np
 import pytest
 import torch
-from tiny_stream import pan_frames, tiny_model
+from tiny_stream import pan_frames, tiny_model, tiny_session
 
-from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.preprocess import preprocess
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, StreamConfig
@@ -28,11 +27,7 @@ frames = pan_frames
 
 
 def session(model: LingBotMap, **overrides: object) -> StreamingSession:
-    params: dict = dict(
-        scale_frames=S0, sliding_window=4, max_window=8, image_width=WIDTH, max_stored_frames=64
-    )
-    params.update(overrides)
-    return StreamingSession(model, SessionConfig(**params))
+    return tiny_session(model, S0, **overrides)
 
 
 def test_anchor_phase_returns_all_anchor_results_at_once(model: LingBotMap) -> None:

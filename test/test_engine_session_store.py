@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_stream import pan_frames, tiny_model
+from tiny_stream import pan_frames, tiny_model, tiny_session
 
-from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.session import AnchorState, StreamingSession
 from lingbot_map_ros.engine.session_store import (
@@ -44,11 +43,7 @@ frames = pan_frames
 
 
 def new_session(model: LingBotMap, **overrides: object) -> StreamingSession:
-    params: dict = dict(
-        scale_frames=S0, sliding_window=4, max_window=8, image_width=WIDTH, max_stored_frames=64
-    )
-    params.update(overrides)
-    return StreamingSession(model, SessionConfig(**params))
+    return tiny_session(model, S0, **overrides)
 
 
 def snapshot_of(anchors: AnchorState, n_points: int = 50) -> SessionSnapshot:
