@@ -31,6 +31,21 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FRAMES_DIR = SHARED / "data" / "loop"
 FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost_big_shm.xml"
+#: Base parameters of a node under test: tiny preset on CPU, 4 anchors, a small window, reliable deep input
+#: (no frame lost to the test's timing), every confident-or-not pixel on a stride-4 grid in the map.
+TINY_NODE_PARAMS: dict[str, Any] = {
+    "model.preset": "tiny",
+    "model.device": "cpu",
+    "model.image_width": 56,
+    "kv_cache.scale_frames": 4,
+    "kv_cache.sliding_window": 8,
+    "kv_cache.max_window": 16,
+    "qos.reliability": "reliable",
+    "qos.depth": 50,
+    "queue_size": 50,
+    "map.stride": 4,
+    "map.conf_threshold": 0.0,
+}
 PYTHON = (
     REPO / ".venv" / "bin" / "python"
     if (REPO / ".venv" / "bin" / "python").exists()

@@ -17,7 +17,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_helpers import NodeProcess, RosClient, load_frames, write_params_file
+from ros_helpers import TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames, write_params_file
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -36,26 +36,16 @@ NS = "/outputs_test"
 NODE = f"{NS}/lingbot_map"
 IMAGE_TOPIC = "/outputs_cam/image_raw"
 CAMERA_FRAME = "loop_cam"
-SCALE_FRAMES = 4
+SCALE_FRAMES = TINY_NODE_PARAMS["kv_cache.scale_frames"]
 MAX_POSES = 10  # trajectory.max_poses: test_save_map_drops_the_oldest_poses_beyond_the_cap goes past it
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
 )
 PARAMS = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
-    "kv_cache.scale_frames": SCALE_FRAMES,
-    "kv_cache.sliding_window": 8,
-    "kv_cache.max_window": 16,
-    "qos.reliability": "reliable",
-    "qos.depth": 50,
-    "queue_size": 50,
+    **TINY_NODE_PARAMS,
     "map_publish_rate": 10.0,
     "diagnostics_rate": 20.0,
-    "map.stride": 4,
-    "map.conf_threshold": 0.0,
     "trajectory.max_poses": MAX_POSES,
 }
 

@@ -17,7 +17,7 @@ import pytest
 from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_helpers import NodeProcess, RosClient, load_frames, write_params_file
+from ros_helpers import TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames, write_params_file
 from sensor_msgs.msg import Image, PointCloud2
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -29,24 +29,14 @@ pytestmark = pytest.mark.dds
 NS = "/session_test"
 NODE = f"{NS}/lingbot_map"
 IMAGE_TOPIC = "/session_cam/image_raw"
-S0 = 4
+S0 = TINY_NODE_PARAMS["kv_cache.scale_frames"]
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(
     depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
 )
 PARAMS = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
-    "kv_cache.scale_frames": S0,
-    "kv_cache.sliding_window": 8,
-    "kv_cache.max_window": 16,
-    "qos.reliability": "reliable",
-    "qos.depth": 50,
-    "queue_size": 50,
+    **TINY_NODE_PARAMS,
     "map_publish_rate": 10.0,
-    "map.stride": 4,
-    "map.conf_threshold": 0.0,
 }
 
 

@@ -17,7 +17,7 @@ from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import OccupancyGrid, Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from robot_scene import BASE_CAM
-from ros_helpers import PYTHON, NodeProcess, RosClient
+from ros_helpers import PYTHON, TINY_NODE_PARAMS, NodeProcess, RosClient
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
@@ -27,25 +27,15 @@ from lingbot_map_ros.ros.tf import TF_QOS
 pytestmark = pytest.mark.dds
 
 FRAMES = 12
-SCALE_FRAMES = 4
+SCALE_FRAMES = TINY_NODE_PARAMS["kv_cache.scale_frames"]
 TOLERANCE = 0.1
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 STATIC = QoSProfile(
     depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
 )
 PARAMS = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
-    "kv_cache.scale_frames": SCALE_FRAMES,
-    "kv_cache.sliding_window": 8,
-    "kv_cache.max_window": 16,
-    "qos.reliability": "reliable",
-    "qos.depth": 50,
-    "queue_size": 50,
+    **TINY_NODE_PARAMS,
     "diagnostics_rate": 10.0,
-    "map.stride": 4,
-    "map.conf_threshold": 0.0,
     "tf.transform_tolerance": TOLERANCE,
     "tf.timeout": 0.5,
 }
