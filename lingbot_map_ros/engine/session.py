@@ -369,14 +369,8 @@ class StreamingSession:
         self, rgb: np.ndarray, meta: object, image_net: np.ndarray, keyframe: bool, launched: tuple
     ) -> FrameResult:
         with self._timer.stage("wait"):
-            pose_enc, depth, conf = self._collect(launched, 1)
-        with self._timer.stage("decode"):
-            result = self._decode(
-                rgb, meta, image_net, pose_enc[0], depth[0], conf[0], keyframe, PHASE_STREAMING
-            )
-        self._timer.end_step()
-        result.timings_ms = self._timer.last()
-        return result
+            outputs = self._collect(launched, 1)
+        return self._streaming_result(rgb, meta, image_net, keyframe, outputs)
 
     def _clear(self, reason: str | None) -> None:
         """Return to the start of a stream (new epoch)."""
@@ -506,7 +500,14 @@ class StreamingSession:
                 self._reanchor()
         keyframe = self._next_keyframe()
         with self._timer.stage("model"):
-            pose_enc, depth, conf = self._step([image_net], keyframe=keyframe)
+            outputs = self._step([image_net], keyframe=keyframe)
+        return self._streaming_result(rgb, meta, image_net, keyframe, outputs)
+
+    def _streaming_result(
+        self, rgb: np.ndarray, meta: object, image_net: np.ndarray, keyframe: bool, outputs: tuple
+    ) -> FrameResult:
+        """Decode one streaming step (pose_enc [1, 9], depth and conf [1, h, w]) and close its timing."""
+        pose_enc, depth, conf = outputs
         with self._timer.stage("decode"):
             result = self._decode(
                 rgb, meta, image_net, pose_enc[0], depth[0], conf[0], keyframe, PHASE_STREAMING
