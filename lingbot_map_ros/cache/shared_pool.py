@@ -9,7 +9,8 @@ reset and live window are the stream's own; nothing a stream does writes outside
 reset, re-anchor or resize never touches another's pages.
 
 Regions are placed first-fit in the gaps between live regions; when no gap fits, the pool grows at its end
-(one re-allocation of ``k`` then ``v``, every live region keeps its address; logged and counted). A region
+(one re-allocation of ``k`` then ``v``, every live region keeps its address; logged at INFO and
+counted: a new camera's first frames, or a window increase). A region
 that must grow (a live window increase past its allocation) grows in place when the gap after it is free,
 else it moves (its tokens are copied; the old range is freed). A cache's region is released when the cache
 is closed or garbage-collected (a resolution change makes a new cache). Memory: the sum of the streams'
@@ -180,7 +181,7 @@ class SharedKVPool:
             setattr(self, name, grown)
         if old:
             self.reallocations += 1
-            _LOG.warning(
+            _LOG.info(
                 "shared KV pool re-allocated: %d -> %d tokens per layer, %.2f GiB -> %.2f GiB",
                 old,
                 capacity,
