@@ -167,3 +167,10 @@ def test_batch_rejects_foreign_and_duplicate_caches() -> None:
     with pytest.raises(ValueError, match="differ from the pool"):
         PooledKVCache(pool, KVCacheConfig(num_layers=LAYERS, num_heads=HEADS, head_dim=8))
     assert a.begin_step(2, True)  # no step was left open by the failed batches
+
+
+def test_a_pool_expecting_n_streams_grows_once_for_all_of_them() -> None:
+    pool = SharedKVPool(LAYERS, HEADS, DIM, streams=3)
+    caches = [PooledKVCache(pool, _config(3)) for _ in range(3)]
+    assert pool.stats().reallocations == 0 and pool.capacity == 3 * caches[0].region.tokens
+    assert [c.region.start for c in caches] == [0, caches[0].region.stop, caches[1].region.stop]

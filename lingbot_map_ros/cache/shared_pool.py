@@ -62,6 +62,9 @@ class SharedKVPool:
             share (the model's global-attention layers).
         backend: attention backend of batched steps over this pool ("auto", "torch", "flashinfer";
             cache/batch.py); each stream's own single-stream steps use its cache's backend.
+        streams: how many streams are expected: when the pool must grow, it grows by room for the
+            streams not placed yet (the size of the region being placed each), so N cameras of one
+            resolution cost one allocation, not N growing re-allocations (each copying the pool).
     """
 
     def __init__(
@@ -72,7 +75,9 @@ class SharedKVPool:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         backend: str = "auto",
+        streams: int = 1,
     ) -> None:
+        self.streams = streams
         self.num_layers, self.num_heads, self.head_dim = num_layers, num_heads, head_dim
         self.dtype, self.device = dtype, torch.device(device)
         self.backend_name = backend
@@ -168,7 +173,7 @@ class SharedKVPool:
                 return position
             position = max(position, region.stop)
         if position + tokens > self.capacity:
-            self._grow(position + tokens)
+            self._grow(position + tokens * max(1, self.streams - len(self._regions)))
         return position
 
     def _grow(self, capacity: int) -> None:

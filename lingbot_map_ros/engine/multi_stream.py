@@ -89,7 +89,7 @@ class MultiStreamSession:
         self.config = config or SessionConfig()
         self.batch = batch or BatchConfig()
         self.model = model
-        self.pool = model.new_pool(self.config.backend)
+        self.pool = model.new_pool(self.config.backend, streams=len(names))
         self.sessions = {name: StreamingSession(model, self.config, kv_pool=self.pool) for name in names}
         self._queues: dict[str, deque[tuple[np.ndarray, object]]] = {
             name: deque(maxlen=self.batch.queue_depth) for name in names

@@ -65,11 +65,11 @@ class LingBotMap(nn.Module):
         dtype = self.precision.aggregator_dtype
         return StreamState(self.config, config or StreamConfig(), self.device, dtype, pool)
 
-    def new_pool(self, backend: str = "auto") -> SharedKVPool:
-        """An empty KV pool for several streams of this model (its global-attention geometry and dtype)."""
+    def new_pool(self, backend: str = "auto", streams: int = 1) -> SharedKVPool:
+        """An empty KV pool for ``streams`` streams of this model (its global-attention geometry, dtype)."""
         c = self.config
         return SharedKVPool(
-            c.depth, c.num_heads, c.head_dim, self.precision.aggregator_dtype, self.device, backend
+            c.depth, c.num_heads, c.head_dim, self.precision.aggregator_dtype, self.device, backend, streams
         )
 
     def step_batch(
