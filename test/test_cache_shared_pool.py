@@ -174,3 +174,18 @@ def test_a_pool_expecting_n_streams_grows_once_for_all_of_them() -> None:
     caches = [PooledKVCache(pool, _config(3)) for _ in range(3)]
     assert pool.stats().reallocations == 0 and pool.capacity == 3 * caches[0].region.tokens
     assert [c.region.start for c in caches] == [0, caches[0].region.stop, caches[1].region.stop]
+
+
+def test_a_batch_that_fails_to_begin_leaves_every_stream_as_it_was() -> None:
+    pool = SharedKVPool(LAYERS, HEADS, DIM)
+    a, b = PooledKVCache(pool, _config(3)), PooledKVCache(pool, _config(3))
+    for cache in (a, b):
+        step = cache.begin_step(2, True)
+        for layer in range(LAYERS):
+            step.write(layer, *torch.randn(2, 2 * cache.config.tokens_per_frame, HEADS, DIM))
+        cache.end_step(step)
+    open_step = b.begin_step(1, True)  # b has a step open: the batch cannot begin it
+    with pytest.raises(RuntimeError, match="while a step is open"):
+        begin_batch(pool, [a, b], [True, True])
+    assert a.frames_stored == 2 and a.begin_step(1, True)  # a's keyframe step was aborted, a not reset
+    b.abort_step(open_step)

@@ -194,7 +194,7 @@ def begin_batch(
             steps.append(cache.begin_step(count, keyframe, plan_backend=False))
     except BaseException:
         for cache, step in zip(caches, steps, strict=False):
-            cache.end_step(step)
+            cache.abort_step(step)
         raise
     requests, query = [], 0
     for cache, step in zip(caches, steps, strict=True):

@@ -145,6 +145,14 @@ class PagedKVCache:
         self._open_step = step
         return step
 
+    def abort_step(self, step: CacheStep) -> None:
+        """Close the open ``step`` before any layer wrote into the pools: the committed state is untouched
+        (a batch whose other stream failed to begin, cache/batch.py)."""
+        if step is not self._open_step or step.layers_attended():
+            raise RuntimeError("abort_step() needs the open step of this cache, before any layer wrote")
+        self._open_step = None
+        step.closed = True
+
     def specials_capped(self, state: LayoutState) -> bool:
         """Whether the special stream of ``state`` is at ``max_special_frames`` (steady key count)."""
         return state.committed_frames + len(state.special_frame) >= self.config.max_special_frames

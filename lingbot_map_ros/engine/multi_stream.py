@@ -142,6 +142,8 @@ class MultiStreamSession:
     def run_round(self, frames: dict[str, tuple[np.ndarray, object]]) -> RoundResults:
         """One frame of each camera in ``frames`` (name -> (rgb, meta)): anchor phases and re-anchors on
         their own, streaming frames batched per network resolution. Results per camera in frame order."""
+        for name in frames:
+            self._session(name)
         out = RoundResults({name: [] for name in frames})
         with self._step_lock:
             waiting: dict[str, StreamingFrame] = {}
@@ -194,15 +196,20 @@ class MultiStreamSession:
     # ------------------------------------------------------------------ control and diagnostics
 
     def reset(self, name: str, reason: str = "reset requested") -> None:
-        """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched."""
-        self._session(name).reset(reason)
-        with self._ready:
-            self._queues[name].clear()
+        """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched.
+        Waits for a round in progress (call this, not ``sessions[name].reset``, from other threads)."""
+        session = self._session(name)
+        with self._step_lock:
+            session.reset(reason)
+            with self._ready:
+                self._queues[name].clear()
 
     def set_sliding_window(self, n: int, name: str | None = None) -> None:
-        """Resize the live window of camera ``name`` (None: every camera)."""
-        for session in [self._session(name)] if name is not None else self.sessions.values():
-            session.set_sliding_window(n)
+        """Resize the live window of camera ``name`` (None: every camera), between rounds."""
+        sessions = [self._session(name)] if name is not None else list(self.sessions.values())
+        with self._step_lock:
+            for session in sessions:
+                session.set_sliding_window(n)
 
     def stats(self, name: str) -> dict[str, object]:
         """Camera ``name``'s `StreamingSession.stats()` plus its queue and dropped frames."""
