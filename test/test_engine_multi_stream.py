@@ -141,3 +141,12 @@ def test_worker_step_waits_boundedly_for_a_slow_camera(model: LingBotMap) -> Non
         multi.submit("rear", frames[0])
     with pytest.raises(ValueError, match="distinct"):
         MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "a"])
+
+
+def test_warm_up_runs_every_camera_and_leaves_them_fresh(model: LingBotMap) -> None:
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    assert multi.warm_up((42, 74), streaming_frames=1) > 0
+    for name in ("a", "b"):
+        stats = multi.stats(name)
+        assert (stats["epoch"], stats["frames_total"], stats["frames_stored"]) == (0, 0, 0)
+    assert multi.pool_stats()["regions"] == 2  # the warm-up placed both cameras' regions

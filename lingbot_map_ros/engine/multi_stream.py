@@ -195,6 +195,13 @@ class MultiStreamSession:
 
     # ------------------------------------------------------------------ control and diagnostics
 
+    def warm_up(self, image_hw: tuple[int, int], streaming_frames: int = 3) -> float:
+        """`StreamingSession.warm_up` of every camera (its single-camera CUDA graphs, compiled blocks), before
+        the first frame; counters and epochs untouched. Batched steps are eager (nothing to
+        capture). Returns seconds."""
+        with self._step_lock:
+            return sum(s.warm_up(image_hw, streaming_frames) for s in self.sessions.values())
+
     def reset(self, name: str, reason: str = "reset requested") -> None:
         """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched.
         Waits for a round in progress (call this, not ``sessions[name].reset``, from other threads)."""
