@@ -33,12 +33,18 @@ class ConfigureError(RuntimeError):
 
 @dataclass
 class Pipeline:
-    """What configure builds: the model (on its device) and the session that streams frames through it."""
+    """What configure builds: the model (on its device) and the session that streams frames through it
+    (the first camera's; `open_session` opens one more on the same model for each further camera)."""
 
     model: torch.nn.Module | FaultInjectingModel
     session: StreamingSession
     device: torch.device
     description: str
+    session_config: SessionConfig
+
+    def open_session(self) -> StreamingSession:
+        """Another `StreamingSession` over the same loaded model (its own KV pool): one more camera."""
+        return StreamingSession(self.model, self.session_config)
 
     def release(self) -> None:
         """Drop the model and session and return cached GPU memory (cleanup)."""
@@ -134,5 +140,6 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         except Exception as exc:  # e.g. out of memory: one clear configure error
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
-    return Pipeline(model=model, session=session, device=device, description=description)
+    return Pipeline(model=model, session=session, device=device, description=description,
+                    session_config=session_config)
 
