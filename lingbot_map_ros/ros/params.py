@@ -532,7 +532,7 @@ def check_update(params: list[Parameter], current: NodeParams, configured: bool)
         if spec is None:
             continue  # e.g. use_sim_time, handled by rclpy
         reason = spec.validate(param.value)
-        unchanged = reason is None and _coerce(spec, param.value) == values[param.name]
+        unchanged = reason is None and _coerce(spec, param.value) == _coerce(spec, values[param.name])
         if reason is None and spec.startup and not unchanged:
             reason = f"{param.name} is read when the node starts (its topics and services): restart it"
         if reason is None and configured and not spec.live and not unchanged:

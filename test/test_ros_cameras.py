@@ -1,0 +1,207 @@
+"""Several cameras in one node (issue 14), without DDS traffic: the `cameras` parameter's validation, the
+per-camera scheduler (one thread, a drop-oldest queue per camera), the per-camera `CameraStream` on a
+configured in-process node (one model, one session per camera, independent streams and resets), and the
+fusion of several cameras' maps and grids."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import rclpy
+from builtin_interfaces.msg import Time
+from rclpy.parameter import Parameter
+from ros_helpers import TINY_NODE_PARAMS, load_frames
+from std_msgs.msg import Header
+
+from lingbot_map_ros.engine.fusion import fuse_grids, fuse_points
+from lingbot_map_ros.engine.grid import GridConfig, OccupancyGridBuilder
+from lingbot_map_ros.engine.mapping import VoxelMapConfig
+from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.node import LingBotMapNode
+from lingbot_map_ros.ros.params import (
+    PARAMETERS,
+    NodeParams,
+    camera_names_problems,
+    check_update,
+    cross_check,
+    field_name,
+)
+from lingbot_map_ros.ros.scheduler import StreamScheduler
+
+DEFAULTS = {spec.name: spec.default for spec in PARAMETERS}
+
+
+# ----------------------------------------------------------------------------------------------- params
+def test_camera_names_are_validated() -> None:
+    assert camera_names_problems(("",)) == []  # the default: one unnamed camera
+    assert camera_names_problems(("front", "rear_2")) == []
+    assert camera_names_problems(()) and "at least one" in camera_names_problems(())[0]
+    for bad in ("", "2cam", "front/left", "a b", "front-1", "_x"):
+        assert camera_names_problems(("front", bad)), bad
+    assert "more than once" in camera_names_problems(("front", "rear", "front"))[0]
+    assert cross_check({**DEFAULTS, "cameras": ["front", "rear"]}) == []
+    assert any(
+        "scale.source" in p for p in cross_check({**DEFAULTS, "cameras": ["a", "b"], "scale.source": "depth"})
+    )
+    assert any(
+        "camera_frame" in p for p in cross_check({**DEFAULTS, "cameras": ["a", "b"], "camera_frame": "cam"})
+    )
+
+
+def test_cameras_is_a_start_up_string_array() -> None:
+    current = NodeParams(**{field_name(s.name): s.default for s in PARAMETERS})
+    same = check_update([Parameter("cameras", value=[""])], current, configured=True)
+    assert same.successful, same.reason
+    for configured in (False, True):  # new topics and services need a new node, configured or not
+        changed = check_update([Parameter("cameras", value=["front"])], current, configured=configured)
+        assert not changed.successful and "restart" in changed.reason
+    wrong = check_update([Parameter("cameras", value="front")], current, configured=False)
+    assert not wrong.successful and "string array" in wrong.reason
+
+
+# -------------------------------------------------------------------------------------------- scheduler
+def test_scheduler_steps_every_ready_camera_and_drops_per_camera() -> None:
+    release = threading.Event()
+    batches: list[list[tuple[str, int]]] = []
+
+    def step(batch: list[tuple[str, int]]) -> list[Exception | None]:
+        release.wait(5)
+        batches.append(batch)
+        return [ValueError("bad") if item == 99 else None for _, item in batch]
+
+    errors: list[tuple[str, int]] = []
+    scheduler = StreamScheduler(["front", "rear"], step, 2, lambda key, item, exc: errors.append((key, item)))
+    try:
+        scheduler.submit("front", 0)  # taken at once: the step waits on `release`
+        deadline = time.monotonic() + 5
+        while scheduler.stats("front").in_flight == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for i in range(1, 6):  # a fast camera: only its own two newest frames are kept
+            assert scheduler.submit("front", i) == (i <= 2)
+        scheduler.submit("rear", 99)  # the slow camera's frame is not evicted by the fast one
+        release.set()
+        assert scheduler.wait_idle(5)
+    finally:
+        assert scheduler.stop(5)
+    assert batches[0] == [("front", 0)]
+    assert batches[1] == [("rear", 99), ("front", 4)]  # round robin: rear served first this time
+    assert batches[2] == [("front", 5)]
+    front, rear = scheduler.stats("front"), scheduler.stats("rear")
+    assert (front.submitted, front.processed, front.dropped, front.failed, front.max_queued) == (
+        6,
+        3,
+        3,
+        0,
+        2,
+    )
+    assert (rear.submitted, rear.processed, rear.dropped, rear.failed) == (1, 1, 0, 1)
+    assert errors == [("rear", 99)]  # a failure is its camera's only
+
+
+# -------------------------------------------------------------------------------------- camera stream
+@pytest.fixture(scope="module")
+def node() -> Iterator[LingBotMapNode]:
+    """An in-process node with two cameras, configured and active (not spinning: no callbacks run)."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    params = {
+        **TINY_NODE_PARAMS,
+        "autostart": False,
+        "kv_cache.scale_frames": 2,
+        "tf.mode": "map_to_camera",
+        "cameras": ["front", "rear"],
+    }
+    node = LingBotMapNode(
+        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]
+    )
+    assert node.autostart()
+    yield node
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+def frame(camera: LingBotMapNode, rgb: np.ndarray, i: int, frame_id: str, generation: int) -> InputFrame:
+    return InputFrame(Header(stamp=Time(sec=i), frame_id=frame_id), rgb, time.monotonic(), generation)
+
+
+def test_each_camera_has_its_own_session_on_the_one_model(node: LingBotMapNode) -> None:
+    front, rear = node.cameras["front"], node.cameras["rear"]
+    assert front.session is not rear.session
+    assert front.session.model is rear.session.model is node._pipeline.model
+    assert front.intake.subscribe(node._facade, node.params, None)[0].topic_name.endswith("/front/image")
+    config = front.output_config(node.params, primary=True)
+    assert (config.camera_map_frame, config.publish_robot_tf) == ("map_front", True)
+    assert not rear.output_config(node.params, primary=False).publish_robot_tf
+    services = {name for name, _ in node.get_service_names_and_types()}
+    assert {"/lingbot_map/front/reset", "/lingbot_map/rear/reset", "/lingbot_map/reset"} <= services
+
+
+def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingBotMapNode) -> None:
+    images = load_frames(12, step=2)
+    front, rear = node.cameras["front"], node.cameras["rear"]
+    poses: dict[str, list[np.ndarray]] = {"front": [], "rear": []}
+    for i in range(6):  # rear pauses for frames 2 and 3
+        for cam, rgb in ((front, images[i]), (rear, images[6 + i])):
+            if cam is rear and i in (2, 3):
+                continue
+            step = cam.infer(frame(node, rgb, i, f"{cam.name}_optical", cam.generation))
+            poses[cam.name] += [r.pose_c2w for r in step.results] if step else []
+    reference = node._pipeline.open_session()
+    expected = [r.pose_c2w for i in range(6) for r in reference.push(images[i])]
+    assert len(poses["front"]) == 6 and len(poses["rear"]) == 4
+    np.testing.assert_allclose(np.stack(poses["front"]), np.stack(expected), atol=1e-5)
+
+    # resetting rear: its queued/old frames are dropped, its session restarts; front goes on
+    old = frame(node, images[0], 9, "rear_optical", rear.generation)
+    assert node.reset_camera("rear") == 0
+    assert rear.infer(old) is None  # inferred before the reset: dropped
+    assert rear.infer(frame(node, images[0], 10, "rear_optical", rear.generation)) is None  # anchor 1 of 2
+    step = front.infer(frame(node, images[6], 6, "front_optical", front.generation))
+    assert [r.index for r in step.results] == [6] and step.results[0].epoch == 0
+
+    # another frame_id on the front camera's topic (confirmed by the intake) starts a new stream there
+    epoch = front.session_stats["epoch"]
+    front.infer(frame(node, images[7], 7, "other_optical", front.generation))
+    assert front.session_stats["epoch"] == epoch + 1 and rear.session_stats["epoch"] == 1
+
+
+# ---------------------------------------------------------------------------------------------- fusion
+def test_fused_points_are_one_voxel_map() -> None:
+    config = VoxelMapConfig(voxel_size=0.1, conf_threshold=0.0, pixel_stride=1, max_points=1000)
+    a = (np.array([[0.0, 0, 0], [1, 0, 0]], np.float32), np.full((2, 3), 200, np.uint8))
+    b = (np.array([[0.01, 0, 0], [0, 2, 0]], np.float32), np.full((2, 3), 100, np.uint8))
+    xyz, rgb = fuse_points([a, b], config)
+    assert len(xyz) == 3  # the two points in one voxel are one
+    assert sorted(map(tuple, np.round(xyz, 1))) == [(0.0, 0.0, 0.0), (0.0, 2.0, 0.0), (1.0, 0.0, 0.0)]
+
+
+def _cells(grid: object) -> dict[tuple[int, int], int]:
+    """World cell index -> value of every known cell."""
+    res = grid.resolution
+    ox, oy = (round(v / res) for v in grid.origin_xy)
+    rows, cols = np.nonzero(grid.data != -1)
+    return {(ox + c, oy + r): int(grid.data[r, c]) for r, c in zip(rows, cols, strict=True)}
+
+
+def test_fused_grid_equals_one_grid_of_both_cameras() -> None:
+    config = replace(GridConfig(), resolution=0.1)
+    rng = np.random.default_rng(0)
+    wall = np.column_stack([np.full(200, 2.0), rng.uniform(-1, 1, 200), rng.uniform(0.0, 1.0, 200)])
+    floor = np.column_stack([rng.uniform(-3, -1, 200), rng.uniform(-1, 1, 200), np.zeros(200)])
+    front, rear, both = (OccupancyGridBuilder(config) for _ in range(3))
+    front.integrate(wall, np.zeros(3))
+    rear.integrate(floor, np.array([-0.5, 0.0, 0.5]))
+    both.integrate(wall, np.zeros(3))
+    both.integrate(floor, np.array([-0.5, 0.0, 0.5]))
+    fused = fuse_grids([front.counts(), rear.counts()], config)
+    assert _cells(fused) == _cells(both.grid())
+    assert 100 in _cells(fused).values() and 0 in _cells(fused).values()
+    assert _cells(fuse_grids([], config)) == {}
