@@ -5,6 +5,7 @@ mapping; /diagnostics has a status per camera."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,21 +15,28 @@ import pytest
 from attack_helpers import status_of, warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
-from nav_msgs.msg import Odometry
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import OccupancyGrid, Odometry
 from nav_msgs.msg import Path as PathMsg
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames
-from sensor_msgs.msg import Image
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import PYTHON, TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames
+from sensor_msgs.msg import Image, PointCloud2
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.tf import TF_QOS
 
 pytestmark = pytest.mark.dds
 
 NS = "/cameras_test"
 NODE = f"{NS}/lingbot_map"
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(
+    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+)
+ROBOT_FRAMES = 10
 #: camera -> (optical frame id, first stamp second, publish period s): two rates, two frame ids.
 CAMERAS = {"front": ("front_optical", 100, 0.05), "rear": ("rear_optical", 500, 0.13)}
 SCALE_FRAMES = 2
@@ -141,5 +149,69 @@ def test_two_cameras_map_side_by_side_and_reset_alone(ros_client: RosClient, tmp
         assert int(rear["frames_published"]) >= 6 + SCALE_FRAMES + 2
         assert status_of(last, "lingbot_map")[2]["cameras"] == "front,rear"
     finally:
+        code = node.stop()
+    assert code == 0, node.output()
+
+
+def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
+    ros_client: RosClient, tmp_path: Path
+) -> None:
+    """Robot TF (test/robot_sim.py: odom -> base_link -> camera_link -> camera_optical): both cameras (here
+    both fed the robot's camera) are posed in the one `map`, only the first publishes map -> odom, and the
+    fused ~/map_cloud and ~/grid are in `map`."""
+    ns = "/cameras_robot"
+    node_name = f"{ns}/lingbot_map"
+    tf = ros_client.collect(TFMessage, "/tf", TF_QOS)
+    poses = {
+        name: ros_client.collect(PoseStamped, f"{node_name}/{name}/camera_pose", RELIABLE) for name in CAMERAS
+    }
+    fused = ros_client.collect(PointCloud2, f"{node_name}/map_cloud", LATCHED)
+    grid = ros_client.collect(OccupancyGrid, f"{node_name}/grid", LATCHED)
+    node = NodeProcess.start(
+        tmp_path,
+        name="lingbot_map",
+        namespace=ns,
+        params={
+            **TINY_NODE_PARAMS,
+            "cameras": list(CAMERAS),
+            "tf.timeout": 0.5,
+            "map_publish_rate": 5.0,
+            "grid.rate": 5.0,
+        },
+        remaps={f"{name}/image": "/robot/camera/image_raw" for name in CAMERAS},
+    )
+    robot = None
+    try:
+        node.wait_ready(ros_client, [f"{node_name}/front/reset", f"{node_name}/rear/reset"])
+        log = open(tmp_path / "robot.log", "wb")  # noqa: SIM115 - closed by the process end
+        robot = subprocess.Popen(
+            [
+                str(PYTHON),
+                str(Path(__file__).with_name("robot_sim.py")),
+                str(tmp_path / "truth.npz"),
+                "--frames",
+                str(ROBOT_FRAMES),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for name in CAMERAS:
+            got = poses[name].wait_for(ROBOT_FRAMES, timeout=120)
+            assert {m.header.frame_id for m in got} == {"map"}, name
+        time.sleep(0.5)
+        parents: dict[str, set[str]] = {}
+        for msg in tf.messages:
+            for t in msg.transforms:
+                parents.setdefault(t.child_frame_id, set()).add(t.header.frame_id)
+        assert parents == {"base_link": {"odom"}, "odom": {"map"}}, parents  # no map_<name>, one parent each
+        cloud = fused.wait_for(lambda m: len(m) and m[-1].width > 0, timeout=30)[-1]
+        assert cloud.header.frame_id == "map"
+        assert (
+            grid.wait_for(lambda m: len(m) and len(m[-1].data) > 0, timeout=30)[-1].header.frame_id == "map"
+        )
+    finally:
+        if robot is not None:
+            robot.kill()
+            robot.wait(10)
         code = node.stop()
     assert code == 0, node.output()
