@@ -41,10 +41,22 @@ class Pipeline:
     device: torch.device
     description: str
     session_config: SessionConfig
+    warmup_hw: tuple[int, int] | None = None  # (H, W) the sessions are warmed up at (CUDA), None: none
 
     def open_session(self) -> StreamingSession:
-        """Another `StreamingSession` over the same loaded model (its own KV pool): one more camera."""
-        return StreamingSession(self.model, self.session_config)
+        """Another `StreamingSession` over the same loaded model (its own KV pool and CUDA graphs): one more
+        camera; warmed up at `warmup_hw` as the first one (its graphs captured before its first frame).
+
+        Raises:
+            ConfigureError: the warm-up failed (e.g. out of memory).
+        """
+        session = StreamingSession(self.model, self.session_config)
+        if self.warmup_hw is not None:
+            try:
+                session.warm_up(self.warmup_hw)
+            except Exception as exc:  # e.g. out of memory: one clear configure error
+                raise ConfigureError(f"warm-up of another camera's session failed: {exc}") from exc
+        return session
 
     def release(self) -> None:
         """Drop the model and session and return cached GPU memory (cleanup)."""
@@ -141,5 +153,6 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(model=model, session=session, device=device, description=description,
-                    session_config=session_config)
+                    session_config=session_config,
+                    warmup_hw=warmup_hw if device.type == "cuda" else None)
 
