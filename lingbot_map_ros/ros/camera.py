@@ -19,20 +19,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import CallbackGroup
 from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from ..engine.session import StreamingSession
+from ..engine.session_store import SessionError, SessionSnapshot
 from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
+from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
 from .entities import NodeFacade
 from .intake import FrameIntake, InputFrame
 from .outputs import MappingOutputs, OutputConfig
 from .params import NodeParams
 from .services import SERVICE_QOS
+from .session_files import SessionFiles
 from .tf_listener import TfLookup
+from .worker import WorkerStats
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,6 @@ class CameraStream:
                 qos_profile=SERVICE_QOS,
                 callback_group=host.service_group,
             )
-
-    @property
-    def label(self) -> str:
-        """The name in messages and statuses."""
-        return self.name or "camera"
 
     def output_config(self, params: NodeParams, primary: bool) -> OutputConfig:
         """The outputs' options: the node's, with this camera's map frame and TF role."""
@@ -260,17 +259,30 @@ class CameraStream:
         self.stats.record_reset()
         return discarded
 
-    def start_generation(self) -> int:
-        """A new generation without resetting (a loaded session continues in it); returns it."""
-        self.generation += 1
-        return self.generation
+    def capture(self, sessions: SessionFiles, params: NodeParams) -> SessionSnapshot:
+        """Copies of the session and the map under both locks (`~/save_session`; call after what was
+        inferred is published). Raises `SessionError` (not active, anchor phase, ...)."""
+        with self.session_lock, self.publish_lock:
+            if self.session is None or self.outputs is None or not self._host.active():
+                raise SessionError("not active")
+            return sessions.capture(params, self.session, self.outputs)
 
-    def adopt_generation(self, generation: int) -> None:
-        """The session and outputs already are `generation`'s (call with both locks held)."""
-        self._session_generation = self._outputs_generation = generation
-        self.camera_id = None
-        self._last_result = {}
-        self._refresh_session_stats()
+    def restore(self, snapshot: SessionSnapshot, clear_queue: Callable[[str], int]) -> None:
+        """Continue a saved session (`~/load_session`) in a new generation: queued and in-flight frames of
+        the old stream are dropped, session and outputs take the snapshot. Raises `SessionError`."""
+        if self.session is None or self.outputs is None:
+            raise SessionError("not active")
+        self.generation += 1
+        generation = self.generation
+        clear_queue(self.name)
+        with self.session_lock, self.publish_lock:
+            if self.session is None or self.outputs is None:
+                raise SessionError("not active")
+            self.outputs.restore(self.session, snapshot)
+            self._session_generation = self._outputs_generation = generation
+            self.camera_id = None
+            self._last_result = {}
+            self._refresh_session_stats()
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """`~/<name>/reset`: this camera's stream only (the others keep mapping)."""
@@ -319,6 +331,28 @@ class CameraStream:
             self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
         stats["last_frame"] = dict(self._last_result)
         self.session_stats = stats
+
+    def status(
+        self,
+        name: str,
+        hardware: str,
+        stamp: object,
+        runtime: dict[str, object],
+        worker: WorkerStats | None,
+        state: str,
+    ) -> DiagnosticArray:
+        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic)."""
+        conflict = self.intake.guard.conflict()
+        return diagnostic_array(
+            name,
+            hardware,
+            stamp,
+            runtime,
+            worker,
+            dict(self.session_stats),
+            state,
+            errors=[conflict] if conflict else [],
+        )
 
     def runtime(self) -> dict[str, object]:
         """This camera's counters, intrinsics check and map/trajectory statistics for /diagnostics."""

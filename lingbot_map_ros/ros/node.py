@@ -22,6 +22,7 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
@@ -113,14 +114,13 @@ class LingBotMapNode(LifecycleNode):
             else:
                 stats = RuntimeStats()
                 causes = CauseLog(stats, self.get_logger().get_child(name))
-                host = CameraHost(**{**host.__dict__, "input_group": MutuallyExclusiveCallbackGroup()})
+                host = replace(host, input_group=MutuallyExclusiveCallbackGroup())
             robot_map = None if i == 0 else self._robot_map_odom
             cameras[name] = CameraStream(name, host, stats, causes, robot_map)
         return cameras
 
     @property
-    def _named(self) -> bool:
-        """Several (named) cameras rather than today's one unnamed camera."""
+    def _named(self) -> bool:  # several (named) cameras rather than today's one unnamed camera
         return "" not in self.cameras
 
     def _robot_map_odom(self) -> object:
@@ -312,11 +312,7 @@ class LingBotMapNode(LifecycleNode):
         publisher = self._publisher
         if publisher is not None:
             publisher.wait_idle(PUBLISH_DRAIN_S)
-        with camera.session_lock, camera.publish_lock:
-            if camera.session is None or camera.outputs is None or not self._active:
-                raise SessionError("not active")
-            snapshot = self._sessions.capture(self.params, camera.session, camera.outputs)
-        return self._sessions.write(self.params, snapshot)
+        return self._sessions.write(self.params, camera.capture(self._sessions, self.params))
 
     def load_session(self) -> str:
         """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
@@ -324,15 +320,9 @@ class LingBotMapNode(LifecycleNode):
         camera = self._single()
         name, snapshot = self._sessions.read(self.params)
         scheduler = self._scheduler
-        if camera.session is None or camera.outputs is None or scheduler is None:
+        if scheduler is None:
             raise SessionError("not active")
-        generation = camera.start_generation()  # queued and in-flight frames of the old stream are dropped
-        scheduler.clear(camera.name)
-        with camera.session_lock, camera.publish_lock:
-            if camera.session is None or camera.outputs is None:
-                raise SessionError("not active")
-            camera.outputs.restore(camera.session, snapshot)
-            camera.adopt_generation(generation)
+        camera.restore(snapshot, scheduler.clear)
         poses = len(snapshot.trajectory_stamps_ns)
         return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
                 f"{camera.outputs.mapper.mode}; new frames continue its map frame")
@@ -353,25 +343,19 @@ class LingBotMapNode(LifecycleNode):
         if not self._named:
             camera = self.cameras[""]
             runtime = {**self.stats.snapshot(), "clock": clock, **camera.runtime()}
-            msg = self._camera_status(name, camera, hardware, now.to_msg(), runtime, scheduler, state)
+            worker = scheduler.stats("") if scheduler is not None else None
+            msg = camera.status(name, hardware, now.to_msg(), runtime, worker, state)
         else:
             runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras)}
             if self._fused is not None and self._active:
                 runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
             msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, {}, state)
             for camera in self.cameras.values():
-                status = self._camera_status(f"{name}/{camera.name}", camera, hardware, now.to_msg(),
-                                             camera.runtime(), scheduler, state)
+                worker = scheduler.stats(camera.name) if scheduler is not None else None
+                status = camera.status(f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(),
+                                       worker, state)
                 msg.status += status.status
         pub.publish(msg)
-
-    @staticmethod
-    def _camera_status(name: str, camera: CameraStream, hardware: str, stamp: object, runtime: dict,
-                       scheduler: StreamScheduler | None, state: str) -> DiagnosticArray:
-        conflict = camera.intake.guard.conflict()
-        return diagnostic_array(name, hardware, stamp, runtime,
-                                scheduler.stats(camera.name) if scheduler is not None else None,
-                                dict(camera.session_stats), state, errors=[conflict] if conflict else [])
 
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:

@@ -11,7 +11,6 @@ replaces it with one batched step. With one camera this is exactly `InferenceWor
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
@@ -104,17 +103,6 @@ class StreamScheduler(Generic[Key, Item]):
             lane.queue.clear()
             self._cond.notify_all()
             return count
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Block until every queue is empty and no step runs; False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while any(lane.queue or lane.busy for lane in self._lanes.values()):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-        return True
 
     def stats(self, key: Key) -> WorkerStats:
         """Camera `key`'s counters (the invariant of `WorkerStats` holds per camera)."""
