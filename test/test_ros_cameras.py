@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import rclpy
 from builtin_interfaces.msg import Time
+from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from ros_helpers import TINY_NODE_PARAMS, load_frames
 from std_msgs.msg import Header
@@ -174,6 +175,24 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
     epoch = front.session_stats["epoch"]
     front.infer(frame(node, images[7], 7, "other_optical", front.generation))
     assert front.session_stats["epoch"] == epoch + 1 and rear.session_stats["epoch"] == 1
+
+
+def test_deactivate_activate_keeps_each_cameras_map_and_path(node: LingBotMapNode) -> None:
+    images = load_frames(6, step=2)
+    rear = node.cameras["rear"]
+    node.reset_camera("rear")
+    for i in range(4):
+        step = rear.infer(frame(node, images[i], 100 + i, "rear_optical", rear.generation))
+        if step is not None:
+            rear.publish(step)  # the publish thread's work, here on the test's thread
+    outputs, poses = rear.outputs, rear.outputs.mapper.trajectory.history_length
+    assert poses == 4
+    assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert rear.outputs is outputs  # kept: same mapper, map and path
+    step = rear.infer(frame(node, images[4], 104, "rear_optical", rear.generation))
+    rear.publish(step)
+    assert step.results[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
 
 
 # ---------------------------------------------------------------------------------------------- fusion
