@@ -22,6 +22,10 @@ from std_msgs.msg import Header
 from lingbot_map_ros.engine.fusion import fuse_grids, fuse_points
 from lingbot_map_ros.engine.grid import GridConfig, OccupancyGridBuilder
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
+from lingbot_map_ros.engine.multi_stream import MultiStreamSession
+from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.ros.camera import CameraStream
+from lingbot_map_ros.ros.camera_step import step_cameras
 from lingbot_map_ros.ros.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 from lingbot_map_ros.ros.params import (
@@ -132,14 +136,27 @@ def node() -> Iterator[LingBotMapNode]:
     rclpy.shutdown(context=context)
 
 
-def frame(camera: LingBotMapNode, rgb: np.ndarray, i: int, frame_id: str, generation: int) -> InputFrame:
-    return InputFrame(Header(stamp=Time(sec=i), frame_id=frame_id), rgb, time.monotonic(), generation)
+def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> InputFrame:
+    """A frame of `camera` in its current generation, stamped `i` s, frame id `<name>_optical` by default."""
+    header = Header(stamp=Time(sec=i), frame_id=frame_id or f"{camera.name}_optical")
+    return InputFrame(header, rgb, time.monotonic(), camera.generation)
 
 
-def test_each_camera_has_its_own_session_on_the_one_model(node: LingBotMapNode) -> None:
+def step(node: LingBotMapNode, *frames: tuple[str, InputFrame]) -> dict[str, list]:
+    """One step of the node's inference thread (camera_step.py): results per camera that produced any."""
+    steps, errors = step_cameras(node.cameras, list(frames), node._pipeline.session)
+    assert not errors
+    return {s.camera.name: s for s in steps}
+
+
+def test_each_camera_has_its_own_session_on_the_one_model_and_pool(node: LingBotMapNode) -> None:
     front, rear = node.cameras["front"], node.cameras["rear"]
-    assert front.session is not rear.session
-    assert front.session.model is rear.session.model is node._pipeline.model
+    multi = node._pipeline.session
+    assert isinstance(multi, MultiStreamSession) and multi.sessions == {
+        "front": front.session,
+        "rear": rear.session,
+    }
+    assert front.session is not rear.session and front.session.model is node._pipeline.model
     assert front.intake.subscribe(node._facade, node.params, None)[0].topic_name.endswith("/front/image")
     config = front.output_config(node.params, primary=True)
     assert (config.camera_map_frame, config.publish_robot_tf) == ("map_front", True)
@@ -152,28 +169,30 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
     images = load_frames(12, step=2)
     front, rear = node.cameras["front"], node.cameras["rear"]
     poses: dict[str, list[np.ndarray]] = {"front": [], "rear": []}
-    for i in range(6):  # rear pauses for frames 2 and 3
-        for cam, rgb in ((front, images[i]), (rear, images[6 + i])):
-            if cam is rear and i in (2, 3):
-                continue
-            step = cam.infer(frame(node, rgb, i, f"{cam.name}_optical", cam.generation))
-            poses[cam.name] += [r.pose_c2w for r in step.results] if step else []
-    reference = node._pipeline.open_session()
+    for i in range(6):  # rear pauses for frames 2 and 3: then front steps alone
+        batch = [("front", frame(front, images[i], i))]
+        if i not in (2, 3):
+            batch.append(("rear", frame(rear, images[6 + i], i)))
+        for name, out in step(node, *batch).items():
+            poses[name] += [r.pose_c2w for r in out.results]
+    multi = node._pipeline.session
+    assert multi.pool_stats()["batches"].get(2, 0) >= 1  # the two streaming frames went as one batch
+    reference = StreamingSession(node._pipeline.model, multi.config)
     expected = [r.pose_c2w for i in range(6) for r in reference.push(images[i])]
     assert len(poses["front"]) == 6 and len(poses["rear"]) == 4
     np.testing.assert_allclose(np.stack(poses["front"]), np.stack(expected), atol=1e-5)
 
-    # resetting rear: its queued/old frames are dropped, its session restarts; front goes on
-    old = frame(node, images[0], 9, "rear_optical", rear.generation)
+    # resetting rear: its old frames are dropped, its session restarts; front goes on
+    old = frame(rear, images[0], 9)
     assert node.reset_camera("rear") == 0
-    assert rear.infer(old) is None  # inferred before the reset: dropped
-    assert rear.infer(frame(node, images[0], 10, "rear_optical", rear.generation)) is None  # anchor 1 of 2
-    step = front.infer(frame(node, images[6], 6, "front_optical", front.generation))
-    assert [r.index for r in step.results] == [6] and step.results[0].epoch == 0
+    assert step(node, ("rear", old)) == {}  # inferred after the reset: dropped
+    out = step(node, ("rear", frame(rear, images[0], 10)), ("front", frame(front, images[6], 6)))
+    assert list(out) == ["front"]  # rear: anchor 1 of 2
+    assert [r.index for r in out["front"].results] == [6] and out["front"].results[0].epoch == 0
 
     # another frame_id on the front camera's topic (confirmed by the intake) starts a new stream there
     epoch = front.session_stats["epoch"]
-    front.infer(frame(node, images[7], 7, "other_optical", front.generation))
+    step(node, ("front", frame(front, images[7], 7, "other_optical")))
     assert front.session_stats["epoch"] == epoch + 1 and rear.session_stats["epoch"] == 1
 
 
@@ -182,17 +201,16 @@ def test_deactivate_activate_keeps_each_cameras_map_and_path(node: LingBotMapNod
     rear = node.cameras["rear"]
     node.reset_camera("rear")
     for i in range(4):
-        step = rear.infer(frame(node, images[i], 100 + i, "rear_optical", rear.generation))
-        if step is not None:
-            rear.publish(step)  # the publish thread's work, here on the test's thread
+        for out in step(node, ("rear", frame(rear, images[i], 100 + i))).values():
+            rear.publish(out)  # the publish thread's work, here on the test's thread
     outputs, poses = rear.outputs, rear.outputs.mapper.trajectory.history_length
     assert poses == 4
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     assert rear.outputs is outputs  # kept: same mapper, map and path
-    step = rear.infer(frame(node, images[4], 104, "rear_optical", rear.generation))
-    rear.publish(step)
-    assert step.results[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
+    out = step(node, ("rear", frame(rear, images[4], 104)))["rear"]
+    rear.publish(out)
+    assert out.results[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
 
 
 # ---------------------------------------------------------------------------------------------- fusion
@@ -227,3 +245,28 @@ def test_fused_grid_equals_one_grid_of_both_cameras() -> None:
     assert _cells(fused) == _cells(both.grid())
     assert 100 in _cells(fused).values() and 0 in _cells(fused).values()
     assert _cells(fuse_grids([], config)) == {}
+
+
+def test_scheduler_waits_a_bounded_time_for_the_other_cameras() -> None:
+    batches: list[list[str]] = []
+    scheduler = StreamScheduler(
+        ["front", "rear"],
+        lambda b: batches.append([k for k, _ in b]) or [None] * len(b),
+        4,
+        lambda *a: None,
+        max_wait_s=0.5,
+    )
+    try:
+        scheduler.submit("front", 0)
+        time.sleep(0.1)
+        scheduler.submit("rear", 0)  # within max_wait: stepped together with front's frame
+        time.sleep(0.2)
+        start = time.monotonic()
+        scheduler.submit("front", 1)  # rear pauses: front goes alone after at most max_wait
+        while len(batches) < 2:
+            assert time.monotonic() - start < 2
+            time.sleep(0.01)
+        waited = time.monotonic() - start
+    finally:
+        assert scheduler.stop(5)
+    assert batches == [["front", "rear"], ["front"]] and 0.4 < waited < 1.5

@@ -7,8 +7,9 @@ session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*
 confirmed change of the image frame_id restarts the stream), its `StreamingSession` (one per camera, all on
 the node's one model), its `MappingOutputs` (kept from the first activate after configure until cleanup, so
 deactivate/activate keeps the map), its counters (`RuntimeStats`; the unnamed camera shares the node's) and
-its `~/<name>/reset`. Inference and publishing run on the node's threads: `infer` on the one inference thread
-(scheduler.py), `publish` on the publish thread, in step order. Nothing here raises into a callback.
+its `~/<name>/reset`. Inference and publishing run on the node's threads: the step on the one inference thread
+(scheduler.py, camera_step.py: `prepare` and `finish` around the model step), `publish` on the publish
+thread, in step order. Nothing here raises into a callback.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
+from ..engine.multi_stream import MultiStreamSession
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
 from .depth_input import DepthInput
@@ -114,6 +116,8 @@ class CameraStream:
         self._session_generation = self._outputs_generation = 0
         self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
         self.session: StreamingSession | None = None
+        self._multi: MultiStreamSession | None = None
+        self._step_epoch: object = None  # the session's epoch before the step in progress
         self.outputs: MappingOutputs | None = None
         self.session_stats: dict[str, object] = {}
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
@@ -143,10 +147,11 @@ class CameraStream:
         )
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    def configure(self, session: StreamingSession) -> None:
-        """Take this camera's session (configure): a new stream, a new map at the first activate."""
+    def configure(self, session: StreamingSession, multi: MultiStreamSession | None = None) -> None:
+        """Take this camera's session (configure; `multi`: the `MultiStreamSession` it belongs to, whose
+        `reset` waits for a round in progress): a new stream, a new map at the first activate."""
         with self.session_lock:
-            self.session = session
+            self.session, self._multi = session, multi
             self.camera_id = None
             self._refresh_session_stats()
         self.intake.guard.forget()
@@ -170,7 +175,7 @@ class CameraStream:
     def release(self) -> None:
         """Drop the session and the outputs (cleanup); their publishers are kept (entities.py)."""
         with self.session_lock:
-            self.session = None
+            self.session = self._multi = None
             self.session_stats = {}
             self.camera_id = None
         with self.publish_lock:
@@ -184,26 +189,30 @@ class CameraStream:
         if not self._host.submit(self.name, InputFrame(header, rgb, received, self.generation)):
             self.stats.record_ignored_inactive()
 
-    def infer(self, frame: InputFrame) -> StepResults | None:
-        """Inference thread: push one frame through the session; the results to publish (None: nothing)."""
-        with self.session_lock:
-            if frame.generation != self.generation or self.session is None or self.outputs is None:
-                return None  # a reset came after this frame arrived
-            self._sync_session(frame.generation)
-            epoch = self.session_stats.get("epoch")
-            self._follow_camera(frame.header.frame_id)
-            results = self.session.push(frame.rgb, meta=frame)
-            if not self._host.node.context.ok():
-                return None  # shutting down (SIGINT during the step): nothing can be published any more
-            self._refresh_session_stats(results[-1] if results else None)
-            stats = self.session_stats
-            if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
-                self._host.node.get_logger().warning(
-                    f"{self._prefix()}mapping restarted (epoch {stats['epoch']}): "
-                    f"{stats['last_reset_reason']}; "
-                    f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
-                    "frames have formed a new anchor phase"
-                )
+    def prepare(self, frame: InputFrame) -> bool:
+        """Inference thread, with `session_lock` held: whether `frame` goes into this step (False: a reset
+        came after it arrived); a new generation resets the session, another camera id restarts the stream."""
+        if frame.generation != self.generation or self.session is None or self.outputs is None:
+            return False
+        self._sync_session(frame.generation)
+        self._step_epoch = self.session_stats.get("epoch")
+        self._follow_camera(frame.header.frame_id)
+        return True
+
+    def finish(self, frame: InputFrame, results: list) -> StepResults | None:
+        """Inference thread, with `session_lock` held: the step's results (from `push` or a batched round)
+        on their way to the publish thread; None when there is nothing (or the node is shutting down)."""
+        if not self._host.node.context.ok():
+            return None  # shutting down (SIGINT during the step): nothing can be published any more
+        self._refresh_session_stats(results[-1] if results else None)
+        stats, epoch = self.session_stats, self._step_epoch
+        if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
+            self._host.node.get_logger().warning(
+                f"{self._prefix()}mapping restarted (epoch {stats['epoch']}): "
+                f"{stats['last_reset_reason']}; "
+                f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
+                "frames have formed a new anchor phase"
+            )
         return StepResults(self, frame.generation, results) if results else None
 
     def _prefix(self) -> str:
@@ -214,7 +223,7 @@ class CameraStream:
         never mixes two cameras (call with `session_lock` held)."""
         previous, self.camera_id = self.camera_id, frame_id
         if previous is not None and frame_id != previous:
-            self.session.reset(f"camera changed from '{previous}' to '{frame_id}'")
+            self._reset_session(f"camera changed from '{previous}' to '{frame_id}'")
 
     def publish(self, step: StepResults) -> None:
         """Publish thread: every output of one step, in order, unless a reset came in between."""
@@ -304,10 +313,18 @@ class CameraStream:
     def _sync_session(self, generation: int) -> None:
         """Reset the session once for a new stream generation (call with `session_lock` held)."""
         if self._session_generation != generation:
-            self.session.reset()
+            self._reset_session("reset requested")
             self._session_generation = generation
             self._last_result = {}
             self._refresh_session_stats()
+
+    def _reset_session(self, reason: str) -> None:
+        """Reset this camera's session (with `session_lock` held); through the `MultiStreamSession` when it
+        is one of several, which waits for a round of the other cameras in progress."""
+        if self._multi is not None:
+            self._multi.reset(self.name, reason)
+        else:
+            self.session.reset(reason)
 
     def _sync_outputs(self, generation: int) -> None:
         """Clear path, trajectory and map once for a new stream generation (with `publish_lock` held)."""
@@ -320,9 +337,11 @@ class CameraStream:
     def set_sliding_window(self, window: int) -> None:
         """Live `kv_cache.sliding_window`. Raises ValueError/RuntimeError when the session refuses it."""
         with self.session_lock:
-            if self.session is not None:  # cleanup may have released it meanwhile
+            if self._multi is not None:  # between rounds
+                self._multi.set_sliding_window(window, self.name)
+            elif self.session is not None:  # cleanup may have released it meanwhile
                 self.session.set_sliding_window(window)
-                self._refresh_session_stats()
+            self._refresh_session_stats()
 
     def _refresh_session_stats(self, last: object | None = None) -> None:
         """Snapshot the session statistics (call with `session_lock` held) for the diagnostics timer."""

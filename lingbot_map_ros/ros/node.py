@@ -1,15 +1,16 @@
 """The `lingbot_map` lifecycle node: cameras in; TF, odometry, path, depth and a point-cloud map out.
 
-Thin over the library (docs/node.md): configure builds the model and one `StreamingSession` per camera on
-it (pipeline.py), the node's subscriptions, publishers, services and timers are created once and kept
-(entities.py: never destroyed while the executor may wait on them), activate starts the inference and
+Thin over the library (docs/node.md): configure builds the model and the session (pipeline.py: a
+`StreamingSession`, or with several cameras one `MultiStreamSession` over one KV pool), the node's
+subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
+while the executor may wait on them), activate starts the inference and
 publish threads and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
 releases the model (and the GPU). No callback raises (an exception escaping one would end the executor's
 spin): failures are counted and logged. Each camera (`cameras`; default one unnamed camera) is a
 `CameraStream` (camera.py: its input, stream generations, session, outputs, counters). Three stages: the
 image callback converts and enqueues (intake.py, then the camera's drop-oldest queue in scheduler.py) and
-never blocks; the one inference thread steps the cameras that have a frame (`_step`, the seam for a batched
-step); the publish thread publishes each step's results in input order with the input stamps
+never blocks; the one inference thread steps the cameras that have a frame (`_step`, camera_step.py: one
+batched round); the publish thread publishes each step's results in input order with the input stamps
 (back-pressure to inference, never dropped), so inference overlaps the previous frame's unprojection, voxel
 map and message serialisation. `~/reset` and live `kv_cache.sliding_window` take the cameras' session
 locks, so they are safe while a frame is being inferred; results of steps from before a reset are not
@@ -30,8 +31,10 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
+from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
 from .camera import CameraHost, CameraStream, StepResults
+from .camera_step import step_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
 from .entities import KeptEntities, NodeFacade
@@ -148,8 +151,12 @@ class LingBotMapNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._pipeline = build_pipeline(self.params, self.get_logger().warning)
-            for i, camera in enumerate(self.cameras.values()):
-                camera.configure(self._pipeline.session if i == 0 else self._pipeline.open_session())
+            session = self._pipeline.session
+            for name, camera in self.cameras.items():
+                if isinstance(session, MultiStreamSession):
+                    camera.configure(session.sessions[name], session)
+                else:
+                    camera.configure(session)
         except ConfigureError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -176,7 +183,8 @@ class LingBotMapNode(LifecycleNode):
         if p.scale_source == "depth" and self._depth_input is None:
             self._depth_input = DepthInput(self._facade)  # kept, like every subscription
         self._scheduler = StreamScheduler(
-            list(self.cameras), self._step, p.queue_size, self._on_inference_error
+            list(self.cameras), self._step, p.queue_size, self._on_inference_error,
+            max_wait_s=p.batch_max_wait_ms / 1e3,
         )
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
@@ -255,21 +263,15 @@ class LingBotMapNode(LifecycleNode):
         return True
 
     def _step(self, batch: list[tuple[str, InputFrame]]) -> list[Exception | None]:
-        """Inference thread: step the cameras that have a frame (one frame each; today one session after the
-        other on the one model) and hand their results to the publish thread, in order. The one place a
-        batched step (one call for the whole batch) replaces."""
-        errors: list[Exception | None] = []
-        for name, frame in batch:
-            try:
-                step = self.cameras[name].infer(frame)
-            except Exception as exc:  # noqa: BLE001 - one camera's failure is that camera's, counted
-                errors.append(exc)
-                continue
-            errors.append(None)
-            publisher = self._publisher
-            if step is not None and publisher is not None:
+        """Inference thread: step the cameras that have a frame (camera_step.py: one batched round with
+        several cameras) and hand their results to the publish thread, in order; each camera's error."""
+        pipeline = self._pipeline
+        steps, errors = step_cameras(self.cameras, batch, pipeline.session if pipeline else None)
+        publisher = self._publisher
+        for step in steps:
+            if publisher is not None:
                 publisher.submit(step, block=True)  # back-pressure, no drop
-        return errors
+        return [errors.get(name) for name, _ in batch]
 
     def _publish(self, step: StepResults) -> None:
         step.camera.publish(step)

@@ -335,6 +335,19 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("qos.depth", 5, "Image subscription history depth.", int_range=(1, 1000)),
     ParamSpec("diagnostics_rate", 1.0, "Rate of /diagnostics in Hz.", float_range=(0.1, 100.0)),
     ParamSpec(
+        "batch.max_wait_ms",
+        5.0,
+        "Several cameras: once one camera has a frame, wait at most this long for the others' frames before "
+        "stepping them together (one batched model step); a slow camera never stalls a fast one by more.",
+        float_range=(0.0, 1000.0),
+    ),
+    ParamSpec(
+        "batch.max_batch",
+        8,
+        "Several cameras: most streaming frames in one batched model step.",
+        int_range=(1, 64),
+    ),
+    ParamSpec(
         "cameras",
         [""],
         "Camera names, e.g. [front, rear]: camera <name> is subscribed on <name>/image (or "
@@ -411,6 +424,8 @@ class NodeParams:
     qos_reliability: str
     qos_depth: int
     diagnostics_rate: float
+    batch_max_wait_ms: float
+    batch_max_batch: int
     cameras: tuple[str, ...]
 
 

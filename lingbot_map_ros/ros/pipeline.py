@@ -16,6 +16,7 @@ import torch
 
 from ..engine.config import SessionConfig
 from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
+from ..engine.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
 from ..model.graphed import set_compile_cache_dir
@@ -33,30 +34,13 @@ class ConfigureError(RuntimeError):
 
 @dataclass
 class Pipeline:
-    """What configure builds: the model (on its device) and the session that streams frames through it
-    (the first camera's; `open_session` opens one more on the same model for each further camera)."""
+    """What configure builds: the model (on its device) and the session that streams frames through it (a
+    `MultiStreamSession` over one KV pool with several named cameras: `cameras`)."""
 
     model: torch.nn.Module | FaultInjectingModel
-    session: StreamingSession
+    session: StreamingSession | MultiStreamSession
     device: torch.device
     description: str
-    session_config: SessionConfig
-    warmup_hw: tuple[int, int] | None = None  # (H, W) the sessions are warmed up at (CUDA), None: none
-
-    def open_session(self) -> StreamingSession:
-        """Another `StreamingSession` over the same loaded model (its own KV pool and CUDA graphs): one more
-        camera; warmed up at `warmup_hw` as the first one (its graphs captured before its first frame).
-
-        Raises:
-            ConfigureError: the warm-up failed (e.g. out of memory).
-        """
-        session = StreamingSession(self.model, self.session_config)
-        if self.warmup_hw is not None:
-            try:
-                session.warm_up(self.warmup_hw)
-            except Exception as exc:  # e.g. out of memory: one clear configure error
-                raise ConfigureError(f"warm-up of another camera's session failed: {exc}") from exc
-        return session
 
     def release(self) -> None:
         """Drop the model and session and return cached GPU memory (cleanup)."""
@@ -129,8 +113,13 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         cuda_graphs=params.model_cuda_graphs,
         compile_blocks=params.model_compile_blocks,
     )
+    names = [name for name in params.cameras if name]
     try:
-        session = StreamingSession(model, session_config)
+        if names:
+            batch = BatchConfig(max_batch=params.batch_max_batch)
+            session = MultiStreamSession(model, session_config, names, batch)
+        else:
+            session = StreamingSession(model, session_config)
     except ValueError as exc:
         raise ConfigureError(f"cannot start the streaming session: {exc}") from exc
     description = (
@@ -152,7 +141,5 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         except Exception as exc:  # e.g. out of memory: one clear configure error
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
-    return Pipeline(model=model, session=session, device=device, description=description,
-                    session_config=session_config,
-                    warmup_hw=warmup_hw if device.type == "cuda" else None)
+    return Pipeline(model=model, session=session, device=device, description=description)
 

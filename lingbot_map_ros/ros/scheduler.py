@@ -3,14 +3,16 @@
 Each camera has its own bounded queue (`queue_size`, drop-oldest, its own counters as `WorkerStats`), so a
 fast camera never evicts a slow camera's frames. The thread takes the oldest frame of every camera that has
 one (round robin, starting after the camera served first last time) and hands that batch to `step` — the
-one place where "step the cameras that have frames" happens. Today `step` pushes the frames through each
-camera's own `StreamingSession` in turn (one model, N sessions); a batched scheduler (issue 14, engine side)
-replaces it with one batched step. With one camera this is exactly `InferenceWorker`'s behaviour.
+one place where "step the cameras that have frames" happens (the node runs it as one
+`MultiStreamSession.run_round`: streaming frames batched into one model step). Once one camera has a frame it
+waits at most `max_wait_s` for the others (`batch.max_wait_ms`), so a slow or paused camera never stalls a
+fast one by more. With one camera this is exactly `InferenceWorker`'s behaviour.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
@@ -53,6 +55,7 @@ class StreamScheduler(Generic[Key, Item]):
         queue_size: capacity of each camera's queue (>= 1).
         on_error: `(key, item, exception)` of each failed item, on the thread, after the counters.
         name: the thread's name.
+        max_wait_s: once a camera has a frame, how long to wait for the other cameras' frames.
     """
 
     def __init__(
@@ -62,7 +65,9 @@ class StreamScheduler(Generic[Key, Item]):
         queue_size: int,
         on_error: Callable[[Key, Item, Exception], None],
         name: str = "lingbot_map_inference",
+        max_wait_s: float = 0.0,
     ) -> None:
+        self._max_wait_s = max_wait_s
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._keys = list(keys)
@@ -124,6 +129,12 @@ class StreamScheduler(Generic[Key, Item]):
         with self._cond:
             while not self._stopping and not any(lane.queue for lane in self._lanes.values()):
                 self._cond.wait()
+            gather_until = time.monotonic() + self._max_wait_s
+            while not self._stopping and not all(lane.queue for lane in self._lanes.values()):
+                left = gather_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
             if self._stopping:
                 return None
             order = self._keys[self._next :] + self._keys[: self._next]
