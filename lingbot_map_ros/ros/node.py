@@ -351,7 +351,9 @@ class LingBotMapNode(LifecycleNode):
             runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras)}
             if self._fused is not None and self._active:
                 runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
-            msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, {}, state)
+            multi = pipeline.session if pipeline else None
+            pool = {"pool": multi.pool_stats()} if isinstance(multi, MultiStreamSession) else {}
+            msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
             for camera in self.cameras.values():
                 worker = scheduler.stats(camera.name) if scheduler is not None else None
                 status = camera.status(f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(),
