@@ -1,9 +1,11 @@
 """`lingbot-map-ros run BAG --topics /front/image /rear/image -o OUT`: several cameras of one bag, one model.
 
-As the node with `cameras` (docs/node.md, "Several cameras"): one model, one `StreamingSession` per camera
-topic (its own KV pool), each topic's frames pushed through its session in bag (log-time) order, each
-camera's results through its own `Mapper`. A bag has no robot TF here, so every camera is mapped in its own
-map frame (TF mode map_to_camera, as the node's `map_<name>`): there is no fused map. Writes per camera
+Like the node with `cameras` (docs/node.md, "Several cameras"), but one frame at a time: one model, one
+`StreamingSession` per camera topic (its own KV pool; no batched steps, so each camera's files are
+byte-identical to a run of its topic alone), each topic's frames pushed through its session in bag
+(log-time) order, each camera's results through its own `Mapper`. A bag has no robot TF here, so every
+camera is mapped in its own map frame (TF mode map_to_camera, as the node's `map_<name>`): there is no fused
+map. Writes per camera
 `OUT/<camera>/trajectory.tum`, `OUT/<camera>/map.ply` and `OUT/<camera>/run.png`, and `OUT/summary.json`
 (per camera: topic, frames, posed, keyframes, dropped, map points, session statistics; all: FPS). A camera's
 name is its topic without the image suffix (`/front/image` -> `front`, `/cam/left/image_raw` -> `cam_left`).
