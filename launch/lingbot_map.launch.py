@@ -6,8 +6,15 @@
 `ros2 launch lingbot_map_ros lingbot_map.launch.py --show-args` lists every argument. Topics follow the
 image_transport convention: `camera:=<ns>` subscribes `<ns>/image_raw` and `<ns>/camera_info`;
 `image_topic:=` overrides the image (its `camera_info` is then taken from the image topic's namespace unless
-`camera_info_topic:=` is given). Knob arguments left empty keep the params file's value. A robot needs nothing
-more: `tf_mode:=auto` picks `map -> odom` when TF has `odom -> base_link -> <camera frame>` (docs/robot.md).
+`camera_info_topic:=` is given). Knob arguments left empty keep the params file's value.
+
+Several cameras in one node: `cameras:=[front,rear]` (docs/node.md, "Several cameras"). Camera `<name>` then
+subscribes `<camera>/<name>/image_raw` and `<camera>/<name>/camera_info` (the node's `<name>/image`,
+`<name>/image/compressed` and `<name>/camera_info` are remapped there; `image_topic:=` and
+`camera_info_topic:=` apply to a single camera only), and RViz shows every camera's path.
+
+A robot needs nothing more: `tf_mode:=auto` picks `map -> odom` when TF has
+`odom -> base_link -> <camera frame>` (docs/robot.md).
 
 The node gets the shipped Fast DDS profile (16 MiB shared memory, for camera images above 512 KiB) only when
 `FASTDDS_DEFAULT_PROFILES_FILE` is not already set; either way the profile in use is logged. RViz is optional:
@@ -47,6 +54,7 @@ KNOBS = {
     "session_dir": "session.dir",
     "session_load_path": "session.load_path",
     "mapping_enabled": "mapping.enabled",
+    "cameras": "cameras",
 }
 KNOB_HELP = {
     "checkpoint": "LingBot-Map checkpoint (.pt/.safetensors); empty: params file value (synthetic weights)",
@@ -62,6 +70,7 @@ KNOB_HELP = {
     "session_dir": "directory of saved sessions (docs/session.md)",
     "session_load_path": "saved session to continue (a folder below session_dir)",
     "mapping_enabled": "false: localisation mode (the map is not extended)",
+    "cameras": "several cameras in one node, e.g. [front,rear]: <camera>/<name>/image_raw each",
 }
 
 
@@ -76,7 +85,10 @@ def camera_info_for(image: str, camera_info_topic: str) -> str:
 
 
 def parameter_value(text: str) -> object:
-    """A launch argument's text as the parameter's type (bool, int, float or string)."""
+    """A launch argument's text as the parameter's type (bool, int, float, string, or `[a,b]`: a string
+    array, items stripped of spaces and quotes)."""
+    if text.startswith("[") and text.endswith("]"):
+        return [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for cast in (int, float):
@@ -85,6 +97,48 @@ def parameter_value(text: str) -> object:
         except ValueError:
             pass
     return text
+
+
+def camera_remappings(camera: str, names: list[str]) -> list[tuple[str, str]]:
+    """The topics of named cameras: `<name>/image` -> `<camera>/<name>/image_raw` (+ `/compressed`) and
+    `<name>/camera_info` -> `<camera>/<name>/camera_info`."""
+    out = []
+    for name in names:
+        image = image_topic_for(f"{camera.rstrip('/')}/{name}", "")
+        out += [
+            (f"{name}/image", image),
+            (f"{name}/image/compressed", image + "/compressed"),
+            (f"{name}/camera_info", camera_info_for(image, "")),
+        ]
+    return out
+
+
+def rviz_config_for(config: dict, names: list[str]) -> dict:
+    """The shipped RViz config (parsed YAML) with one Path display per named camera (its `~/<name>/path`, a
+    colour each) instead of the single one, and the first camera's depth image."""
+    colors = ("25; 255; 0", "255; 170; 0", "0; 170; 255", "255; 0; 127", "170; 85; 255", "255; 255; 0")
+    displays = config["Visualization Manager"]["Displays"]
+    out = []
+    for display in displays:
+        topic = display.get("Topic", {}).get("Value", "")
+        if display.get("Class") == "rviz_default_plugins/Path":
+            for i, name in enumerate(names):
+                out.append(
+                    {
+                        **display,
+                        "Name": f"Path {name}",
+                        "Color": colors[i % len(colors)],
+                        "Topic": {**display["Topic"], "Value": topic.replace("/path", f"/{name}/path")},
+                    }
+                )
+            continue
+        if topic.endswith("/depth") and names:
+            display = {
+                **display,
+                "Topic": {**display["Topic"], "Value": topic.replace("/depth", f"/{names[0]}/depth")},
+            }
+        out.append(display)
+    return {**config, "Visualization Manager": {**config["Visualization Manager"], "Displays": out}}
 
 
 def _node(context: LaunchContext) -> list:
@@ -101,6 +155,9 @@ def _node(context: LaunchContext) -> list:
         ("image/compressed", image + "/compressed"),
         ("camera_info", camera_info_for(image, arg("camera_info_topic"))),
     ]
+    names = [name for name in overrides.get("cameras", []) if name]
+    if names:
+        remappings = camera_remappings(arg("camera"), names)
     if arg("depth_topic"):
         remappings.append(("depth_image", arg("depth_topic")))
     env, actions = {}, []
@@ -120,7 +177,10 @@ def _node(context: LaunchContext) -> list:
     else:
         actions.append(LogInfo(msg="[lingbot_map] Fast DDS profile: the middleware's default"))
     actions.append(
-        LogInfo(msg=f"[lingbot_map] image {image}, camera_info {remappings[2][1]}, overrides {overrides}")
+        LogInfo(
+            msg=f"[lingbot_map] image {remappings[0][1]}, camera_info {remappings[2][1]}, "
+            f"overrides {overrides}"
+        )
     )
     node = Node(
         package=PACKAGE,
@@ -137,11 +197,11 @@ def _node(context: LaunchContext) -> list:
     )
     actions.append(node)
     if arg("rviz").lower() in ("true", "1"):
-        actions += _rviz(share)
+        actions += _rviz(share, names)
     return actions
 
 
-def _rviz(share: Path) -> list:
+def _rviz(share: Path, names: list[str]) -> list:
     """RViz with the shipped config, or a warning when rviz2 is missing; a failing RViz ends the launch."""
     try:
         get_package_share_directory("rviz2")
@@ -152,11 +212,20 @@ def _rviz(share: Path) -> list:
                     msg="[lingbot_map] WARNING: rviz:=true but rviz2 is not installed; running without it"
                 )
             ]
+    config = share / "config" / "lingbot_map.rviz"
+    if names:  # one path per camera: a config written for this launch
+        import tempfile
+
+        import yaml
+
+        text = yaml.safe_dump(rviz_config_for(yaml.safe_load(config.read_text()), names), sort_keys=False)
+        config = Path(tempfile.mkdtemp(prefix="lingbot_map_rviz_")) / "lingbot_map.rviz"
+        config.write_text(text)
     rviz = Node(
         package="rviz2",
         executable="rviz2",
         name="lingbot_map_rviz",
-        arguments=["-d", str(share / "config" / "lingbot_map.rviz")],
+        arguments=["-d", str(config)],
     )
 
     def on_exit(event: object, context: LaunchContext) -> list:

@@ -177,3 +177,28 @@ def test_odometry_scaled_base_poses_follow_the_truth_once_converged(scene) -> No
     err = np.linalg.norm(est[first:, :3, 3] - truth[first:, :3, 3], axis=1)
     print(f"base pose error (odometry scale, 5 mm odometry noise) after convergence: max {err.max():.4f} m")
     assert err.max() < 0.02  # measured 0.016 m over a 5.2 x 3 m loop; the scale still settles meanwhile
+
+
+def test_a_later_camera_starts_in_the_first_cameras_map_frame(scene) -> None:
+    """Several cameras, one map (issue 14): a second camera whose stream starts at frame 20 is anchored with
+    `map_base` = the first camera's T_map_odom @ its odometry, so both trajectories are one in the map."""
+    first, out = _run(scene, "depth", frames=30)
+    second = Mapper(first.config)
+    session = StandInSession(scene, random_sim3(7, 2.0 * UNKNOWN))  # another model world and scale
+    later = []
+    for i in range(20, 30):
+        for result in session.push_index(i):
+            odom = scene.base[result.index]
+            map_base = out[19].map_odom @ odom if not later else None  # only the epoch's start reads it
+            robot = RobotSample("map_to_odom", BASE_CAM, odom, map_base)
+            later.append(second.process(result, 0.1 * result.index, robot, scene.depth[result.index]))
+    est = np.stack([f.body_pose for f in later])
+    ref = np.stack([f.body_pose for f in out[20:30]])
+    err = np.linalg.norm(est[:, :3, 3] - ref[:, :3, 3], axis=1)
+    print(f"second camera vs first camera base poses in the shared map: max {err.max():.2e} m")
+    assert err.max() < 0.02
+    lone = Mapper(first.config)  # without map_base the second camera's map would start at its own base
+    lone_pose = lone.process(StandInSession(scene, random_sim3(7, 2.0 * UNKNOWN), scale_frames=1)
+                             .push_index(20)[0], 2.0, RobotSample("map_to_odom", BASE_CAM, scene.base[20]),
+                             scene.depth[20]).body_pose
+    np.testing.assert_allclose(lone_pose, np.eye(4), atol=1e-9)

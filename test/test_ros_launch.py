@@ -36,6 +36,7 @@ EXPECTED_ARGS = {
     "session_dir",
     "session_load_path",
     "mapping_enabled",
+    "cameras",
     "scale_source",
     "scale_factor",
     "params_file",
@@ -107,7 +108,8 @@ def _launch_helpers() -> dict[str, object]:
         node
         for node in tree.body
         if (isinstance(node, ast.FunctionDef) and node.name in ("image_topic_for", "camera_info_for",
-                                                                 "parameter_value"))
+                                                                 "parameter_value", "camera_remappings",
+                                                                 "rviz_config_for"))
         or (isinstance(node, ast.Assign) and node.targets[0].id in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE"))
     ]
     namespace: dict[str, object] = {}
@@ -125,6 +127,27 @@ def test_launch_topics_follow_the_image_transport_convention() -> None:
     assert h["camera_info_for"]("/usb_cam/image_raw", "/info") == "/info"
     texts = ("518", "0.37", "tiny", "false", "True")
     assert [h["parameter_value"](v) for v in texts] == [518, 0.37, "tiny", False, True]
+
+
+def test_launch_cameras_argument_remaps_each_camera_and_shows_each_path() -> None:
+    h = _launch_helpers()
+    assert h["parameter_value"]("[front, rear]") == ["front", "rear"]
+    assert h["parameter_value"]("['front','rear']") == ["front", "rear"]
+    assert dict(h["camera_remappings"]("/robot", ["front", "rear"])) == {
+        "front/image": "/robot/front/image_raw",
+        "front/image/compressed": "/robot/front/image_raw/compressed",
+        "front/camera_info": "/robot/front/camera_info",
+        "rear/image": "/robot/rear/image_raw",
+        "rear/image/compressed": "/robot/rear/image_raw/compressed",
+        "rear/camera_info": "/robot/rear/camera_info",
+    }
+    config = h["rviz_config_for"](yaml.safe_load(RVIZ_FILE.read_text()), ["front", "rear"])
+    displays = config["Visualization Manager"]["Displays"]
+    paths = [d for d in displays if d["Class"] == "rviz_default_plugins/Path"]
+    assert [d["Topic"]["Value"] for d in paths] == ["/lingbot_map/front/path", "/lingbot_map/rear/path"]
+    assert len({d["Color"] for d in paths}) == 2
+    topics = {d["Name"]: d["Topic"]["Value"] for d in displays if "Topic" in d}
+    assert topics["Map cloud"] == "/lingbot_map/map_cloud" and topics["Depth"] == "/lingbot_map/front/depth"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None, reason="launch_ros only on a ROS install")

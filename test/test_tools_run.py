@@ -104,3 +104,41 @@ def test_load_refuses_a_session_of_another_width(
     assert cli.main(argv) == 2
     assert "incompatible: image_width is 112 in the session, 56 here" in capsys.readouterr().err
     assert not (tmp_path / "b" / "trajectory.tum").exists()
+
+
+@pytest.fixture(scope="module")
+def two_camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`/front/image` at 10 Hz (16 frames) and `/rear/image` at 5 Hz (8 frames), interleaved by log time."""
+    from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
+
+    images = list(read_images(image_files(LOOP)[:24], 160))
+    path = tmp_path_factory.mktemp("run_cameras") / "two"
+    with BagWriter(path, storage="sqlite3") as writer:
+        ts = writer.typestore
+        for i in range(16):
+            stamp = START_NS + i * 100_000_000
+            writer.write("/front/image", IMAGE, image_message(ts, images[i], stamp, "front_optical"), stamp)
+            if i % 2 == 0:
+                rear = stamp + 1_000_000
+                msg = image_message(ts, images[23 - i // 2], rear, "rear_optical")
+                writer.write("/rear/image", IMAGE, msg, rear)
+    return path
+
+
+def test_run_maps_several_camera_topics_as_separate_single_runs(two_camera_bag: Path, tmp_path: Path) -> None:
+    both = _run(two_camera_bag, tmp_path / "both", "--scale-frames", "4")  # every camera topic of the bag
+    assert both["topics"] == ["/front/image", "/rear/image"] and both["frames"] == 24
+    front, rear = both["cameras"]["front"], both["cameras"]["rear"]
+    assert (front["frames"], front["posed"], rear["frames"], rear["posed"]) == (16, 16, 8, 8)
+    stamps, _ = read_tum(tmp_path / "both" / "rear" / "trajectory.tum")
+    np.testing.assert_allclose(stamps, START_NS / 1e9 + 0.2 * np.arange(8) + 1e-3, atol=1e-6)
+    explicit = _run(two_camera_bag, tmp_path / "explicit", "--scale-frames", "4", "--topics", "/rear/image",
+                    "/front/image")
+    assert list(explicit["cameras"]) == ["rear", "front"]
+    for camera in ("front", "rear"):  # one model, a session each: as if each camera ran alone
+        alone = _run(two_camera_bag, tmp_path / camera, "--scale-frames", "4", "--topic", f"/{camera}/image")
+        assert alone["posed"] == both["cameras"][camera]["posed"]
+        for name in ("trajectory.tum", "map.ply"):
+            expected = (tmp_path / camera / name).read_bytes()
+            assert (tmp_path / "both" / camera / name).read_bytes() == expected, (camera, name)
+            assert (tmp_path / "explicit" / camera / name).read_bytes() == expected, (camera, name)

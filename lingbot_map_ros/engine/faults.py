@@ -101,6 +101,13 @@ class FaultInjectingModel:
     def new_stream(self, *args: object, **kwargs: object) -> object:
         return self.model.new_stream(*args, **kwargs)
 
+    def new_pool(self, *args: object, **kwargs: object) -> object:
+        return self.model.new_pool(*args, **kwargs)
+
+    def step_batch(self, *args: object, **kwargs: object) -> object:
+        """Batched steps of several cameras run unfaulted (the plan counts `step` calls only)."""
+        return self.model.step_batch(*args, **kwargs)
+
     def step(self, images: torch.Tensor, state: object, keyframe: bool = True, **kwargs: object) -> object:
         """`model.step` with the faults of this call (delay first, then raise or run, then NaN)."""
         with self._lock:

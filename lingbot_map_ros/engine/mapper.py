@@ -64,11 +64,14 @@ class MapperConfig:
 @dataclass(frozen=True)
 class RobotSample:
     """TF at the image stamp: `mode` (frames.TF_MODES minus auto), `base_cam` [4, 4] T_base_cam (robot modes),
-    `odom_base` [4, 4] T_odom_base (map_to_odom, or scale from odometry), None where not looked up."""
+    `odom_base` [4, 4] T_odom_base (map_to_odom, or scale from odometry), None where not looked up;
+    `map_base` [4, 4] T_map_base in a map frame that already exists (another camera's, robot modes): a new
+    epoch then starts in that map frame instead of one at the base's pose (several cameras, one map)."""
 
     mode: str = "map_to_camera"
     base_cam: np.ndarray | None = None
     odom_base: np.ndarray | None = None
+    map_base: np.ndarray | None = None
 
 
 @dataclass
@@ -260,6 +263,8 @@ class Mapper:
             if robot.base_cam is None or (robot.mode == "map_to_odom" and robot.odom_base is None):
                 raise ValueError(f"TF mode {robot.mode} needs the robot transforms of the first frame")
             map_cam0 = np.asarray(robot.base_cam, np.float64)
+            if robot.map_base is not None:
+                map_cam0 = np.asarray(robot.map_base, np.float64) @ map_cam0
         else:
             map_cam0 = camera_rest_pose()
         self.chain = FrameChain(np.asarray(result.pose_c2w, np.float64), map_cam0, self.scale.value)

@@ -109,6 +109,7 @@ class FrameIntake:
         active: whether the node is active; frames arriving otherwise are counted by `on_inactive`.
         on_inactive: called for each frame that arrives while not active (counted, nothing else).
         reserved_frames: the frame ids a camera must not have (default: `reserved_frame_ids`).
+        topic_prefix: prepended to the input topics (`<camera>/` with several cameras, else "").
     """
 
     def __init__(
@@ -119,7 +120,9 @@ class FrameIntake:
         active: Callable[[], bool] = lambda: True,
         on_inactive: Callable[[], None] = lambda: None,
         reserved_frames: Callable[[NodeParams], Collection[str]] = reserved_frame_ids,
+        topic_prefix: str = "",
     ) -> None:
+        self._prefix = topic_prefix
         self._causes = causes
         self._params = params
         self._enqueue = enqueue
@@ -148,12 +151,18 @@ class FrameIntake:
 
         if params.image_transport == "compressed":
             image = node.create_subscription(
-                CompressedImage, "image/compressed", gated(self.on_compressed), qos, callback_group=group
+                CompressedImage,
+                self._prefix + "image/compressed",
+                gated(self.on_compressed),
+                qos,
+                callback_group=group,
             )
         else:
-            image = node.create_subscription(Image, "image", gated(self.on_image), qos, callback_group=group)
+            image = node.create_subscription(
+                Image, self._prefix + "image", gated(self.on_image), qos, callback_group=group
+            )
         info = node.create_subscription(
-            CameraInfo, "camera_info", gated(self.on_camera_info), qos, callback_group=group
+            CameraInfo, self._prefix + "camera_info", gated(self.on_camera_info), qos, callback_group=group
         )
         return [image, info]
 

@@ -1,16 +1,20 @@
-"""The `lingbot_map` lifecycle node: camera in; TF, odometry, path, depth and a point-cloud map out.
+"""The `lingbot_map` lifecycle node: cameras in; TF, odometry, path, depth and a point-cloud map out.
 
-Thin over the library (docs/node.md): configure builds the model and `StreamingSession` (pipeline.py), the
-node's subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
-while the executor may wait on them), activate starts the inference and publish threads and opens the gate,
-deactivate closes it and stops them, cleanup releases the model (and the GPU). No callback raises (an
-exception escaping one would end the executor's spin): failures are counted and logged. Three stages: the
-image callback converts and enqueues (intake.py, then worker.py's drop-oldest queue) and never blocks; the
-inference thread pushes frames through the session under `_session_lock`; the publish thread publishes each
-step's results in input order with the input stamps (back-pressure to inference, never dropped), so the next
-frame's inference overlaps the previous frame's unprojection, voxel map and message serialisation. `~/reset`
-and live `kv_cache.sliding_window` take the session lock, so they are safe while a frame is being inferred;
-results of steps from before a reset are not published.
+Thin over the library (docs/node.md): configure builds the model and the session (pipeline.py: a
+`StreamingSession`, or with several cameras one `MultiStreamSession` over one KV pool), the node's
+subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
+while the executor may wait on them), activate starts the inference and
+publish threads and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
+releases the model (and the GPU). No callback raises (an exception escaping one would end the executor's
+spin): failures are counted and logged. Each camera (`cameras`; default one unnamed camera) is a
+`CameraStream` (camera.py: its input, stream generations, session, outputs, counters). Three stages: the
+image callback converts and enqueues (intake.py, then the camera's drop-oldest queue in scheduler.py) and
+never blocks; the one inference thread steps the cameras that have a frame (`_step`, camera_step.py: one
+batched round); the publish thread publishes each step's results in input order with the input stamps
+(back-pressure to inference, never dropped), so inference overlaps the previous frame's unprojection, voxel
+map and message serialisation. `~/reset` and live `kv_cache.sliding_window` take the cameras' session
+locks, so they are safe while a frame is being inferred; results of steps from before a reset are not
+published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -19,26 +23,27 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 from __future__ import annotations
 
 import sys
-import threading
-import time
-from dataclasses import dataclass
+from dataclasses import replace
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from std_msgs.msg import Header
 
+from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
+from .camera import CameraHost, CameraStream, StepResults
+from .camera_step import step_cameras
 from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array, intrinsics_report
+from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
 from .entities import KeptEntities, NodeFacade
-from .intake import FrameIntake, InputFrame
-from .outputs import MappingOutputs, OutputConfig
+from .fused import FusedMap
+from .intake import InputFrame
+from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
+from .scheduler import StreamScheduler
 from .services import MappingServices
 from .session_files import SessionFiles
 from .shutdown import run_node
@@ -53,19 +58,6 @@ SHUTDOWN_STEP_WAIT_S = 1.0
 PUBLISH_QUEUE_STEPS = 2
 #: On deactivate/shutdown, how long the publish thread may take to publish what was already inferred.
 PUBLISH_DRAIN_S = 1.0
-
-
-@dataclass(frozen=True)
-class StepResults:
-    """The results of one session step (S0 anchor frames or one frame), on their way to the publish thread.
-
-    Attributes:
-        generation: reset counter when the step ran; results from before a reset are not published.
-        results: `FrameResult`s in input order.
-    """
-
-    generation: int
-    results: list
 
 
 class LingBotMapNode(LifecycleNode):
@@ -84,67 +76,97 @@ class LingBotMapNode(LifecycleNode):
         self.stats = RuntimeStats()
         self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
         self._pipeline: Pipeline | None = None
-        self._session_lock = threading.Lock()
-        # Stream generations: `_generation` is bumped by ~/reset first, so frames arriving during a reset
-        # already belong to the new stream; the session (under the session lock) and the outputs (under the
-        # publish lock) catch up with it lazily, whichever thread gets there first (`_sync_*`).
-        self._generation = 0
-        self._camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
-        self._session_generation = 0
-        self._outputs_generation = 0
-        self._session_stats: dict[str, object] = {}
-        self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
-        self._worker: InferenceWorker[InputFrame] | None = None
+        self._scheduler: StreamScheduler[str, InputFrame] | None = None  # the one inference thread
         self._publisher: InferenceWorker[StepResults] | None = None  # publish stage, in step order
-        self._publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
-        self._outputs: MappingOutputs | None = None
         self._active = False  # the gate of every kept entity's callback (lifecycle state active)
         self._kept = KeptEntities(self)
         self._facade = NodeFacade(self, self._kept)  # what MappingOutputs and the intake create through
-        self._intake = FrameIntake(
-            self._causes,
-            lambda: self.params,
-            self._enqueue,
-            active=lambda: self._active,
-            on_inactive=self.stats.record_ignored_inactive,
-        )
         self._sessions = SessionFiles()
         self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
-        self._triggers = MappingServices(
-            self.get_logger(), lambda: self.params, lambda: self._outputs, self.reset_stream,
-            self.save_session, self.load_session, self._causes.callback_failed,
-        )
-        self._intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
         self._clock_watch = SimClockWatch(self.get_logger())
-        self._input_group = MutuallyExclusiveCallbackGroup()  # frames arrive in order, one at a time
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
-        self._triggers.create(self, self._service_group)
-        self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
-        self._periodic = NodeTimers(
-            self, self._timer_group, self.params, lambda: self._outputs if self._active else None,
-            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
-        )
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
         self._depth_input: DepthInput | None = None
+        host = CameraHost(self, self._facade, lambda: self.params, lambda: self._active, self._submit,
+                          self.reset_camera, self._tf_lookup, MutuallyExclusiveCallbackGroup(),
+                          self._service_group)
+        self.cameras = self._make_cameras(host, tuple(self.params.cameras))
+        self._fused = FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame) \
+            if self._named else None
+        # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
+        self._triggers = MappingServices(
+            self.get_logger(), lambda: self.params, self._save_target, self.reset_stream,
+            self.save_session, self.load_session, self._causes.callback_failed,
+        )
+        self._triggers.create(self, self._service_group)
+        self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
+        self._periodic = NodeTimers(
+            self, self._timer_group, self.params, self._active_outputs,
+            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
+        )
+
+    def _make_cameras(self, host: CameraHost, names: tuple[str, ...]) -> dict[str, CameraStream]:
+        """One `CameraStream` per name; the unnamed camera shares the node's counters. Frames of each camera
+        arrive in order, one at a time (one callback group per camera)."""
+        cameras: dict[str, CameraStream] = {}
+        for i, name in enumerate(names):
+            if not name:
+                stats, causes = self.stats, self._causes
+            else:
+                stats = RuntimeStats()
+                causes = CauseLog(stats, self.get_logger().get_child(name))
+                host = replace(host, input_group=MutuallyExclusiveCallbackGroup())
+            robot_map = None if i == 0 else self._robot_map_odom
+            cameras[name] = CameraStream(name, host, stats, causes, robot_map)
+        return cameras
+
+    @property
+    def _named(self) -> bool:  # several (named) cameras rather than today's one unnamed camera
+        return "" not in self.cameras
+
+    def _robot_map_odom(self) -> object:
+        """The first camera's T_map_odom: the map frame every camera's robot-mode stream starts in."""
+        outputs = next(iter(self.cameras.values())).outputs
+        return outputs.robot_map_odom() if outputs is not None else None
+
+    def _camera_outputs(self) -> list[tuple[str, MappingOutputs]]:
+        return [(name, c.outputs) for name, c in self.cameras.items() if c.outputs is not None]
+
+    def _active_outputs(self) -> list:
+        """What the timers publish: every camera's outputs (and the fused map), none while not active."""
+        if not self._active:
+            return []
+        outputs: list = [o for _, o in self._camera_outputs()]
+        return outputs + [self._fused] if self._fused is not None and outputs else outputs
+
+    def _save_target(self) -> object | None:
+        """What `~/save_map` saves: the camera's outputs, or all cameras and the fused map; None: inactive."""
+        if not self._active or not self._camera_outputs():
+            return None
+        return self._fused if self._fused is not None else self.cameras[""].outputs
 
     # ----------------------------------------------------------------------------------------- lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._pipeline = build_pipeline(self.params, self.get_logger().warning)
+            session = self._pipeline.session
+            for name, camera in self.cameras.items():
+                if isinstance(session, MultiStreamSession):
+                    camera.configure(session.sessions[name], session)
+                else:
+                    camera.configure(session)
         except ConfigureError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         except Exception as exc:  # noqa: BLE001 - any model/engine error is one clear configure failure
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
-        self._refresh_session_stats()
         self._periodic.set_rates(self.params)
-        self._intake.guard.forget()
         self._load_on_activate = bool(self.params.session_load_path.strip())
-        self.get_logger().info(f"configured: {self._pipeline.description}")
+        cameras = f", cameras {list(self.cameras)}" if self._named else ""
+        self.get_logger().info(f"configured: {self._pipeline.description}{cameras}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -160,18 +182,19 @@ class LingBotMapNode(LifecycleNode):
         # Publishers and subscriptions come from the kept set: the same ones on every activation.
         if p.scale_source == "depth" and self._depth_input is None:
             self._depth_input = DepthInput(self._facade)  # kept, like every subscription
-        config = OutputConfig.from_params(p)
-        self._outputs = MappingOutputs(
-            self._facade, config, self._tf_lookup, self._depth_input, self._causes.rejected
+        self._scheduler = StreamScheduler(
+            list(self.cameras), self._step, p.queue_size, self._on_inference_error,
+            max_wait_s=p.batch_max_wait_ms / 1e3,
         )
-        self._worker = InferenceWorker(self._process, p.queue_size, self._on_inference_error)
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
-        subscriptions = self._intake.subscribe(self._facade, p, self._input_group)
+        topics = [camera.activate(p, self._depth_input, primary=i == 0)
+                  for i, camera in enumerate(self.cameras.values())]
         self._active = True
-        topic = subscriptions[0].topic_name
-        self.get_logger().info(f"active: listening on {topic} ({p.image_transport}, {p.qos_reliability})")
+        self.get_logger().info(
+            f"active: listening on {', '.join(topics)} ({p.image_transport}, {p.qos_reliability})"
+        )
         if self._load_on_activate:
             self._load_on_activate = False
             try:
@@ -206,207 +229,137 @@ class LingBotMapNode(LifecycleNode):
         return self.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
     def _release_active(self, step_wait_s: float = 30.0) -> bool:
-        """Close the gate and stop the threads activate started (the entities are kept: entities.py); False
-        when the inference thread did not end within `step_wait_s`. Frames converted meanwhile are counted
-        (`frames_ignored_inactive`), never raised."""
+        """Close the gate and stop the threads activate started (the entities are kept: entities.py; each
+        camera keeps its outputs, map and path, until cleanup); False when the inference thread did not end
+        within `step_wait_s`. Frames converted meanwhile are counted (`frames_ignored_inactive`)."""
         self._active = False
         stopped = True
-        if self._worker is not None:
-            stopped = self._worker.stop(step_wait_s)
-            self._worker = None
+        if self._scheduler is not None:
+            stopped = self._scheduler.stop(step_wait_s)
+            self._scheduler = None
         if self._publisher is not None:
             self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
             stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
             self._publisher = None
-        with self._publish_lock:  # not while a (late) publish or a reset uses the outputs
-            outputs, self._outputs = self._outputs, None
-        if outputs is not None:
-            outputs.destroy()  # through the facade: its publishers are kept
         return stopped
 
     def _release_configured(self) -> None:
-        with self._session_lock:
-            if self._pipeline is not None:
-                self._pipeline.release()
-                self._pipeline = None
-            self._session_stats = {}
-            self._camera_id = None
+        for camera in self.cameras.values():
+            camera.release()
+        if self._pipeline is not None:
+            self._pipeline.release()
+            self._pipeline = None
 
     # ---------------------------------------------------------------------------------------- frames in
-    def _enqueue(self, header: Header, rgb: np.ndarray, received: float) -> None:
-        """An accepted frame (intake.py) joins the inference queue (drop-oldest) in the current generation."""
-        worker = self._worker
-        if worker is None or not self._active:
-            self.stats.record_ignored_inactive()
-            return
+    def _submit(self, name: str, frame: InputFrame) -> bool:
+        """A camera's accepted frame joins its drop-oldest queue; False when not active (not queued)."""
+        scheduler = self._scheduler
+        if scheduler is None or not self._active:
+            return False
         try:
-            worker.submit(InputFrame(header, rgb, received, self._generation))
-        except WorkerStopped:  # deactivate stopped the worker while this frame was being converted
-            self.stats.record_ignored_inactive()
+            scheduler.submit(name, frame)
+        except WorkerStopped:  # deactivate stopped the scheduler while this frame was being converted
+            return False
+        return True
 
-    def _process(self, frame: InputFrame) -> None:
-        """Inference thread: push one frame, publish whatever results the session returns, in order."""
-        with self._session_lock:
-            if frame.generation != self._generation or self._pipeline is None or self._outputs is None:
-                return  # a reset came after this frame arrived
-            self._sync_session(frame.generation)
-            epoch = self._session_stats.get("epoch")
-            self._follow_camera(frame.header.frame_id)
-            results = self._pipeline.session.push(frame.rgb, meta=frame)
-            if not self.context.ok():
-                return  # shutting down (SIGINT during the step): nothing can be published any more
-            self._refresh_session_stats(results[-1] if results else None)
-            stats = self._session_stats
-            if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
-                self.get_logger().warning(
-                    f"mapping restarted (epoch {stats['epoch']}): {stats['last_reset_reason']}; the map and "
-                    f"path are cleared once the next {self.params.kv_cache_scale_frames} frames have formed "
-                    "a new anchor phase"
-                )
+    def _step(self, batch: list[tuple[str, InputFrame]]) -> list[Exception | None]:
+        """Inference thread: step the cameras that have a frame (camera_step.py: one batched round with
+        several cameras) and hand their results to the publish thread, in order; each camera's error."""
+        pipeline = self._pipeline
+        steps, errors = step_cameras(self.cameras, batch, pipeline.session if pipeline else None)
         publisher = self._publisher
-        if results and publisher is not None:
-            publisher.submit(StepResults(frame.generation, results), block=True)  # back-pressure, no drop
-
-    def _follow_camera(self, frame_id: str) -> None:
-        """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
-        never mixes two cameras (call with `_session_lock` held)."""
-        previous, self._camera_id = self._camera_id, frame_id
-        if previous is not None and frame_id != previous:
-            self._pipeline.session.reset(f"camera changed from '{previous}' to '{frame_id}'")
+        for step in steps:
+            if publisher is not None:
+                publisher.submit(step, block=True)  # back-pressure, no drop
+        return [errors.get(name) for name, _ in batch]
 
     def _publish(self, step: StepResults) -> None:
-        """Publish thread: every output of one step, in order, unless a reset came in between."""
-        with self._publish_lock:
-            if step.generation != self._generation or self._outputs is None:
-                return  # inferred before a reset: the old stream's outputs are gone
-            self._sync_outputs(step.generation)
-            for result in step.results:
-                if self._outputs.publish(result, result.meta.header):  # False: dropped (tf_unavailable)
-                    self.stats.record_output(time.monotonic() - result.meta.received)
-            camera_info = self._intake.camera_info
-            if camera_info is not None:
-                last = step.results[-1]
-                self._intrinsics = intrinsics_report(camera_info, last.intrinsics, last.image_hw)
-
-    def _sync_session(self, generation: int) -> None:
-        """Reset the session once for a new stream generation (call with `_session_lock` held)."""
-        if self._session_generation != generation:
-            self._pipeline.session.reset()
-            self._session_generation = generation
-            self._last_result = {}
-            self._refresh_session_stats()
-
-    def _sync_outputs(self, generation: int) -> None:
-        """Clear path, trajectory and map once for a new stream generation (with `_publish_lock` held)."""
-        if self._outputs_generation != generation:
-            self._outputs.clear()
-            self._outputs.publish_cleared(self.get_clock().now().to_msg())
-            self._outputs_generation = generation
+        step.camera.publish(step)
 
     def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
         if self.context.ok():  # else shutting down: the publishers are gone
-            self._causes.publish_failed(exc)
+            step.camera.causes.publish_failed(exc)
 
-    def _on_inference_error(self, frame: InputFrame, exc: Exception) -> None:
-        if not self.context.ok():
-            return  # shutting down: the publishers are gone, the frame is not a failure
-        with self._session_lock:
-            epoch = self._session_stats.get("epoch")
-            if self._pipeline is not None:
-                self._refresh_session_stats()
-            restarted = self._session_stats.get("epoch") != epoch
-        self._causes.inference_failed(exc, restarted)
+    def _on_inference_error(self, name: str, frame: InputFrame, exc: Exception) -> None:
+        if self.context.ok():  # else shutting down: the publishers are gone, the frame is not a failure
+            self.cameras[name].inference_failed(exc)
 
     # --------------------------------------------------------------------------------- reset, timers
-    def reset_stream(self) -> int | None:
-        """Start a new stream (`~/reset`): bump the generation first (frames arriving from now on belong to
-        the new stream), drop the queued frames, then reset the session after a step in progress and clear
-        path, trajectory and map after a step being published. Returns the number of queued frames
-        discarded, None when the node is not active."""
-        worker = self._worker
-        if self._pipeline is None or self._outputs is None or worker is None:
+    def reset_camera(self, name: str) -> int | None:
+        """Start a new stream for camera `name` (`~/<name>/reset`); the number of queued frames discarded,
+        None when the node is not active."""
+        scheduler = self._scheduler
+        if self._pipeline is None or scheduler is None:
             return None
-        self._generation += 1  # frames from now on start the new stream; older ones are dropped
-        generation = self._generation
-        discarded = worker.clear()
-        with self._session_lock:  # waits for a step in progress
-            if self._pipeline is not None:
-                self._sync_session(generation)
-        with self._publish_lock:  # waits for a step being published
-            if self._outputs is not None:
-                self._sync_outputs(generation)
-        self.stats.record_reset()
-        return discarded
+        return self.cameras[name].reset(scheduler.clear)
+
+    def reset_stream(self) -> int | None:
+        """`~/reset`: a new stream for every camera (camera.py `reset`); the queued frames discarded, None
+        when the node is not active."""
+        counts = [self.reset_camera(name) for name in self.cameras]
+        return None if None in counts else sum(counts)
+
+    def _single(self) -> CameraStream:
+        """The unnamed camera (sessions are saved and loaded for one camera only)."""
+        if self._named:
+            raise SessionError(
+                f"sessions are saved and loaded for one camera; this node has {list(self.cameras)}"
+            )
+        return self.cameras[""]
 
     def save_session(self) -> str:
         """`~/save_session`: copies of the session and the map under both locks (after what was inferred is
         published), written outside them. Raises `SessionError` (not active, anchor phase, ...) or OSError."""
+        camera = self._single()
         publisher = self._publisher
         if publisher is not None:
             publisher.wait_idle(PUBLISH_DRAIN_S)
-        with self._session_lock, self._publish_lock:
-            if self._pipeline is None or self._outputs is None:
-                raise SessionError("not active")
-            snapshot = self._sessions.capture(self.params, self._pipeline.session, self._outputs)
-        return self._sessions.write(self.params, snapshot)
+        return self._sessions.write(self.params, camera.capture(self._sessions, self.params))
 
     def load_session(self) -> str:
         """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
         current map is kept on any error), then start a new stream generation in its map frame."""
+        camera = self._single()
         name, snapshot = self._sessions.read(self.params)
-        worker = self._worker
-        if self._pipeline is None or self._outputs is None or worker is None:
+        scheduler = self._scheduler
+        if scheduler is None:
             raise SessionError("not active")
-        self._generation += 1  # queued and in-flight frames of the old stream are dropped
-        generation = self._generation
-        worker.clear()
-        with self._session_lock, self._publish_lock:
-            if self._pipeline is None or self._outputs is None:
-                raise SessionError("not active")
-            self._session_generation = self._outputs_generation = generation
-            self._camera_id = None
-            self._outputs.restore(self._pipeline.session, snapshot)
-            self._last_result = {}
-            self._refresh_session_stats()
+        camera.restore(snapshot, scheduler.clear)
         poses = len(snapshot.trajectory_stamps_ns)
         return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
-                f"{self._outputs.mapper.mode}; new frames continue its map frame")
+                f"{camera.outputs.mapper.mode}; new frames continue its map frame")
 
     def publish_diagnostics(self) -> None:
-        """Publish /diagnostics now (timer, and right after a live parameter change)."""
+        """Publish /diagnostics now (timer, and right after a live parameter change): one status for the
+        node (the unnamed camera's, as before), and one per named camera."""
         pub = self._diag_pub
         if pub is None or not self.context.ok():
             return
         now = self.get_clock().now()
         use_sim_time = bool(self.get_parameter("use_sim_time").value)
-        runtime = self.stats.snapshot()
-        runtime["clock"] = self._clock_watch.check(use_sim_time, now.nanoseconds)
-        runtime.update(self._intrinsics)
-        outputs, pipeline = self._outputs, self._pipeline  # deactivate/cleanup may clear them meanwhile
-        if outputs is not None:
-            runtime["map_points"] = outputs.map_size()
-            runtime.update(outputs.trajectory_stats())
-        worker = self._worker
-        conflict = self._intake.guard.conflict()
-        msg = diagnostic_array(
-            self.get_fully_qualified_name(),  # with the namespace: two robots' statuses never collide
-            str(pipeline.device) if pipeline else "none",
-            now.to_msg(),
-            runtime,
-            worker.stats() if worker is not None else None,
-            dict(self._session_stats),
-            "active" if self._active else ("inactive" if pipeline else "unconfigured"),
-            errors=[conflict] if conflict else [],
-        )
+        pipeline, scheduler = self._pipeline, self._scheduler  # deactivate/cleanup may clear them meanwhile
+        hardware = str(pipeline.device) if pipeline else "none"
+        state = "active" if self._active else ("inactive" if pipeline else "unconfigured")
+        name = self.get_fully_qualified_name()  # with the namespace: two robots' statuses never collide
+        clock = self._clock_watch.check(use_sim_time, now.nanoseconds)
+        if not self._named:
+            camera = self.cameras[""]
+            runtime = {**self.stats.snapshot(), "clock": clock, **camera.runtime()}
+            worker = scheduler.stats("") if scheduler is not None else None
+            msg = camera.status(name, hardware, now.to_msg(), runtime, worker, state)
+        else:
+            runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras)}
+            if self._fused is not None and self._active:
+                runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
+            multi = pipeline.session if pipeline else None
+            pool = {"pool": multi.pool_stats()} if isinstance(multi, MultiStreamSession) else {}
+            msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
+            for camera in self.cameras.values():
+                worker = scheduler.stats(camera.name) if scheduler is not None else None
+                status = camera.status(f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(),
+                                       worker, state)
+                msg.status += status.status
         pub.publish(msg)
-
-    def _refresh_session_stats(self, last: object | None = None) -> None:
-        """Snapshot the session statistics (call with `_session_lock` held) for the diagnostics timer."""
-        stats = dict(self._pipeline.session.stats()) if self._pipeline is not None else {}
-        if last is not None:
-            self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
-        stats["last_frame"] = dict(self._last_result)
-        self._session_stats = stats
 
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:
@@ -424,10 +377,8 @@ class LingBotMapNode(LifecycleNode):
         if not result.successful or window is None or self._pipeline is None:
             return result
         try:
-            with self._session_lock:
-                if self._pipeline is not None:  # cleanup may have released it meanwhile
-                    self._pipeline.session.set_sliding_window(window)
-                    self._refresh_session_stats()
+            for camera in self.cameras.values():
+                camera.set_sliding_window(window)
         except (ValueError, RuntimeError) as exc:
             return SetParametersResult(successful=False, reason=f"kv_cache.sliding_window refused: {exc}")
         self.get_logger().info(f"kv_cache.sliding_window -> {window}")
@@ -437,9 +388,10 @@ class LingBotMapNode(LifecycleNode):
         """After a successful set: update the snapshot and the outputs, report the change at once."""
         try:
             self.params = apply_update(self.params, params)
-            outputs = self._outputs
-            if outputs is not None:
-                outputs.update_config(OutputConfig.from_params(self.params))
+            for i, camera in enumerate(self.cameras.values()):
+                outputs = camera.outputs
+                if outputs is not None:
+                    outputs.update_config(camera.output_config(self.params, primary=i == 0))
             self.publish_diagnostics()
         except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
             self._causes.callback_failed("apply_parameters", exc)

@@ -78,6 +78,11 @@ class OutputConfig:
     grid_rate: float = 0.5
     covariance: CovarianceConfig = CovarianceConfig()
     mapping_enabled: bool = True
+    #: Several cameras (docs/node.md): the map frame of this camera while it is mapped without the robot
+    #: (map_to_camera), e.g. `map_front`; empty: `map_frame` always.
+    camera_map_frame: str = ""
+    #: Whether this camera publishes the robot TF edge (map -> odom / map -> base): only one camera may.
+    publish_robot_tf: bool = True
 
     @staticmethod
     def from_params(p: NodeParams) -> OutputConfig:
@@ -149,12 +154,17 @@ class MappingOutputs:
         lookup: TF lookups at image stamps (the node's `TfLookup`).
         depth_input: the metric depth topic (`scale.source: depth`), else None.
         on_drop: `(cause, reason)` of a frame dropped before publishing (the node's CauseLog.rejected).
+        topic_prefix: where the publishers live (`~/`, or `~/<camera>/` with several cameras).
+        robot_map: T_map_odom [4, 4] of the camera that drives the robot TF (None: none yet), for a camera
+            that does not: its new streams in map_to_odom start in that camera's map frame (one map).
     """
 
     def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
                  depth_input: DepthInput | None = None,
-                 on_drop: Callable[[str, str], None] | None = None) -> None:
+                 on_drop: Callable[[str, str], None] | None = None, topic_prefix: str = "~/",
+                 robot_map: Callable[[], np.ndarray | None] | None = None) -> None:
         self._node = node
+        self._robot_map = robot_map
         self.config = config
         self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
@@ -163,16 +173,12 @@ class MappingOutputs:
             config.tf_mode, config.base_frame, config.odom_frame, config.tf_timeout,
             odometry_scale=config.scale.source == "odometry"))
         self._depth_input = depth_input if config.scale.source == "depth" else None
-        self._pubs = {
-            "odometry": node.create_publisher(Odometry, "~/odometry", FRAME_QOS),
-            "camera_pose": node.create_publisher(PoseStamped, "~/camera_pose", FRAME_QOS),
-            "path": node.create_publisher(Path, "~/path", FRAME_QOS),
-            "depth": node.create_publisher(Image, "~/depth", FRAME_QOS),
-            "camera_info": node.create_publisher(CameraInfo, "~/camera_info", FRAME_QOS),
-            "frame_cloud": node.create_publisher(PointCloud2, "~/frame_cloud", FRAME_QOS),
-            "map_cloud": node.create_publisher(PointCloud2, "~/map_cloud", MAP_QOS),
-            "grid": node.create_publisher(OccupancyGrid, "~/grid", MAP_QOS),
-        }
+        topics = {"odometry": Odometry, "camera_pose": PoseStamped, "path": Path, "depth": Image,
+                  "camera_info": CameraInfo, "frame_cloud": PointCloud2}
+        self._pubs = {name: node.create_publisher(msg, topic_prefix + name, FRAME_QOS)
+                      for name, msg in topics.items()}
+        self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
+        self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper = Mapper(config.mapper_config())
         self.mapper.mapping_enabled = config.mapping_enabled
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
@@ -196,13 +202,20 @@ class MappingOutputs:
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
             self.mapper.mapping_enabled = config.mapping_enabled
 
+    @property
+    def map_frame(self) -> str:
+        """This camera's map frame: `map_frame`, or `camera_map_frame` (when set) unless the stream is mapped
+        in the robot's frame (a robot TF mode)."""
+        cfg = self.config
+        robot = self.mapper.mode in ("map_to_odom", "map_to_base")
+        return cfg.camera_map_frame if cfg.camera_map_frame and not robot else cfg.map_frame
+
     def camera_frame(self, header: Header) -> str:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or "camera_optical_frame"
 
     def publish(self, result: FrameResult, header: Header) -> bool:
         """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
-        cfg = self.config
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
         mode = self.mapper.mode
@@ -217,6 +230,9 @@ class MappingOutputs:
         except TransformUnavailable as exc:
             self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {mode}): {exc}")
             return False
+        shared = self._robot_map() if self._robot_map is not None else None
+        if shared is not None and robot.mode == "map_to_odom" and self.mapper.needs_new_epoch(result):
+            robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
         sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
         with self.lock:
             bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
@@ -229,7 +245,7 @@ class MappingOutputs:
             if frame.new_epoch:
                 self._path.clear()
                 self._map_odom = None
-            map_header = Header(stamp=header.stamp, frame_id=cfg.map_frame)
+            map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
             self._path.append(pose_stamped_msg(frame.body_pose, map_header))
             path = Path(header=map_header, poses=list(self._path))
             self._map_dirty |= frame.map_changed or frame.new_epoch
@@ -245,14 +261,15 @@ class MappingOutputs:
     def _publish_frame(self, frame: MappedFrame, header: Header, camera: str) -> None:
         cfg = self.config
         cam_header = Header(stamp=header.stamp, frame_id=camera)
-        map_header = Header(stamp=header.stamp, frame_id=cfg.map_frame)
-        if frame.mode == "map_to_odom":
+        map_frame = self.map_frame
+        map_header = Header(stamp=header.stamp, frame_id=map_frame)
+        if frame.mode == "map_to_odom" and cfg.publish_robot_tf:
             stamp = seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance)
-            self._tf.send(transform_msg(frame.map_odom, stamp, cfg.map_frame, cfg.odom_frame))
-        elif frame.mode == "map_to_base":
-            self._tf.send(transform_msg(frame.body_pose, header.stamp, cfg.map_frame, cfg.base_frame))
-        else:
-            self._tf.send(transform_msg(frame.camera_pose, header.stamp, cfg.map_frame, camera))
+            self._tf.send(transform_msg(frame.map_odom, stamp, map_frame, cfg.odom_frame))
+        elif frame.mode == "map_to_base" and cfg.publish_robot_tf:
+            self._tf.send(transform_msg(frame.body_pose, header.stamp, map_frame, cfg.base_frame))
+        elif frame.mode == "map_to_camera":
+            self._tf.send(transform_msg(frame.camera_pose, header.stamp, map_frame, camera))
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
         self._pubs["odometry"].publish(odometry_msg(frame.body_pose, frame.twist, map_header, child,
                                                     frame.pose_covariance, frame.twist_covariance))
@@ -273,7 +290,7 @@ class MappingOutputs:
         slam_toolbox does; a replayed bag's older stamps are followed instead of mixed with the wall clock."""
         with self.lock:
             last = self._map_odom
-        if last is None:
+        if last is None or not self.config.publish_robot_tf:
             return
         map_odom, image_s, published_s = last
         elapsed = max(0.0, self._now_s() - published_s)
@@ -287,7 +304,7 @@ class MappingOutputs:
                 return -1
             xyz, rgb = self.mapper.voxels.points()
             self._map_dirty = False
-        header = Header(stamp=stamp, frame_id=self.config.map_frame)
+        header = Header(stamp=stamp, frame_id=self.map_frame)
         self._pubs["map_cloud"].publish(points_to_cloud(xyz, rgb, header))
         return len(xyz)
 
@@ -299,12 +316,12 @@ class MappingOutputs:
             grid = self.mapper.grid.grid()
             self._grid_dirty = False
         stamp = self.last_stamp or self._node.get_clock().now().to_msg()
-        self._pubs["grid"].publish(grid_msg(grid, Header(stamp=stamp, frame_id=self.config.map_frame)))
+        self._pubs["grid"].publish(grid_msg(grid, Header(stamp=stamp, frame_id=self.map_frame)))
         return True
 
     def publish_cleared(self, stamp: Time) -> None:
         """After `clear`: publish an empty path, map and grid so viewers drop the old ones."""
-        header = Header(stamp=stamp, frame_id=self.config.map_frame)
+        header = Header(stamp=stamp, frame_id=self.map_frame)
         self._pubs["path"].publish(Path(header=header))
         self.publish_map(stamp, force=True)
         self.publish_grid(force=True)
@@ -379,6 +396,12 @@ class MappingOutputs:
         self._pubs["path"].publish(path)
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)
+
+    def robot_map_odom(self) -> np.ndarray | None:
+        """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""
+        with self.lock:
+            last = self._map_odom
+        return last[0] if last is not None and self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
         with self.lock:

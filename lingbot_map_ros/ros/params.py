@@ -9,6 +9,7 @@ set, configure).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-ParamValue = bool | int | float | str
+ParamValue = bool | int | float | str | list[str]
+#: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,15 @@ class ParamSpec:
     int_range: tuple[int, int] | None = None
     float_range: tuple[float, float] | None = None
     choices: tuple[str, ...] | None = None
+    startup: bool = False  # read when the node starts (its topics and services): never changed at run time
 
     def descriptor(self) -> ParameterDescriptor:
         """The rcl descriptor (ranges are enforced by rclpy itself; choices by `validate`)."""
         text = self.description + (
             " (live)" if self.live else " (read at configure; needs a reload to change)"
         )
+        if self.startup:
+            text = self.description + " (read at start-up; restart the node to change)"
         if self.choices:
             text += f" One of: {', '.join(self.choices)}."
         desc = ParameterDescriptor(description=text, read_only=False)
@@ -52,6 +58,9 @@ class ParamSpec:
 
     def validate(self, value: object) -> str | None:
         """Reason the value is invalid, or None when it is acceptable."""
+        if isinstance(self.default, list):
+            ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+            return None if ok else f"{self.name} must be a string array, got {type(value).__name__}"
         if type(value) is not type(self.default) and not (
             isinstance(self.default, float) and type(value) is int
         ):
@@ -325,6 +334,28 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ),
     ParamSpec("qos.depth", 5, "Image subscription history depth.", int_range=(1, 1000)),
     ParamSpec("diagnostics_rate", 1.0, "Rate of /diagnostics in Hz.", float_range=(0.1, 100.0)),
+    ParamSpec(
+        "batch.max_wait_ms",
+        5.0,
+        "Several cameras: once one camera has a frame, wait at most this long for the others' frames before "
+        "stepping them together (one batched model step); a slow camera never stalls a fast one by more.",
+        float_range=(0.0, 1000.0),
+    ),
+    ParamSpec(
+        "batch.max_batch",
+        8,
+        "Several cameras: most streaming frames in one batched model step.",
+        int_range=(1, 64),
+    ),
+    ParamSpec(
+        "cameras",
+        [""],
+        "Camera names, e.g. [front, rear]: camera <name> is subscribed on <name>/image (or "
+        "<name>/image/compressed) and <name>/camera_info and publishes under ~/<name>/ (docs/node.md, "
+        "\"Several cameras\"). [''] (default): one unnamed camera on image and camera_info, outputs "
+        "under ~/.",
+        startup=True,
+    ),
 )
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
@@ -393,6 +424,9 @@ class NodeParams:
     qos_reliability: str
     qos_depth: int
     diagnostics_rate: float
+    batch_max_wait_ms: float
+    batch_max_batch: int
+    cameras: tuple[str, ...]
 
 
 def field_name(param_name: str) -> str:
@@ -444,6 +478,30 @@ def cross_check(values: dict[str, object]) -> list[str]:
     width = values.get("model.image_width", 14)
     if isinstance(width, int) and width % 14:
         problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
+    cameras = tuple(values.get("cameras", ("",)))
+    problems += camera_names_problems(cameras)
+    if len(cameras) > 1 and values.get("scale.source") == "depth":
+        problems.append("scale.source depth takes one depth topic: it needs a single camera (cameras)")
+    if len(cameras) > 1 and values.get("camera_frame"):
+        problems.append("camera_frame overrides one camera's frame: leave it empty with several cameras")
+    return problems
+
+
+def camera_names_problems(names: tuple[str, ...]) -> list[str]:
+    """What is wrong with a `cameras` list (empty when nothing): a non-empty list of unique ROS name tokens
+    (letters, digits, '_', starting with a letter), or `['']` alone (the one unnamed camera)."""
+    if names == ("",):
+        return []
+    if not names:
+        return ["cameras must name at least one camera (or be [''] for one unnamed camera)"]
+    problems = [
+        f"cameras: '{name}' is not a ROS name token (a letter, then letters, digits or '_')"
+        for name in names
+        if not CAMERA_NAME.fullmatch(name)
+    ]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problems.append(f"cameras: {repeated} named more than once")
     return problems
 
 
@@ -489,7 +547,9 @@ def check_update(params: list[Parameter], current: NodeParams, configured: bool)
         if spec is None:
             continue  # e.g. use_sim_time, handled by rclpy
         reason = spec.validate(param.value)
-        unchanged = reason is None and _coerce(spec, param.value) == values[param.name]
+        unchanged = reason is None and _coerce(spec, param.value) == _coerce(spec, values[param.name])
+        if reason is None and spec.startup and not unchanged:
+            reason = f"{param.name} is read when the node starts (its topics and services): restart it"
         if reason is None and configured and not spec.live and not unchanged:
             reason = (
                 f"{param.name} needs a reload (the model or the pipeline is built from it): "
@@ -510,7 +570,9 @@ def apply_update(current: NodeParams, params: list[Parameter]) -> NodeParams:
     return NodeParams(**{**current.__dict__, **changes})
 
 
-def _coerce(spec: ParamSpec, value: object) -> ParamValue:
+def _coerce(spec: ParamSpec, value: object) -> ParamValue | tuple[str, ...]:
+    if isinstance(spec.default, list):
+        return tuple(value)
     return float(value) if isinstance(spec.default, float) else value
 
 
@@ -552,6 +614,8 @@ def _comment(spec: ParamSpec) -> str:
 def _yaml_value(value: ParamValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 

@@ -16,6 +16,7 @@ import torch
 
 from ..engine.config import SessionConfig
 from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
+from ..engine.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.session import StreamingSession
 from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
 from ..model.graphed import set_compile_cache_dir
@@ -33,10 +34,11 @@ class ConfigureError(RuntimeError):
 
 @dataclass
 class Pipeline:
-    """What configure builds: the model (on its device) and the session that streams frames through it."""
+    """What configure builds: the model (on its device) and the session that streams frames through it (a
+    `MultiStreamSession` over one KV pool with several named cameras: `cameras`)."""
 
     model: torch.nn.Module | FaultInjectingModel
-    session: StreamingSession
+    session: StreamingSession | MultiStreamSession
     device: torch.device
     description: str
 
@@ -111,8 +113,13 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         cuda_graphs=params.model_cuda_graphs,
         compile_blocks=params.model_compile_blocks,
     )
+    names = [name for name in params.cameras if name]
     try:
-        session = StreamingSession(model, session_config)
+        if names:
+            batch = BatchConfig(max_batch=params.batch_max_batch)
+            session = MultiStreamSession(model, session_config, names, batch)
+        else:
+            session = StreamingSession(model, session_config)
     except ValueError as exc:
         raise ConfigureError(f"cannot start the streaming session: {exc}") from exc
     description = (

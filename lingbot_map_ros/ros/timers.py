@@ -8,7 +8,7 @@ logged (an exception escaping a timer would end the executor's spin).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -25,7 +25,7 @@ class NodeTimers:
         node: the lifecycle node.
         group: their callback group.
         params: the parameter snapshot at construction (rates; `set_rates` applies new ones).
-        outputs: the active outputs, None while not active.
+        outputs: the active outputs (each camera's, and the fused map of several), empty while not active.
         diagnostics: publishes /diagnostics.
         ok: False once the node's context is shutting down (failures are then not reported).
         on_failure: `(timer name, exception)` of a failed callback (counted and logged by the node).
@@ -36,7 +36,7 @@ class NodeTimers:
         node: Node,
         group: CallbackGroup,
         params: NodeParams,
-        outputs: Callable[[], MappingOutputs | None],
+        outputs: Callable[[], Sequence[MappingOutputs]],
         diagnostics: Callable[[], None],
         ok: Callable[[], bool],
         on_failure: Callable[[str, Exception], None],
@@ -49,8 +49,8 @@ class NodeTimers:
         bodies = {
             "diagnostics_timer": diagnostics,
             "map_timer": self._publish_map,
-            "map_odom_timer": lambda: self._each(MappingOutputs.republish_map_odom),
-            "grid_timer": lambda: self._each(MappingOutputs.publish_grid),
+            "map_odom_timer": lambda: self._each(lambda outputs: outputs.republish_map_odom()),
+            "grid_timer": lambda: self._each(lambda outputs: outputs.publish_grid()),
         }
         self._timers = {
             name: node.create_timer(1.0, self._guarded(name, body), callback_group=group, clock=steady)
@@ -80,11 +80,9 @@ class NodeTimers:
         return run
 
     def _each(self, method: Callable[[MappingOutputs], object]) -> None:
-        outputs = self._outputs()  # None while not active (deactivate may clear it meanwhile)
-        if outputs is not None:
+        for outputs in self._outputs():  # empty while not active (deactivate may clear them meanwhile)
             method(outputs)
 
     def _publish_map(self) -> None:
-        outputs = self._outputs()
-        if outputs is not None:
+        for outputs in self._outputs():
             outputs.publish_map(outputs.last_stamp or self._node.get_clock().now().to_msg())

@@ -208,6 +208,17 @@ def camera_connection(reader: Reader, topic: str | None) -> Connection:
     return cameras[0]
 
 
+def camera_connections(reader: Reader, topics: list[str] | None) -> list[Connection]:
+    """The connections of `topics` (each a camera topic of the bag), or of every camera topic when None."""
+    if topics is None:
+        topics = sorted({c.topic for c in reader.connections if c.msgtype in CAMERA_TYPES})
+        if not topics:
+            raise BagError(f"bag {reader.path} has no camera topics")
+    if len(set(topics)) != len(topics):
+        raise BagError(f"camera topics {topics} name a topic more than once")
+    return [camera_connection(reader, topic) for topic in topics]
+
+
 def count_messages(reader: Reader, topic: str) -> int:
     """Messages stored on `topic` (from the bag's metadata, no decoding)."""
     return sum(c.msgcount for c in reader.connections if c.topic == topic)
@@ -215,16 +226,29 @@ def count_messages(reader: Reader, topic: str) -> int:
 
 def iter_frames(path: Path, topic: str | None = None, max_frames: int | None = None) -> Iterator[BagFrame]:
     """Decoded camera frames of one topic in log-time order."""
-    ts = ros2_typestore()
     reader = open_bag(path)
     try:
-        connection = camera_connection(reader, topic)
-        for index, (conn, log_time, raw) in enumerate(reader.messages(connections=[connection])):
-            if max_frames is not None and index >= max_frames:
-                break
-            msg = ts.deserialize_cdr(raw, conn.msgtype)
-            stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-            yield BagFrame(index=index, topic=conn.topic, stamp_ns=stamp, log_time_ns=log_time,
-                           frame_id=msg.header.frame_id, rgb=decode_image(msg))
+        yield from _decoded(reader, [camera_connection(reader, topic)], max_frames)
     finally:
         reader.close()
+
+
+def iter_camera_frames(path: Path, topics: list[str], max_frames: int | None = None) -> Iterator[BagFrame]:
+    """Decoded camera frames of several topics, interleaved in log-time order (`max_frames`: in all)."""
+    reader = open_bag(path)
+    try:
+        yield from _decoded(reader, camera_connections(reader, topics), max_frames)
+    finally:
+        reader.close()
+
+
+def _decoded(reader: Reader, connections: list[Connection], max_frames: int | None) -> Iterator[BagFrame]:
+    """The frames of `connections` in log-time order, decoded (`index` counts all of them)."""
+    ts = ros2_typestore()
+    for index, (conn, log_time, raw) in enumerate(reader.messages(connections=connections)):
+        if max_frames is not None and index >= max_frames:
+            break
+        msg = ts.deserialize_cdr(raw, conn.msgtype)
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        yield BagFrame(index=index, topic=conn.topic, stamp_ns=stamp, log_time_ns=log_time,
+                       frame_id=msg.header.frame_id, rgb=decode_image(msg))

@@ -12,6 +12,10 @@ frame (REP-103: the first camera's position, x forward, y left, z up; as the nod
 A frame is "dropped" when it never got a pose: it could not be decoded, or the bag ended while it waited
 for the anchor phase to fill.
 
+Several camera topics (`--topics /front/image /rear/image`, or a bag with several camera topics and no
+`--topic`) are mapped together by tools/run_cameras.py (one model, a session and a mapper per camera,
+outputs per camera under OUT/<camera>/).
+
 `--load SESSION` first continues a saved session (docs/session.md: its anchors are re-run, its map, grid and
 trajectory restored), so the bag's frames are posed in the saved map frame; `--save SESSION` writes the
 session at the end of the run (a folder that must not exist), which the node's `session.load_path` accepts.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +192,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("bag", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="output folder (created)")
     p.add_argument("--topic", default=None, help="camera topic (default: the bag's only camera topic)")
+    p.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
+                   help="several camera topics mapped together (default without --topic: every camera "
+                        "topic of the bag)")
     p.add_argument("--preset", choices=("tiny", "lingbot-map"), default="tiny")
     p.add_argument("--checkpoint", type=Path, default=None, help="default: synthetic weights")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
@@ -220,6 +227,20 @@ def main_args(args: argparse.Namespace) -> int:
                        threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
                        pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
                        load_session=args.load, save_session=args.save)
+    topics = args.topics or ([args.topic] if args.topic else None)
+    if topics is None or len(topics) > 1:
+        from lingbot_map_ros.tools.run_cameras import bag_camera_topics, run_cameras  # imports this module
+
+        topics = topics or bag_camera_topics(args.bag)
+        if len(topics) > 1:
+            summary = run_cameras(config, topics)
+            print(f"{summary['frames']} frames of {len(topics)} cameras, {summary['fps']:.2f} FPS")
+            for name, camera in summary["cameras"].items():
+                print(f"  {name:10s} {camera['topic']}: {camera['posed']} posed, {camera['dropped']} "
+                      f"dropped, {camera['map_points']} map points -> {args.output / name}")
+            return 0
+    if args.topics:
+        config = replace(config, topic=args.topics[0])
     result = run_bag(config)
     print(f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
           f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points")

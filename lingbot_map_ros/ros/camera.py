@@ -1,0 +1,384 @@
+"""One camera of the node: its input, stream, session, outputs and counters (the node holds one per camera).
+
+A `CameraStream` owns what belongs to one image stream (docs/node.md "Behaviour", "Several cameras"): the
+input subscriptions and stream guard (intake.py, streams.py), the stream generations (`~/reset` bumps the
+generation first, so frames arriving during a reset already belong to the new stream; the session, under the
+session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*`), the camera identity (a
+confirmed change of the image frame_id restarts the stream), its `StreamingSession` (one per camera, all on
+the node's one model), its `MappingOutputs` (kept from the first activate after configure until cleanup, so
+deactivate/activate keeps the map), its counters (`RuntimeStats`; the unnamed camera shares the node's) and
+its `~/<name>/reset`. Inference and publishing run on the node's threads: the step on the one inference thread
+(scheduler.py, camera_step.py: `prepare` and `finish` around the model step), `publish` on the publish
+thread, in step order. Nothing here raises into a callback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.callback_groups import CallbackGroup
+from rclpy.lifecycle import LifecycleNode
+from std_msgs.msg import Header
+from std_srvs.srv import Trigger
+
+from ..engine.multi_stream import MultiStreamSession
+from ..engine.session import StreamingSession
+from ..engine.session_store import SessionError, SessionSnapshot
+from .depth_input import DepthInput
+from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
+from .entities import NodeFacade
+from .intake import FrameIntake, InputFrame
+from .outputs import MappingOutputs, OutputConfig
+from .params import NodeParams
+from .services import SERVICE_QOS
+from .session_files import SessionFiles
+from .tf_listener import TfLookup
+from .worker import WorkerStats
+
+
+@dataclass(frozen=True)
+class StepResults:
+    """The results of one session step (S0 anchor frames or one frame), on their way to the publish thread.
+
+    Attributes:
+        camera: the camera whose frames they are.
+        generation: the camera's reset counter when the step ran; results from before a reset are dropped.
+        results: `FrameResult`s in input order.
+    """
+
+    camera: CameraStream
+    generation: int
+    results: list
+
+
+@dataclass(frozen=True)
+class CameraHost:
+    """What a camera uses of its node.
+
+    Attributes:
+        node: the lifecycle node (logger, clock, context, services).
+        facade: creates the kept publishers and subscriptions (entities.py).
+        params: the current parameter snapshot.
+        active: whether the node is active (the gate of every callback).
+        submit: `(camera name, frame)` into the inference queue; False when not active (no queue).
+        reset: `(camera name)` resets that camera's stream (the node's `reset_camera`).
+        tf_lookup: the node's TF lookups (robot modes).
+        input_group / service_group: callback groups of the subscriptions and services.
+    """
+
+    node: LifecycleNode
+    facade: NodeFacade
+    params: Callable[[], NodeParams]
+    active: Callable[[], bool]
+    submit: Callable[[str, InputFrame], bool]
+    reset: Callable[[str], int | None]
+    tf_lookup: TfLookup
+    input_group: CallbackGroup
+    service_group: CallbackGroup
+
+
+class CameraStream:
+    """One camera (module doc). `name` "" is the unnamed camera of a single-camera node: topics `image`,
+    `camera_info`, outputs under `~/`, `~/reset` is the node's; a named camera uses `<name>/image`,
+    `<name>/camera_info`, `~/<name>/...`, `~/<name>/reset` and, without robot TF, map frame
+    `<map_frame>_<name>`.
+
+    Args:
+        name: the camera's name ("" or a ROS name token).
+        host: what the camera uses of the node.
+        stats / causes: its counters and cause log (the node's own for the unnamed camera).
+        robot_map: the driving camera's T_map_odom (None for the camera that drives the robot TF itself).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        host: CameraHost,
+        stats: RuntimeStats,
+        causes: CauseLog,
+        robot_map: Callable[[], np.ndarray | None] | None = None,
+    ) -> None:
+        self.name = name
+        self.stats = stats
+        self.causes = causes
+        self._host = host
+        self._robot_map = robot_map
+        self._input_prefix = f"{name}/" if name else ""
+        self.output_prefix = f"~/{name}/" if name else "~/"
+        self.session_lock = threading.Lock()
+        self.publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
+        self.generation = 0
+        self._session_generation = self._outputs_generation = 0
+        self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
+        self.session: StreamingSession | None = None
+        self._multi: MultiStreamSession | None = None
+        self._step_epoch: object = None  # the session's epoch before the step in progress
+        self.outputs: MappingOutputs | None = None
+        self.session_stats: dict[str, object] = {}
+        self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
+        self.intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
+        self.intake = FrameIntake(
+            causes,
+            host.params,
+            self._enqueue,
+            active=host.active,
+            on_inactive=stats.record_ignored_inactive,
+            topic_prefix=self._input_prefix,
+        )
+        if name:  # the unnamed camera's reset is the node's ~/reset
+            host.node.create_service(
+                Trigger,
+                f"~/{name}/reset",
+                self._on_reset,
+                qos_profile=SERVICE_QOS,
+                callback_group=host.service_group,
+            )
+
+    def output_config(self, params: NodeParams, primary: bool) -> OutputConfig:
+        """The outputs' options: the node's, with this camera's map frame and TF role."""
+        camera_map = f"{params.map_frame}_{self.name}" if self.name else ""
+        return replace(
+            OutputConfig.from_params(params), camera_map_frame=camera_map, publish_robot_tf=primary
+        )
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def configure(self, session: StreamingSession, multi: MultiStreamSession | None = None) -> None:
+        """Take this camera's session (configure; `multi`: the `MultiStreamSession` it belongs to, whose
+        `reset` waits for a round in progress): a new stream, a new map at the first activate."""
+        with self.session_lock:
+            self.session, self._multi = session, multi
+            self.camera_id = None
+            self._refresh_session_stats()
+        self.intake.guard.forget()
+
+    def activate(self, params: NodeParams, depth_input: DepthInput | None, primary: bool) -> str:
+        """Create the outputs (first activate after configure; later ones keep map and path), subscribe;
+        returns the image topic."""
+        if self.outputs is None:
+            self.outputs = MappingOutputs(
+                self._host.facade,
+                self.output_config(params, primary),
+                self._host.tf_lookup,
+                depth_input,
+                self.causes.rejected,
+                topic_prefix=self.output_prefix,
+                robot_map=self._robot_map,
+            )
+        subscriptions = self.intake.subscribe(self._host.facade, params, self._host.input_group)
+        return subscriptions[0].topic_name
+
+    def release(self) -> None:
+        """Drop the session and the outputs (cleanup); their publishers are kept (entities.py)."""
+        with self.session_lock:
+            self.session = self._multi = None
+            self.session_stats = {}
+            self.camera_id = None
+        with self.publish_lock:
+            outputs, self.outputs = self.outputs, None
+        if outputs is not None:
+            outputs.destroy()
+
+    # ---------------------------------------------------------------------------------------- frames
+    def _enqueue(self, header: Header, rgb: np.ndarray, received: float) -> None:
+        """An accepted frame (intake.py) joins this camera's queue in the current generation."""
+        if not self._host.submit(self.name, InputFrame(header, rgb, received, self.generation)):
+            self.stats.record_ignored_inactive()
+
+    def prepare(self, frame: InputFrame) -> bool:
+        """Inference thread, with `session_lock` held: whether `frame` goes into this step (False: a reset
+        came after it arrived); a new generation resets the session, another camera id restarts the stream."""
+        if frame.generation != self.generation or self.session is None or self.outputs is None:
+            return False
+        self._sync_session(frame.generation)
+        self._step_epoch = self.session_stats.get("epoch")
+        self._follow_camera(frame.header.frame_id)
+        return True
+
+    def finish(self, frame: InputFrame, results: list) -> StepResults | None:
+        """Inference thread, with `session_lock` held: the step's results (from `push` or a batched round)
+        on their way to the publish thread; None when there is nothing (or the node is shutting down)."""
+        if not self._host.node.context.ok():
+            return None  # shutting down (SIGINT during the step): nothing can be published any more
+        self._refresh_session_stats(results[-1] if results else None)
+        stats, epoch = self.session_stats, self._step_epoch
+        if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
+            self._host.node.get_logger().warning(
+                f"{self._prefix()}mapping restarted (epoch {stats['epoch']}): "
+                f"{stats['last_reset_reason']}; "
+                f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
+                "frames have formed a new anchor phase"
+            )
+        return StepResults(self, frame.generation, results) if results else None
+
+    def _prefix(self) -> str:
+        return f"camera {self.name}: " if self.name else ""
+
+    def _follow_camera(self, frame_id: str) -> None:
+        """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
+        never mixes two cameras (call with `session_lock` held)."""
+        previous, self.camera_id = self.camera_id, frame_id
+        if previous is not None and frame_id != previous:
+            self._reset_session(f"camera changed from '{previous}' to '{frame_id}'")
+
+    def publish(self, step: StepResults) -> None:
+        """Publish thread: every output of one step, in order, unless a reset came in between."""
+        with self.publish_lock:
+            if step.generation != self.generation or self.outputs is None:
+                return  # inferred before a reset: the old stream's outputs are gone
+            self._sync_outputs(step.generation)
+            for result in step.results:
+                if self.outputs.publish(result, result.meta.header):  # False: dropped (tf_unavailable)
+                    self.stats.record_output(time.monotonic() - result.meta.received)
+            camera_info = self.intake.camera_info
+            if camera_info is not None:
+                last = step.results[-1]
+                self.intrinsics = intrinsics_report(camera_info, last.intrinsics, last.image_hw)
+
+    def inference_failed(self, exc: Exception) -> None:
+        """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""
+        with self.session_lock:
+            epoch = self.session_stats.get("epoch")
+            if self.session is not None:
+                self._refresh_session_stats()
+            restarted = self.session_stats.get("epoch") != epoch
+        self.causes.inference_failed(exc, restarted)
+
+    # ------------------------------------------------------------------------------------------ reset
+    def reset(self, clear_queue: Callable[[str], int]) -> int | None:
+        """Start a new stream: bump the generation first (frames arriving from now on belong to the new
+        stream), drop the queued frames (`clear_queue(name)`), then reset the session after a step in
+        progress and clear path, trajectory and map after a step being published. Returns the number of
+        queued frames discarded, None when not active."""
+        if self.session is None or self.outputs is None:
+            return None
+        self.generation += 1
+        generation = self.generation
+        discarded = clear_queue(self.name)
+        with self.session_lock:  # waits for a step in progress
+            if self.session is not None:
+                self._sync_session(generation)
+        with self.publish_lock:  # waits for a step being published
+            if self.outputs is not None:
+                self._sync_outputs(generation)
+        self.stats.record_reset()
+        return discarded
+
+    def capture(self, sessions: SessionFiles, params: NodeParams) -> SessionSnapshot:
+        """Copies of the session and the map under both locks (`~/save_session`; call after what was
+        inferred is published). Raises `SessionError` (not active, anchor phase, ...)."""
+        with self.session_lock, self.publish_lock:
+            if self.session is None or self.outputs is None or not self._host.active():
+                raise SessionError("not active")
+            return sessions.capture(params, self.session, self.outputs)
+
+    def restore(self, snapshot: SessionSnapshot, clear_queue: Callable[[str], int]) -> None:
+        """Continue a saved session (`~/load_session`) in a new generation: queued and in-flight frames of
+        the old stream are dropped, session and outputs take the snapshot. Raises `SessionError`."""
+        if self.session is None or self.outputs is None:
+            raise SessionError("not active")
+        self.generation += 1
+        generation = self.generation
+        clear_queue(self.name)
+        with self.session_lock, self.publish_lock:
+            if self.session is None or self.outputs is None:
+                raise SessionError("not active")
+            self.outputs.restore(self.session, snapshot)
+            self._session_generation = self._outputs_generation = generation
+            self.camera_id = None
+            self._last_result = {}
+            self._refresh_session_stats()
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """`~/<name>/reset`: this camera's stream only (the others keep mapping)."""
+        try:
+            discarded = self._host.reset(self.name)
+        except Exception as exc:  # noqa: BLE001 - a raising service callback would end the executor's spin
+            self.causes.callback_failed(f"service_{self.name}_reset", exc)
+            return Trigger.Response(success=False, message=f"reset failed: {type(exc).__name__}: {exc}")
+        if discarded is None:
+            return Trigger.Response(success=False, message="not active")
+        message = (
+            f"reset camera {self.name}: cache, trajectory and map cleared, {discarded} queued frame(s) "
+            f"discarded; the next {self._host.params().kv_cache_scale_frames} frames form a new "
+            "anchor phase"
+        )
+        self._host.node.get_logger().info(message)
+        return Trigger.Response(success=True, message=message)
+
+    def _sync_session(self, generation: int) -> None:
+        """Reset the session once for a new stream generation (call with `session_lock` held)."""
+        if self._session_generation != generation:
+            self._reset_session("reset requested")
+            self._session_generation = generation
+            self._last_result = {}
+            self._refresh_session_stats()
+
+    def _reset_session(self, reason: str) -> None:
+        """Reset this camera's session (with `session_lock` held); through the `MultiStreamSession` when it
+        is one of several, which waits for a round of the other cameras in progress."""
+        if self._multi is not None:
+            self._multi.reset(self.name, reason)
+        else:
+            self.session.reset(reason)
+
+    def _sync_outputs(self, generation: int) -> None:
+        """Clear path, trajectory and map once for a new stream generation (with `publish_lock` held)."""
+        if self._outputs_generation != generation:
+            self.outputs.clear()
+            self.outputs.publish_cleared(self._host.node.get_clock().now().to_msg())
+            self._outputs_generation = generation
+
+    # ------------------------------------------------------------------------------------ parameters
+    def set_sliding_window(self, window: int) -> None:
+        """Live `kv_cache.sliding_window`. Raises ValueError/RuntimeError when the session refuses it."""
+        with self.session_lock:
+            if self._multi is not None:  # between rounds
+                self._multi.set_sliding_window(window, self.name)
+            elif self.session is not None:  # cleanup may have released it meanwhile
+                self.session.set_sliding_window(window)
+            self._refresh_session_stats()
+
+    def _refresh_session_stats(self, last: object | None = None) -> None:
+        """Snapshot the session statistics (call with `session_lock` held) for the diagnostics timer."""
+        stats = dict(self.session.stats()) if self.session is not None else {}
+        if last is not None:
+            self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
+        stats["last_frame"] = dict(self._last_result)
+        self.session_stats = stats
+
+    def status(
+        self,
+        name: str,
+        hardware: str,
+        stamp: object,
+        runtime: dict[str, object],
+        worker: WorkerStats | None,
+        state: str,
+    ) -> DiagnosticArray:
+        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic)."""
+        conflict = self.intake.guard.conflict()
+        return diagnostic_array(
+            name,
+            hardware,
+            stamp,
+            runtime,
+            worker,
+            dict(self.session_stats),
+            state,
+            errors=[conflict] if conflict else [],
+        )
+
+    def runtime(self) -> dict[str, object]:
+        """This camera's counters, intrinsics check and map/trajectory statistics for /diagnostics."""
+        values: dict[str, object] = self.stats.snapshot()
+        values.update(self.intrinsics)
+        outputs = self.outputs  # cleanup may clear it meanwhile
+        if outputs is not None:
+            values["map_points"] = outputs.map_size()
+            values.update(outputs.trajectory_stats())
+        return values

@@ -1,0 +1,163 @@
+"""One inference thread for every camera of the node: a drop-oldest queue per camera, one step at a time.
+
+Each camera has its own bounded queue (`queue_size`, drop-oldest, its own counters as `WorkerStats`), so a
+fast camera never evicts a slow camera's frames. The thread takes the oldest frame of every camera that has
+one (round robin, starting after the camera served first last time) and hands that batch to `step` — the
+one place where "step the cameras that have frames" happens (the node runs it as one
+`MultiStreamSession.run_round`: streaming frames batched into one model step). Once one camera has a frame it
+waits at most `max_wait_s` for the others (`batch.max_wait_ms`), so a slow or paused camera never stalls a
+fast one by more. With one camera this is exactly `InferenceWorker`'s behaviour.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+from .worker import WorkerStats, WorkerStopped
+
+Item = TypeVar("Item")
+Key = TypeVar("Key", bound=Hashable)
+
+
+class _Lane(Generic[Item]):
+    """One camera's queue and counters (guarded by the scheduler's condition)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.queue: deque[Item] = deque()
+        self.busy = False
+        self.submitted = self.processed = self.dropped = self.failed = self.max_queued = 0
+
+    def stats(self) -> WorkerStats:
+        return WorkerStats(
+            self.submitted,
+            self.processed,
+            self.dropped,
+            self.failed,
+            len(self.queue),
+            self.max_queued,
+            int(self.busy),
+        )
+
+
+class StreamScheduler(Generic[Key, Item]):
+    """Per-camera drop-oldest queues feeding one thread that steps the cameras with a frame ready.
+
+    Args:
+        keys: the cameras, in order (round robin starts with the first).
+        step: called on the thread with `[(key, item), ...]` (at most one item per camera, oldest first);
+            returns one entry per item: None, or the exception its camera's step raised (the seam for a
+            batched step). Should `step` itself raise, every item of the batch counts as failed.
+        queue_size: capacity of each camera's queue (>= 1).
+        on_error: `(key, item, exception)` of each failed item, on the thread, after the counters.
+        name: the thread's name.
+        max_wait_s: once a camera has a frame, how long to wait for the other cameras' frames.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[Key],
+        step: Callable[[list[tuple[Key, Item]]], list[Exception | None]],
+        queue_size: int,
+        on_error: Callable[[Key, Item, Exception], None],
+        name: str = "lingbot_map_inference",
+        max_wait_s: float = 0.0,
+    ) -> None:
+        self._max_wait_s = max_wait_s
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._keys = list(keys)
+        self._lanes: dict[Key, _Lane[Item]] = {key: _Lane(queue_size) for key in self._keys}
+        self._step = step
+        self._on_error = on_error
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._next = 0  # index in `_keys` of the camera served first in the next batch
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Key, item: Item) -> bool:
+        """Enqueue `item` for camera `key`; False when its oldest queued item was dropped for it.
+
+        Raises:
+            WorkerStopped: the scheduler is stopped.
+        """
+        with self._cond:
+            if self._stopping:
+                raise WorkerStopped("StreamScheduler is stopped")
+            lane = self._lanes[key]
+            dropped = len(lane.queue) >= lane.capacity
+            if dropped:
+                lane.queue.popleft()
+                lane.dropped += 1
+            lane.queue.append(item)
+            lane.submitted += 1
+            lane.max_queued = max(lane.max_queued, len(lane.queue))
+            self._cond.notify_all()
+        return not dropped
+
+    def clear(self, key: Key) -> int:
+        """Discard camera `key`'s queued frames (not one being stepped); returns how many."""
+        with self._cond:
+            lane = self._lanes[key]
+            count = len(lane.queue)
+            lane.queue.clear()
+            self._cond.notify_all()
+            return count
+
+    def stats(self, key: Key) -> WorkerStats:
+        """Camera `key`'s counters (the invariant of `WorkerStats` holds per camera)."""
+        with self._cond:
+            return self._lanes[key].stats()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Drop queued frames, let the current step finish and join the thread; False if it did not end."""
+        with self._cond:
+            self._stopping = True
+            for lane in self._lanes.values():
+                lane.queue.clear()
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _take(self) -> list[tuple[Key, Item]] | None:
+        """The next batch (oldest frame of each camera that has one), None when stopping."""
+        with self._cond:
+            while not self._stopping and not any(lane.queue for lane in self._lanes.values()):
+                self._cond.wait()
+            gather_until = time.monotonic() + self._max_wait_s
+            while not self._stopping and not all(lane.queue for lane in self._lanes.values()):
+                left = gather_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            if self._stopping:
+                return None
+            order = self._keys[self._next :] + self._keys[: self._next]
+            self._next = (self._next + 1) % len(self._keys)
+            batch = [(key, self._lanes[key].queue.popleft()) for key in order if self._lanes[key].queue]
+            for key, _ in batch:
+                self._lanes[key].busy = True
+            self._cond.notify_all()
+            return batch
+
+    def _run(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                errors = self._step(batch)
+            except Exception as exc:  # noqa: BLE001 - a failed step must not kill the node
+                errors = [exc] * len(batch)
+            with self._cond:
+                for (key, _), error in zip(batch, errors, strict=True):
+                    lane = self._lanes[key]
+                    lane.processed += 1
+                    lane.failed += error is not None
+                    lane.busy = False
+                self._cond.notify_all()
+            for (key, item), error in zip(batch, errors, strict=True):
+                if error is not None:
+                    self._on_error(key, item, error)
