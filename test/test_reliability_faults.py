@@ -305,7 +305,9 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
         # DDS discovery is not symmetric: frames sent the moment the node's reader is seen can still be lost
         # (seen: 0 of 8 odometry, on main too), so warm up until odometry flows, then count; warm-up stamps
         # lie before every stamp below, however many frames it takes
-        warm_up(pub, odom, lambda i: rgb_to_image(frames[i % 8], Header(stamp=stamp(i - 1000), frame_id="cam")))
+        warm_up(
+            pub, odom, lambda i: rgb_to_image(frames[i % 8], Header(stamp=stamp(i - 1000), frame_id="cam"))
+        )
         odom.clear()
         publish(pub, frames, range(60, 60 + S0 + 6))
         odom.wait_for(S0 + 6)
