@@ -38,6 +38,7 @@ import torch
 from e2e_report import plot_latency, plot_memory, plot_stages, print_tables
 from stages import StageRecorder
 
+from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, StreamConfig
@@ -227,7 +228,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--anchors", type=int, default=8)
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--max-window", type=int, default=128)
-    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--modes", default="fast,plain", help=f"paths, comma-separated, of {sorted(MODES)}")
     parser.add_argument("--stream-modes", help="paths of the session runs (default: --modes)")
     parser.add_argument("--check-frames", type=int, default=24, help="streaming frames compared (0: skip)")

@@ -166,7 +166,7 @@ def test_incomplete_keyframe_step_resets_the_cache(cache):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("sliding_window", 0, "sliding_window must be in"),
+        ("sliding_window", 0, "sliding_window must be an int in"),
         ("max_special_frames", 10, "max_special_frames must be >="),
         ("patches_per_frame", 0, "patches_per_frame must be an int >= 1"),
         ("dtype", torch.float64, "dtype must be"),

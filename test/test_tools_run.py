@@ -104,3 +104,13 @@ def test_load_refuses_a_session_of_another_width(
     assert cli.main(argv) == 2
     assert "incompatible: image_width is 112 in the session, 56 here" in capsys.readouterr().err
     assert not (tmp_path / "b" / "trajectory.tum").exists()
+
+
+@pytest.mark.parametrize("window", ["0", "1025", "2.5"])
+def test_run_rejects_a_sliding_window_out_of_range_at_the_flag(
+    bag: Path, tmp_path: Path, window: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", str(bag), "-o", str(tmp_path / "x"), "--sliding-window", window])
+    assert exit_info.value.code == 2 and "--sliding-window" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

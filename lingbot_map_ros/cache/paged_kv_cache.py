@@ -15,7 +15,7 @@ import logging
 import torch
 
 from lingbot_map_ros.cache.backends import AttentionBackend, make_backend
-from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats
+from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats, check_sliding_window
 from lingbot_map_ros.cache.layout import CacheLayout, LayoutState, StepPlan, TokenCopy
 
 _LOG = logging.getLogger(__name__)
@@ -93,7 +93,6 @@ class PagedKVCache:
     def __init__(self, config: KVCacheConfig, backend: str = "auto") -> None:
         if not isinstance(config, KVCacheConfig):
             raise ValueError(f"config must be a KVCacheConfig, got {type(config).__name__}")
-        self.config = config
         self.layout = CacheLayout(config)
         shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
         self.k_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
@@ -108,6 +107,11 @@ class PagedKVCache:
     def frames_stored(self) -> int:
         """Frames appended since the last reset (= temporal RoPE index of the next frame)."""
         return self.layout.state.frames_stored
+
+    @property
+    def config(self) -> KVCacheConfig:
+        """The live geometry (``sliding_window`` and ``pool_window`` follow live resizes)."""
+        return self.layout.config
 
     @property
     def sliding_window(self) -> int:
@@ -167,19 +171,14 @@ class PagedKVCache:
         keyframes (and re-allocates the pool once if the new window needs more slots than it has)."""
         if self._open_step is not None:
             raise RuntimeError("set_sliding_window() while a step is open")
-        limit = self.config.max_window
-        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= limit:
-            raise ValueError(
-                f"sliding_window must be an int in [1, max_window={limit}], got {sliding_window!r}"
-            )
+        check_sliding_window(sliding_window, self.config.max_window)
         if sliding_window > self.layout.pool_window:
             self._grow_pool(sliding_window)
         copies, state = self.layout.plan_resize(sliding_window)
         # The pools may be inference tensors (first allocated inside the model's inference_mode step).
         with torch.inference_mode():
             _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
-        self.layout.state = state
-        self.layout.sliding_window = sliding_window
+        self.layout.resize(sliding_window, state)
 
     def _grow_pool(self, pool_window: int) -> None:
         """Re-allocate both pools with frame slots for a window of ``pool_window`` frames (between steps).

@@ -90,7 +90,6 @@ class StreamingSession:
         )
         self._lock = threading.Lock()
         self._timer = StageTimer(cfg.timing_window)
-        self._sliding_window = cfg.sliding_window
         self._epoch = -1
         self._frames_total = 0
         self._reanchors_total = 0
@@ -232,12 +231,10 @@ class StreamingSession:
             return results
 
     def set_sliding_window(self, n: int) -> None:
-        """Resize the live window of the global-attention cache (1..max_window), from the next step on."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.config.max_window:
-            raise ValueError(f"sliding_window must be an int in [1, {self.config.max_window}], got {n!r}")
+        """Resize the live window of the global-attention cache (1..max_window), from the next step on; it
+        outlives resets (the stream's cache holds it: ``stats().sliding_window``)."""
         with self._lock:
             self._state.set_sliding_window(n)
-            self._sliding_window = n
 
     def warm_up(self, image_hw: tuple[int, int], streaming_frames: int = 3) -> float:
         """Run random frames of ``image_hw`` (H, W of the camera images) through the model, then forget them.
@@ -290,7 +287,7 @@ class StreamingSession:
                 "last_error": self._last_error,
                 "frames_stored": self._state.frames_stored,
                 "max_stored_frames": self.config.max_stored_frames,
-                "sliding_window": self._sliding_window,
+                "sliding_window": self._state.sliding_window,
                 "keyframe_interval": self.config.keyframe_interval,
                 "input_hw": self._geometry.source_hw if self._geometry else None,
                 "network_hw": self._geometry.out_hw if self._geometry else None,
@@ -375,8 +372,6 @@ class StreamingSession:
     def _clear(self, reason: str | None) -> None:
         """Return to the start of a stream (new epoch)."""
         self._state.reset()
-        if self._sliding_window != self.config.sliding_window:
-            self._state.set_sliding_window(self._sliding_window)
         self._epoch += 1
         if reason is not None:
             self._resets_total += 1

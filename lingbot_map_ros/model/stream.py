@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
+from lingbot_map_ros.cache.config import check_sliding_window
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
 
@@ -26,7 +27,8 @@ class StreamConfig:
     """Per-stream cache sizes.
 
     scale_frames: anchor frames of the first step (S0), never evicted; also the scale-token boundary.
-    sliding_window / max_window: live window of non-anchor keyframes in global attention (resizable).
+    sliding_window / max_window: live window of non-anchor keyframes in global attention (resizable); the
+        range is checked where the window is held (the cache's `KVCacheConfig`, `StreamState`), not here.
     max_special_frames: cap on frames whose 6 special tokens stay visible in global attention.
     camera_history: camera-head keyframes kept per refinement pass (anchors included; reference: all).
     backend: global-attention backend of the cache ("auto", "torch", "flashinfer").
@@ -48,10 +50,6 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if self.scale_frames < 1:
             raise ValueError(f"scale_frames must be >= 1, got {self.scale_frames}")
-        if not 1 <= self.sliding_window <= self.max_window:
-            raise ValueError(
-                f"sliding_window must be in [1, max_window={self.max_window}], got {self.sliding_window}"
-            )
         if self.camera_history <= self.scale_frames:
             raise ValueError(
                 f"camera_history ({self.camera_history}) must exceed scale_frames ({self.scale_frames})"
@@ -99,7 +97,7 @@ class StreamState:
         self.kv_dtype = kv_dtype
         self.kv_cache: PagedKVCache | None = None
         self.image_hw: tuple[int, int] | None = None
-        self._sliding_window = config.sliding_window
+        self._window_before_cache = config.sliding_window  # the live window while no cache exists
         self.graphed: GraphedStreamStep | None = None  # CUDA-graph fast path, made by LingBotMap.step
         camera_dim = 2 * model_config.embed_dim
         self.camera = CameraHistory(
@@ -128,15 +126,17 @@ class StreamState:
         self.camera.reset()
         self.image_hw = None
 
+    @property
+    def sliding_window(self) -> int:
+        """The live window of global attention: the cache's once it exists."""
+        return self._window_before_cache if self.kv_cache is None else self.kv_cache.sliding_window
+
     def set_sliding_window(self, sliding_window: int) -> None:
         """Resize the live window of global attention (1..max_window) without a reset."""
-        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= self.config.max_window:
-            raise ValueError(
-                f"sliding_window must be an int in [1, {self.config.max_window}], got {sliding_window!r}"
-            )
         if self.kv_cache is not None:
             self.kv_cache.set_sliding_window(sliding_window)
-        self._sliding_window = sliding_window
+        else:
+            self._window_before_cache = check_sliding_window(sliding_window, self.config.max_window)
 
     def stats(self) -> StreamStats:
         return StreamStats(
@@ -156,7 +156,7 @@ class StreamState:
         patch = self.model_config.patch_size
         patches = (image_hw[0] // patch) * (image_hw[1] // patch)
         if self.kv_cache is None or self.kv_cache.config.patches_per_frame != patches:
-            c, m = self.config, self.model_config
+            c, m, window = self.config, self.model_config, self.sliding_window
             self.kv_cache = None  # release the old pools before allocating new ones
             self.kv_cache = PagedKVCache(
                 KVCacheConfig(
@@ -166,7 +166,7 @@ class StreamState:
                     patches_per_frame=patches,
                     num_special=m.num_special_tokens,
                     scale_frames=c.scale_frames,
-                    sliding_window=self._sliding_window,
+                    sliding_window=window,
                     max_window=c.max_window,
                     max_special_frames=c.max_special_frames,
                     dtype=self.kv_dtype,

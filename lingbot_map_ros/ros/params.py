@@ -17,6 +17,9 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from ..cache.backends import BACKENDS
+from ..model.config import PATCH_SIZE
+
 ParamValue = bool | int | float | str
 
 
@@ -87,7 +90,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "model.image_width",
         518,
-        "Network input width in pixels (multiple of 14; 518 as released).",
+        f"Network input width in pixels (multiple of {PATCH_SIZE}; 518 as released).",
         int_range=(28, 1036),
     ),
     ParamSpec(
@@ -116,9 +119,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "compiles at the network resolution this size maps to, so no frame waits); other sizes at run time "
         "capture/compile on their first frame. Empty: no warm-up.",
     ),
-    ParamSpec(
-        "attention.backend", "auto", "Global-attention backend.", choices=("auto", "flashinfer", "torch")
-    ),
+    ParamSpec("attention.backend", "auto", "Global-attention backend.", choices=BACKENDS),
     ParamSpec(
         "kv_cache.sliding_window",
         64,
@@ -441,9 +442,9 @@ def cross_check(values: dict[str, object]) -> list[str]:
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
-    width = values.get("model.image_width", 14)
-    if isinstance(width, int) and width % 14:
-        problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
+    width = values.get("model.image_width", PATCH_SIZE)
+    if isinstance(width, int) and width % PATCH_SIZE:
+        problems.append(f"model.image_width must be a multiple of {PATCH_SIZE} (patch size), got {width}")
     return problems
 
 

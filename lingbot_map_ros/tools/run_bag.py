@@ -193,7 +193,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
     p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
     p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument("--sliding-window", type=int, default=64)
+    p.add_argument("--sliding-window", type=_sliding_window, default=64,
+                   help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)")
     p.add_argument("--keyframe-interval", type=int, default=1)
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
@@ -209,6 +210,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--save", type=Path, default=None, metavar="SESSION",
                    help="save the session to this new folder at the end (node: session.load_path loads it)")
     p.set_defaults(func=main_args)
+
+
+def _sliding_window(text: str) -> int:
+    """`--sliding-window`: the CLI boundary where the window's range is checked."""
+    from lingbot_map_ros.cache.config import check_sliding_window
+    from lingbot_map_ros.engine.config import ROPE_TABLE_FRAMES
+
+    try:
+        return check_sliding_window(int(text), ROPE_TABLE_FRAMES)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main_args(args: argparse.Namespace) -> int:
