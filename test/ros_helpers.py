@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fault_injection import FAULTS_ENV
 
 REPO = Path(__file__).resolve().parents[1]
+NODE_MODULE = "lingbot_map_ros.ros.node"
+FAULT_NODE = Path(__file__).with_name("fault_node.py")  # the node with LINGBOT_MAP_FAULTS injected
 SHARED = REPO.parent / "shared"
 FRAMES_DIR = SHARED / "data" / "loop"
 FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost_big_shm.xml"
@@ -116,15 +119,21 @@ class NodeProcess:
     def start(
         cls,
         log_dir: Path,
-        module: str = "lingbot_map_ros.ros.node",
+        module: str = NODE_MODULE,
         name: str | None = None,
         namespace: str | None = None,
         params_file: Path | None = None,
         params: dict[str, Any] | None = None,
         remaps: dict[str, str] | None = None,
     ) -> NodeProcess:
-        """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`)."""
-        args = [str(PYTHON), "-m", module, "--ros-args"]
+        """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`).
+
+        The mapping node runs as test/fault_node.py (faults injected into its model) while
+        `LINGBOT_MAP_FAULTS` is set in this process's environment."""
+        if module == NODE_MODULE and os.environ.get(FAULTS_ENV):
+            args = [str(PYTHON), str(FAULT_NODE), "--ros-args"]
+        else:
+            args = [str(PYTHON), "-m", module, "--ros-args"]
         if name:
             args += ["-r", f"__node:={name}"]
         if namespace:

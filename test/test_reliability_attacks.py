@@ -14,6 +14,7 @@ import pytest
 from attack_helpers import BEST_EFFORT, RELIABLE, collect, count, latest, launch
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
+from fault_injection import FAULTS_ENV
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
@@ -23,7 +24,6 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.engine.writers import process_umask
 from lingbot_map_ros.ros.conversions import rgb_to_image
 

@@ -15,6 +15,7 @@ import torch
 from attack_helpers import warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
+from fault_injection import FAULTS_ENV
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
@@ -26,7 +27,6 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.engine.mapping import read_tum
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 from lingbot_map_ros.ros.conversions import rgb_to_image
@@ -305,7 +305,8 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
         # DDS discovery is not symmetric: frames sent the moment the node's reader is seen can still be lost
         # (seen: 0 of 8 odometry, on main too), so warm up until odometry flows, then count; warm-up stamps
         # lie before every stamp below, however many frames it takes
-        warm_up(pub, odom, lambda i: rgb_to_image(frames[i % 8], Header(stamp=stamp(i - 1000), frame_id="cam")))
+        warm_up(pub, odom,
+                lambda i: rgb_to_image(frames[i % 8], Header(stamp=stamp(i - 1000), frame_id="cam")))
         odom.clear()
         publish(pub, frames, range(60, 60 + S0 + 6))
         odom.wait_for(S0 + 6)

@@ -21,13 +21,13 @@ import psutil
 import pytest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
+from fault_injection import FAULTS_ENV
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import Collector, NodeProcess, RosClient, load_frames
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.conversions import (
     ImageConversionError,

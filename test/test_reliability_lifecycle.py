@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
+from fault_injection import FAULTS_ENV
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
@@ -19,7 +20,6 @@ from ros_helpers import Collector, NodeProcess, RosClient, load_frames
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+StageHook = Callable[[str], object]
+"""Public instrumentation of a step (benchmarks/stages.py, tests): called with a stage name as it starts.
+The cache calls ``"attention"`` before a layer's attention kernel and ``"attention_done"`` after it
+(``PagedKVCache.stage_hook``); the model's CUDA-graph path calls ``"graph"``, ``"attention"``, ``"heads"`` and
+``"camera"`` (model/graphed.py). Set it on a stream with ``StreamState.stage_hook``; None: no calls."""
 
 #: Frames whose special tokens stay visible by default: the reference keeps every frame's specials, and its
 #: RoPE table ends at 1,024 frames, so 1,024 + 8 anchors changes nothing for any stream the reference can run.

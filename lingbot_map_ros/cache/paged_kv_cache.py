@@ -15,7 +15,7 @@ import logging
 import torch
 
 from lingbot_map_ros.cache.backends import AttentionBackend, make_backend
-from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats, check_sliding_window
+from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats, StageHook, check_sliding_window
 from lingbot_map_ros.cache.layout import CacheLayout, LayoutState, StepPlan, TokenCopy
 
 _LOG = logging.getLogger(__name__)
@@ -58,9 +58,16 @@ class CacheStep:
         q, k, v: ``[T, H, D]``, ``T = num_frames * (num_special + patches_per_frame)``, frame-major with each
         frame's special tokens first, in the cache dtype and on the cache device. Returns ``[T, H, D]``.
         """
-        self._cache._check_tokens("q", q, self.num_tokens)
+        cache = self._cache
+        cache._check_tokens("q", q, self.num_tokens)
         self.write(layer, k, v)
-        return self._cache.backend.run(q, self._cache.k_pool[layer], self._cache.v_pool[layer])
+        hook = cache.stage_hook
+        if hook is not None:
+            hook("attention")
+        out = cache.backend.run(q, cache.k_pool[layer], cache.v_pool[layer])
+        if hook is not None:
+            hook("attention_done")
+        return out
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k``/``v`` (``[T, H, D]``) of the new frames for ``layer`` without attending.
@@ -101,6 +108,7 @@ class PagedKVCache:
         self.backend: AttentionBackend = make_backend(backend, config, self.layout.pool_tokens)
         self._open_step: CacheStep | None = None
         self.reallocations = 0
+        self.stage_hook: StageHook | None = None  # instrumentation (cache/config.py)
 
     # --------------------------------------------------------------------------------------- properties
     @property

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
-from lingbot_map_ros.cache.config import check_sliding_window
+from lingbot_map_ros.cache.config import StageHook, check_sliding_window
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
 
@@ -99,6 +99,7 @@ class StreamState:
         self.image_hw: tuple[int, int] | None = None
         self._window_before_cache = config.sliding_window  # the live window while no cache exists
         self.graphed: GraphedStreamStep | None = None  # CUDA-graph fast path, made by LingBotMap.step
+        self._stage_hook: StageHook | None = None
         camera_dim = 2 * model_config.embed_dim
         self.camera = CameraHistory(
             model_config.camera_num_iterations,
@@ -125,6 +126,19 @@ class StreamState:
             self.kv_cache.reset()
         self.camera.reset()
         self.image_hw = None
+
+    @property
+    def stage_hook(self) -> StageHook | None:
+        """Instrumentation of its steps (`cache.config.StageHook`), called by its cache and graphs."""
+        return self._stage_hook
+
+    @stage_hook.setter
+    def stage_hook(self, hook: StageHook | None) -> None:
+        self._stage_hook = hook
+        if self.kv_cache is not None:
+            self.kv_cache.stage_hook = hook
+        if self.graphed is not None:
+            self.graphed.stage_hook = hook
 
     @property
     def sliding_window(self) -> int:
@@ -174,5 +188,6 @@ class StreamState:
                 ),
                 backend=c.backend,
             )
+            self.kv_cache.stage_hook = self._stage_hook
         self.image_hw = image_hw
         return self.kv_cache

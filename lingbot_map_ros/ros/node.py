@@ -31,6 +31,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
+from ..engine.contracts import SessionStats
 from ..engine.session_store import SessionError
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array, intrinsics_report
@@ -92,7 +93,7 @@ class LingBotMapNode(LifecycleNode):
         self._camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
         self._session_generation = 0
         self._outputs_generation = 0
-        self._session_stats: dict[str, object] = {}
+        self._session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self._worker: InferenceWorker[InputFrame] | None = None
         self._publisher: InferenceWorker[StepResults] | None = None  # publish stage, in step order
@@ -131,9 +132,13 @@ class LingBotMapNode(LifecycleNode):
         self._depth_input: DepthInput | None = None
 
     # ----------------------------------------------------------------------------------------- lifecycle
+    def build_pipeline(self) -> Pipeline:
+        """The model and session of the configure step (ros/pipeline.py); test/fault_node.py extends it."""
+        return build_pipeline(self.params, self.get_logger().warning)
+
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
-            self._pipeline = build_pipeline(self.params, self.get_logger().warning)
+            self._pipeline = self.build_pipeline()
         except ConfigureError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -229,7 +234,7 @@ class LingBotMapNode(LifecycleNode):
             if self._pipeline is not None:
                 self._pipeline.release()
                 self._pipeline = None
-            self._session_stats = {}
+            self._session_stats = None
             self._camera_id = None
 
     # ---------------------------------------------------------------------------------------- frames in
@@ -250,16 +255,16 @@ class LingBotMapNode(LifecycleNode):
             if frame.generation != self._generation or self._pipeline is None or self._outputs is None:
                 return  # a reset came after this frame arrived
             self._sync_session(frame.generation)
-            epoch = self._session_stats.get("epoch")
+            epoch = self._session_epoch()
             self._follow_camera(frame.header.frame_id)
             results = self._pipeline.session.push(frame.rgb, meta=frame)
             if not self.context.ok():
                 return  # shutting down (SIGINT during the step): nothing can be published any more
             self._refresh_session_stats(results[-1] if results else None)
             stats = self._session_stats
-            if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
+            if epoch is not None and stats.epoch != epoch:  # the engine restarted the stream by itself
                 self.get_logger().warning(
-                    f"mapping restarted (epoch {stats['epoch']}): {stats['last_reset_reason']}; the map and "
+                    f"mapping restarted (epoch {stats.epoch}): {stats.last_reset_reason}; the map and "
                     f"path are cleared once the next {self.params.kv_cache_scale_frames} frames have formed "
                     "a new anchor phase"
                 )
@@ -311,10 +316,10 @@ class LingBotMapNode(LifecycleNode):
         if not self.context.ok():
             return  # shutting down: the publishers are gone, the frame is not a failure
         with self._session_lock:
-            epoch = self._session_stats.get("epoch")
+            epoch = self._session_epoch()
             if self._pipeline is not None:
                 self._refresh_session_stats()
-            restarted = self._session_stats.get("epoch") != epoch
+            restarted = self._session_epoch() != epoch
         self._causes.inference_failed(exc, restarted)
 
     # --------------------------------------------------------------------------------- reset, timers
@@ -394,7 +399,7 @@ class LingBotMapNode(LifecycleNode):
             now.to_msg(),
             runtime,
             worker.stats() if worker is not None else None,
-            dict(self._session_stats),
+            self._session_diagnostics(),
             "active" if self._active else ("inactive" if pipeline else "unconfigured"),
             errors=[conflict] if conflict else [],
         )
@@ -402,11 +407,17 @@ class LingBotMapNode(LifecycleNode):
 
     def _refresh_session_stats(self, last: object | None = None) -> None:
         """Snapshot the session statistics (call with `_session_lock` held) for the diagnostics timer."""
-        stats = dict(self._pipeline.session.stats()) if self._pipeline is not None else {}
+        self._session_stats = self._pipeline.session.stats() if self._pipeline is not None else None
         if last is not None:
             self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
-        stats["last_frame"] = dict(self._last_result)
-        self._session_stats = stats
+
+    def _session_epoch(self) -> int | None:
+        return None if self._session_stats is None else self._session_stats.epoch
+
+    def _session_diagnostics(self) -> dict[str, object]:
+        """The `session.` values of /diagnostics: the statistics and the last published frame."""
+        stats = {} if self._session_stats is None else self._session_stats.as_dict()
+        return {**stats, "last_frame": dict(self._last_result)}
 
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:

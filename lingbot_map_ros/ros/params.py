@@ -10,7 +10,7 @@ set, configure).
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
@@ -331,74 +331,20 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 
 
-@dataclass(frozen=True)
-class NodeParams:
-    """Typed snapshot of all parameters (field = parameter name with '.' -> '_')."""
-
-    autostart: bool
-    model_checkpoint: str
-    model_preset: str
-    model_synthetic_seed: int
-    model_device: str
-    model_dtype: str
-    model_image_width: int
-    model_cuda_graphs: bool
-    model_compile_blocks: bool
-    model_compile_cache_dir: str
-    model_warmup_image_size: str
-    attention_backend: str
-    kv_cache_sliding_window: int
-    kv_cache_max_window: int
-    kv_cache_scale_frames: int
-    keyframe_interval: int
-    map_frame: str
-    odom_frame: str
-    base_frame: str
-    camera_frame: str
-    tf_mode: str
-    tf_timeout: float
-    tf_transform_tolerance: float
-    tf_publish_rate: float
-    scale_source: str
-    scale_factor: float
-    scale_min_baseline: float
-    scale_min_samples: int
-    scale_window: int
-    grid_resolution: float
-    grid_min_height: float
-    grid_max_height: float
-    grid_rate: float
-    covariance_position_std: float
-    covariance_orientation_std: float
-    covariance_unscaled_factor: float
-    twist_min_dt: float
-    map_voxel_size: float
-    map_conf_threshold: float
-    map_max_points: int
-    map_stride: int
-    map_publish_rate: float
-    path_max_length: int
-    trajectory_max_poses: int
-    publish_depth: bool
-    publish_frame_cloud: bool
-    queue_size: int
-    output_dir: str
-    session_dir: str
-    session_load_path: str
-    session_save_with_map: bool
-    mapping_enabled: bool
-    max_input_pixels: int
-    max_aspect_ratio: float
-    stream_change_confirm_frames: int
-    image_transport: str
-    qos_reliability: str
-    qos_depth: int
-    diagnostics_rate: float
-
-
 def field_name(param_name: str) -> str:
     """`kv_cache.sliding_window` -> `kv_cache_sliding_window`."""
     return param_name.replace(".", "_")
+
+
+#: Typed snapshot of all parameters, derived from `PARAMETERS` (the one list of them): one frozen dataclass
+#: field per parameter, named by `field_name` (`kv_cache.sliding_window` -> `kv_cache_sliding_window`) and
+#: typed by its default.
+NodeParams = make_dataclass(
+    "NodeParams",
+    [(field_name(spec.name), type(spec.default)) for spec in PARAMETERS],
+    frozen=True,
+    namespace={"__module__": __name__},
+)
 
 
 def declare_parameters(node: Node) -> None:

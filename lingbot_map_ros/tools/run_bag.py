@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
@@ -36,6 +37,9 @@ from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.session import StreamingSession
 
 
 @dataclass(frozen=True)
@@ -99,22 +103,21 @@ class RunResult:
         return self.frames / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def build_session(config: RunConfig) -> object:
+def build_session(config: RunConfig) -> StreamingSession:
     """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights)."""
     import torch
 
+    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
     from lingbot_map_ros.engine.config import SessionConfig
-    from lingbot_map_ros.engine.session import StreamingSession
-    from lingbot_map_ros.model import ModelConfig, build_model
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
-    model = build_model(ModelConfig.preset(config.preset), config.checkpoint, config.device)
-    return StreamingSession(model, SessionConfig(
-        scale_frames=config.scale_frames, sliding_window=config.sliding_window,
-        max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
-        image_width=config.image_width, backend="auto"))
+    return build_engine(EngineSpec(
+        preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
+        session=SessionConfig(
+            scale_frames=config.scale_frames, sliding_window=config.sliding_window,
+            max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
+            image_width=config.image_width, backend="auto")))
 
 
 def run_bag(config: RunConfig) -> RunResult:
@@ -150,7 +153,7 @@ def run_bag(config: RunConfig) -> RunResult:
     result = RunResult(frames=frames, stamps_s=np.array(stamps), poses=np.array(poses).reshape(-1, 4, 4),
                        latency_ms=np.array(latency), keyframe=np.array(keyframe, bool),
                        dropped=frames - len(stamps), wall_s=wall_s, map_points=len(mapper.voxels),
-                       session_stats=session.stats())
+                       session_stats=session.stats().as_dict())
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved, _ = persistence.save(config.save_session, session, mapper, config.compat(), int)
