@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cache_steps import run_step
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 
@@ -15,19 +16,8 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def _step(cache: PagedKVCache, num_frames: int, keyframe: bool, attend: bool = True) -> int:
-    """Run one step with random K/V on every layer (attending, or only writing); returns the visible keys."""
-    config = cache.config
-    step = cache.begin_step(num_frames, keyframe)
-    tokens = num_frames * config.tokens_per_frame
-    for layer in range(config.num_layers):
-        q, k, v = torch.randn(3, tokens, config.num_heads, config.head_dim).unbind(0)
-        if attend:
-            out = step.attend(layer, q, k, v)
-            assert out.shape == q.shape and torch.isfinite(out).all()
-        else:
-            step.write(layer, k, v)
-    cache.end_step(step)
-    return step.visible_tokens
+    """One step of random K/V on every layer (attending, or only writing); returns the visible keys."""
+    return run_step(cache, num_frames, keyframe, attend=attend)[0].visible_tokens
 
 
 @pytest.mark.parametrize("case_name", ["case_a", "case_b"])
