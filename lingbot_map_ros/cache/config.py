@@ -83,7 +83,8 @@ class KVCacheConfig:
 
     @property
     def initial_pool_window(self) -> int:
-        """Window frames of the first allocation."""
+        """Window frames the pool is allocated for: ``pool_window``, or ``sliding_window`` when None (a live
+        cache's ``config`` always sets ``pool_window``, so there it is the pool's window now)."""
         return self.sliding_window if self.pool_window is None else self.pool_window
 
     @property

@@ -93,19 +93,10 @@ class CacheLayout:
         self.state = LayoutState()
 
     @property
-    def sliding_window(self) -> int:
-        """The live window of non-anchor frames."""
-        return self.config.sliding_window
-
-    @property
-    def pool_window(self) -> int:
-        """Window frames the pool holds now (grows on a live increase past it)."""
-        return self.config.initial_pool_window
-
-    @property
     def num_slots(self) -> int:
-        """Frame slots of the pool: anchors, the pool's window and one scratch slot."""
-        return self.config.scale_frames + self.pool_window + 1
+        """Frame slots of the pool: anchors, the pool's window (``config.pool_window``: grows on a live
+        increase past it) and one scratch slot."""
+        return self.config.scale_frames + self.config.initial_pool_window + 1
 
     @property
     def pool_tokens(self) -> int:
@@ -114,7 +105,7 @@ class CacheLayout:
 
     def grow(self, pool_window: int) -> None:
         """Frame slots for a window of ``pool_window`` frames; existing tokens keep their addresses."""
-        if pool_window > self.pool_window:
+        if pool_window > self.config.initial_pool_window:
             self.config = replace(self.config, pool_window=pool_window)
 
     # ----------------------------------------------------------------------------------------- addresses
@@ -166,7 +157,7 @@ class CacheLayout:
             anchors=min(num_frames, self.config.scale_frames),
             frames_stored=num_frames,
         )
-        excess = max(0, new.window_frames - self.sliding_window)
+        excess = max(0, new.window_frames - self.config.sliding_window)
         commit_copies = self._evict_oldest(new, excess, fill_slots=0)[1]
         return StepPlan(num_frames, True, start, start, stop, (), tuple(commit_copies)), new
 
@@ -180,7 +171,7 @@ class CacheLayout:
             slot = new.committed_frames
             new.slot_frame.append(frame_id)
             new.anchors += 1
-        elif new.window_frames < self.sliding_window:
+        elif new.window_frames < self.config.sliding_window:
             slot = new.committed_frames
             new.slot_frame.append(frame_id)
         else:

@@ -123,7 +123,7 @@ class PagedKVCache:
 
     @property
     def sliding_window(self) -> int:
-        return self.layout.sliding_window
+        return self.config.sliding_window
 
     @property
     def pool_bytes(self) -> int:
@@ -180,7 +180,7 @@ class PagedKVCache:
         if self._open_step is not None:
             raise RuntimeError("set_sliding_window() while a step is open")
         check_sliding_window(sliding_window, self.config.max_window)
-        if sliding_window > self.layout.pool_window:
+        if sliding_window > self.config.initial_pool_window:
             self._grow_pool(sliding_window)
         copies, state = self.layout.plan_resize(sliding_window)
         # The pools may be inference tensors (first allocated inside the model's inference_mode step).
@@ -196,7 +196,7 @@ class PagedKVCache:
         is one old pool, not two.
         """
         old_bytes = self.pool_bytes
-        old_window, old_tokens = self.layout.pool_window, self.layout.pool_tokens
+        old_window, old_tokens = self.config.initial_pool_window, self.layout.pool_tokens
         self.layout.grow(pool_window)
         config = self.config
         shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
@@ -229,16 +229,16 @@ class PagedKVCache:
             frames_stored=state.frames_stored,
             anchor_frames=state.anchors,
             window_frames=state.window_frames,
-            sliding_window=self.layout.sliding_window,
+            sliding_window=self.config.sliding_window,
             max_window=config.max_window,
-            free_window_slots=self.layout.pool_window - state.window_frames,
+            free_window_slots=self.config.initial_pool_window - state.window_frames,
             evicted_special_frames=len(state.special_frame),
             special_frames_visible=state.committed_frames + len(state.special_frame),
             max_special_frames=config.max_special_frames,
             visible_tokens=stop - start,
             pool_tokens_per_layer=self.layout.pool_tokens,
             pool_bytes=self.pool_bytes,
-            pool_window=self.layout.pool_window,
+            pool_window=self.config.initial_pool_window,
             pool_reallocations=self.reallocations,
         )
 
