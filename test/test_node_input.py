@@ -15,10 +15,11 @@ from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import RosClient, load_frames, start_tiny_node
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_compressed, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
 
 pytestmark = pytest.mark.dds

@@ -16,10 +16,11 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
 from ros_helpers import RosClient, load_frames, start_tiny_node
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_compressed, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 
