@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.engine.session import StreamingModel
 from lingbot_map_ros.model import StreamConfig, StreamState
 
@@ -102,8 +103,8 @@ class FaultInjectingModel:
     def device(self) -> torch.device:
         return self.model.device
 
-    def new_stream(self, config: StreamConfig | None = None) -> StreamState:
-        return self.model.new_stream(config)
+    def new_stream(self, config: StreamConfig | None = None, pool: SharedKVPool | None = None) -> StreamState:
+        return self.model.new_stream(config, pool)
 
     def step(self, images: torch.Tensor, state: object, keyframe: bool = True, **kwargs: object) -> object:
         """`model.step` with the faults of this call (delay first, then raise or run, then NaN)."""

@@ -103,7 +103,8 @@ def test_results_path_reads_one_way() -> None:
 BENCHMARKS = PACKAGE.parent / "benchmarks"
 #: Calls that make a runnable model or a session, and where they may stand: the builder and the model layer.
 CONSTRUCTORS = {"StreamingSession", "LingBotMap", "build_model"}
-BUILDER_HOMES = {"engine/builder.py", "model/checkpoint.py", "model/lingbot_map.py"}
+#: (engine/multi_stream.py: a multi-camera session makes its cameras' sessions over its one model and pool.)
+BUILDER_HOMES = {"engine/builder.py", "engine/multi_stream.py", "model/checkpoint.py", "model/lingbot_map.py"}
 #: Model-level tools that step a bare model (no session): the numerical parity run on a reference state dict.
 MODEL_LEVEL_TOOLS = {"tools/parity.py"}
 

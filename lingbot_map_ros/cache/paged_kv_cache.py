@@ -101,14 +101,19 @@ class PagedKVCache:
         if not isinstance(config, KVCacheConfig):
             raise ValueError(f"config must be a KVCacheConfig, got {type(config).__name__}")
         self.layout = CacheLayout(config)
-        shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
-        self.k_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
-        self.v_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        self._allocate_pools()
         self._backend_name = backend
         self.backend: AttentionBackend = make_backend(backend, config, self.layout.pool_tokens)
         self._open_step: CacheStep | None = None
         self.reallocations = 0
         self.stage_hook: StageHook | None = None  # instrumentation (cache/config.py)
+
+    def _allocate_pools(self) -> None:
+        """Allocate ``k_pool``/``v_pool`` ``[num_layers, pool_tokens, H, D]`` (zeros) for the layout."""
+        config = self.config
+        shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
+        self.k_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
+        self.v_pool = torch.zeros(shape, dtype=config.dtype, device=config.device)
 
     # --------------------------------------------------------------------------------------- properties
     @property
@@ -130,12 +135,14 @@ class PagedKVCache:
         return 2 * self.k_pool.numel() * self.k_pool.element_size()
 
     # --------------------------------------------------------------------------------------- steps
-    def begin_step(self, num_frames: int, keyframe: bool) -> CacheStep:
+    def begin_step(self, num_frames: int, keyframe: bool, plan_backend: bool = True) -> CacheStep:
         """Reserve slots for ``num_frames`` new frames, decide the visible set and plan the backend once.
 
         Keyframe: append, then evict the oldest window frames so the window holds <= ``sliding_window`` frames
         (the new one included), then attend. Non-keyframe: append with eviction deferred; rolled back at
         :meth:`end_step`. On an empty cache (anchor phase) the visible set is exactly the new frames.
+        ``plan_backend=False``: a batched step of several streams attends instead (cache/batch.py); this
+        step then only writes (:meth:`CacheStep.write`).
         """
         if self._open_step is not None:
             raise RuntimeError("begin_step() while a step is open; call end_step() first")
@@ -143,11 +150,24 @@ class PagedKVCache:
             raise ValueError(f"keyframe must be a bool, got {keyframe!r}")
         plan, committed = self.layout.plan_step(num_frames, keyframe)
         tokens = plan.num_frames * self.config.tokens_per_frame
-        capped = committed.committed_frames + len(committed.special_frame) >= self.config.max_special_frames
-        self.backend.plan(plan.visible_start, plan.visible_stop, tokens, self.layout.frame_base, capped)
+        if plan_backend:
+            capped = self.specials_capped(committed)
+            self.backend.plan(plan.visible_start, plan.visible_stop, tokens, self.layout.frame_base, capped)
         step = CacheStep(self, plan, committed)
         self._open_step = step
         return step
+
+    def abort_step(self, step: CacheStep) -> None:
+        """Close the open ``step`` before any layer wrote into the pools: the committed state is untouched
+        (a batch whose other stream failed to begin, cache/batch.py)."""
+        if step is not self._open_step or step.layers_attended():
+            raise RuntimeError("abort_step() needs the open step of this cache, before any layer wrote")
+        self._open_step = None
+        step.closed = True
+
+    def specials_capped(self, state: LayoutState) -> bool:
+        """Whether the special stream of ``state`` is at ``max_special_frames`` (steady key count)."""
+        return state.committed_frames + len(state.special_frame) >= self.config.max_special_frames
 
     def end_step(self, step: CacheStep) -> None:
         """Keyframe: commit (deferred evictions done). Non-keyframe: roll back to the state before begin."""
@@ -198,6 +218,21 @@ class PagedKVCache:
         old_bytes = self.pool_bytes
         old_window, old_tokens = self.config.initial_pool_window, self.layout.pool_tokens
         self.layout.grow(pool_window)
+        self._reallocate_pools(old_tokens)
+        self.backend = make_backend(self._backend_name, self.config, self.layout.pool_tokens)
+        self.reallocations += 1
+        _LOG.warning(
+            "KV cache pool re-allocated for a window of %d frames (was %d): %.2f GiB -> %.2f GiB "
+            "(re-allocation %d)",
+            pool_window,
+            old_window,
+            old_bytes / 2**30,
+            self.pool_bytes / 2**30,
+            self.reallocations,
+        )
+
+    def _reallocate_pools(self, old_tokens: int) -> None:
+        """New pools of ``layout.pool_tokens`` tokens holding the first ``old_tokens`` tokens of the old."""
         config = self.config
         shape = (config.num_layers, self.layout.pool_tokens, config.num_heads, config.head_dim)
         for name in ("k_pool", "v_pool"):
@@ -209,17 +244,6 @@ class PagedKVCache:
                 new[:, old_tokens:].zero_()
                 setattr(self, name, new)
                 del old
-        self.backend = make_backend(self._backend_name, config, self.layout.pool_tokens)
-        self.reallocations += 1
-        _LOG.warning(
-            "KV cache pool re-allocated for a window of %d frames (was %d): %.2f GiB -> %.2f GiB "
-            "(re-allocation %d)",
-            pool_window,
-            old_window,
-            old_bytes / 2**30,
-            self.pool_bytes / 2**30,
-            self.reallocations,
-        )
 
     def stats(self) -> KVCacheStats:
         state, config = self.layout.state, self.config

@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.model import ModelConfig, StepOutput, StreamConfig, StreamState, StreamStats
 
 from .geometry import Sim3
@@ -28,8 +29,8 @@ class StreamingModel(Protocol):
     def device(self) -> torch.device:
         """Where the model's parameters are (the images go there unless ``SessionConfig.device`` says)."""
 
-    def new_stream(self, config: StreamConfig | None = None) -> StreamState:
-        """Fresh caches for one stream."""
+    def new_stream(self, config: StreamConfig | None = None, pool: SharedKVPool | None = None) -> StreamState:
+        """Fresh caches for one stream (its KV cache in ``pool`` when given: several streams batched)."""
 
     def step(
         self, images: torch.Tensor, state: StreamState, keyframe: bool = True, keep_tokens: bool = False

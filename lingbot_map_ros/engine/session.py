@@ -21,11 +21,13 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from lingbot_map_ros.model import StreamConfig
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
+from lingbot_map_ros.model import StreamConfig, StreamState
 
 from .config import SessionConfig
 from .contracts import AnchorState, NonFiniteOutputError, SessionStats, StreamingModel
@@ -39,10 +41,33 @@ from .timing import StageTimer
 _LOG = logging.getLogger(__name__)
 
 
-class StreamingSession:
-    """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``)."""
+@dataclass(frozen=True)
+class StreamingFrame:
+    """A plain streaming frame taken in by `StreamingSession.begin_frame`, waiting for its model step.
 
-    def __init__(self, model: StreamingModel, config: SessionConfig | None = None) -> None:
+    A caller that batches the steps of several sessions (engine/multi_stream.py) runs ``images``
+    ([1, 3, h, w] on the model device) through the model with ``state`` (the session's ``StreamState``) and
+    ``keyframe``, then hands the output to `StreamingSession.finish_frame`.
+    """
+
+    rgb: np.ndarray
+    meta: object
+    image_net: np.ndarray
+    keyframe: bool
+    images: torch.Tensor
+    state: StreamState
+
+
+class StreamingSession:
+    """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``).
+
+    ``kv_pool``: keep the stream's KV cache in this shared pool (``model.new_pool()``), so that several
+    sessions' streaming steps can run as one batch (engine/multi_stream.py).
+    """
+
+    def __init__(
+        self, model: StreamingModel, config: SessionConfig | None = None, kv_pool: SharedKVPool | None = None
+    ) -> None:
         self.config = config or SessionConfig()
         cfg = self.config
         max_frame_num = model.config.max_frame_num
@@ -63,7 +88,8 @@ class StreamingSession:
                 backend=cfg.backend,
                 cuda_graphs=cfg.cuda_graphs,
                 compile_blocks=cfg.compile_blocks,
-            )
+            ),
+            kv_pool,
         )
         self._lock = threading.Lock()
         self._timer = StageTimer(cfg.timing_window)
@@ -138,6 +164,51 @@ class StreamingSession:
                 self._in_flight = None
                 self._recover(exc)
                 raise
+
+    def begin_frame(
+        self, rgb: np.ndarray, meta: object = None
+    ) -> tuple[list[FrameResult], StreamingFrame | None]:
+        """:meth:`push` up to the model step, for a caller that batches several sessions' steps.
+
+        Anchor-phase frames run here as in :meth:`push` (their results come back, frame None); a due
+        re-anchor runs here too; a plain streaming frame comes back as a `StreamingFrame` whose model step
+        the caller runs and hands to :meth:`finish_frame` (or its error to :meth:`fail_frame`).
+        Raises as :meth:`push`.
+        """
+        rgb = validate_rgb(rgb)
+        with self._lock:
+            done = self._complete_in_flight()
+            _, image_net = self._prepare(rgb)
+            self._frames_total += 1
+            try:
+                if self._anchoring:
+                    return done + self._run(rgb, meta, image_net), None
+                if self._reanchor_due():
+                    with self._timer.stage("reanchor"):
+                        self._reanchor()
+                keyframe = self._next_keyframe()
+                images = self._to_model([image_net])
+                return done, StreamingFrame(rgb, meta, image_net, keyframe, images, self._state)
+            except Exception as exc:
+                self._recover(exc)
+                raise
+
+    def finish_frame(self, frame: StreamingFrame, output: object, model_ms: float) -> FrameResult:
+        """Decode the model step of a `begin_frame` frame (``output``: its ``StepOutput``, one frame);
+        ``model_ms`` is the batched step's time (the frame's "model" stage). Raises as :meth:`push`."""
+        with self._lock:
+            self._timer.add("model", model_ms)
+            try:
+                launched = self._to_host(output)
+                return self._finish(frame.rgb, frame.meta, frame.image_net, frame.keyframe, launched)
+            except Exception as exc:
+                self._recover(exc)
+                raise
+
+    def fail_frame(self, exc: Exception) -> None:
+        """The model step of a `begin_frame` frame raised ``exc``: drop the frame, recover as :meth:`push`."""
+        with self._lock:
+            self._recover(exc)
 
     def flush(self) -> list[FrameResult]:
         """The result of the frame still in flight after :meth:`push_overlapped` (``[]`` if none)."""
@@ -419,7 +490,11 @@ class StreamingSession:
         """
         images = self._to_model(images_net)
         with torch.inference_mode():
-            out = self.model.step(images, self._state, keyframe=keyframe)
+            return self._to_host(self.model.step(images, self._state, keyframe=keyframe))
+
+    def _to_host(self, out: object) -> tuple:
+        """Queue the copies of a ``StepOutput``'s pose_enc, depth and conf to the host (see `_launch`)."""
+        with torch.inference_mode():
             outputs = [t.detach().float() for t in (out.pose_enc, out.depth, out.depth_conf)]
             if self.device.type != "cuda":
                 return tuple(outputs)

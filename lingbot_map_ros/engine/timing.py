@@ -29,6 +29,10 @@ class StageTimer:
         finally:
             self._current[name] = self._current.get(name, 0.0) + 1e3 * (time.perf_counter() - start)
 
+    def add(self, name: str, ms: float) -> None:
+        """Add ``ms`` measured elsewhere (a batched step shared by several sessions) to stage ``name``."""
+        self._current[name] = self._current.get(name, 0.0) + ms
+
     def end_step(self) -> None:
         """Close the current step: its stages (and their sum as ``total``) enter the history."""
         self._current["total"] = sum(self._current.values())

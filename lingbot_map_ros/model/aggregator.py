@@ -81,7 +81,7 @@ class Aggregator(nn.Module):
         self,
         images: torch.Tensor,
         step: GlobalAttentionStep,
-        first_frame_index: int,
+        first_frame_index: int | torch.Tensor,
         num_scale_frames: int,
     ) -> list[torch.Tensor]:
         """Run S frames through the aggregator.
@@ -89,7 +89,8 @@ class Aggregator(nn.Module):
         Args:
             images: `[S, 3, H, W]` RGB in [0, 1], H and W multiples of the patch size.
             step: the KV-cache step planned for these S frames (`cache.begin_step(S, keyframe)`).
-            first_frame_index: global / temporal index of the first frame (= frames stored in the cache).
+            first_frame_index: global / temporal index of the first frame (= frames stored in the cache),
+                or an int64 tensor `[S]` of every frame's own index (S frames of S streams, `step_batch`).
             num_scale_frames: number of anchor frames (scale-token variant 0 below this index).
 
         Returns:
@@ -97,7 +98,10 @@ class Aggregator(nn.Module):
         """
         c = self.config
         frames, tokens_per_frame = images.shape[0], self.tokens_per_frame(images.shape[-2:])
-        indices = torch.arange(frames, device=images.device) + first_frame_index
+        if isinstance(first_frame_index, torch.Tensor):
+            indices = first_frame_index.to(images.device)
+        else:
+            indices = torch.arange(frames, device=images.device) + first_frame_index
         x, rotation_2d, rotation_3d = self.prepare(images, indices, num_scale_frames)
 
         outputs = []

@@ -11,7 +11,9 @@ import contextlib
 import torch
 from torch import nn
 
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.model.aggregator import Aggregator
+from lingbot_map_ros.model.batched_step import batched_step
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
 from lingbot_map_ros.model.dpt_head import DPTHead
@@ -55,10 +57,26 @@ class LingBotMap(nn.Module):
         self.depth_head.to(precision.heads_dtype)
         return self
 
-    def new_stream(self, config: StreamConfig | None = None) -> StreamState:
-        """Fresh caches for one stream (camera history allocated now, the KV cache on the first step)."""
+    def new_stream(self, config: StreamConfig | None = None, pool: SharedKVPool | None = None) -> StreamState:
+        """Fresh caches for one stream (camera history allocated now, the KV cache on the first step).
+
+        ``pool``: keep the KV cache in this shared pool (several streams batched by `step_batch`).
+        """
         dtype = self.precision.aggregator_dtype
-        return StreamState(self.config, config or StreamConfig(), self.device, dtype)
+        return StreamState(self.config, config or StreamConfig(), self.device, dtype, pool)
+
+    def new_pool(self, backend: str = "auto", streams: int = 1) -> SharedKVPool:
+        """An empty KV pool for ``streams`` streams of this model (its global-attention geometry, dtype)."""
+        c = self.config
+        return SharedKVPool(
+            c.depth, c.num_heads, c.head_dim, self.precision.aggregator_dtype, self.device, backend, streams
+        )
+
+    def step_batch(
+        self, images: torch.Tensor, states: list[StreamState], keyframes: list[bool]
+    ) -> list[StepOutput]:
+        """One streaming frame of each of B streams in one pass; see `model/batched_step.py`."""
+        return batched_step(self, images, states, keyframes)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         dtype = self.precision.aggregator_dtype

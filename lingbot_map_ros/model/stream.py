@@ -13,6 +13,7 @@ import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
 from lingbot_map_ros.cache.config import StageHook, check_sliding_window
+from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
 
@@ -86,15 +87,25 @@ class StreamStats:
 
 
 class StreamState:
-    """Caches of one stream. The KV cache is allocated on the first step, when the token count is known."""
+    """Caches of one stream. The KV cache is allocated on the first step, when the token count is known.
+
+    With ``pool`` (several streams of one model, `LingBotMap.step_batch`), the KV cache is a region of that
+    shared pool (cache/shared_pool.py) instead of a pool of its own.
+    """
 
     def __init__(
-        self, model_config: ModelConfig, config: StreamConfig, device: torch.device, kv_dtype: torch.dtype
+        self,
+        model_config: ModelConfig,
+        config: StreamConfig,
+        device: torch.device,
+        kv_dtype: torch.dtype,
+        pool: SharedKVPool | None = None,
     ) -> None:
         self.model_config = model_config
         self.config = config
         self.device = device
         self.kv_dtype = kv_dtype
+        self.pool = pool
         self.kv_cache: PagedKVCache | None = None
         self.image_hw: tuple[int, int] | None = None
         self._window_before_cache = config.sliding_window  # the live window while no cache exists
@@ -172,22 +183,23 @@ class StreamState:
         if self.kv_cache is None or self.kv_cache.config.patches_per_frame != patches:
             c, m, window = self.config, self.model_config, self.sliding_window
             self.kv_cache = None  # release the old pools before allocating new ones
-            self.kv_cache = PagedKVCache(
-                KVCacheConfig(
-                    num_layers=m.depth,
-                    num_heads=m.num_heads,
-                    head_dim=m.head_dim,
-                    patches_per_frame=patches,
-                    num_special=m.num_special_tokens,
-                    scale_frames=c.scale_frames,
-                    sliding_window=window,
-                    max_window=c.max_window,
-                    max_special_frames=c.max_special_frames,
-                    dtype=self.kv_dtype,
-                    device=self.device,
-                ),
-                backend=c.backend,
+            kv_config = KVCacheConfig(
+                num_layers=m.depth,
+                num_heads=m.num_heads,
+                head_dim=m.head_dim,
+                patches_per_frame=patches,
+                num_special=m.num_special_tokens,
+                scale_frames=c.scale_frames,
+                sliding_window=window,
+                max_window=c.max_window,
+                max_special_frames=c.max_special_frames,
+                dtype=self.kv_dtype,
+                device=self.device,
             )
+            if self.pool is None:
+                self.kv_cache = PagedKVCache(kv_config, backend=c.backend)
+            else:
+                self.kv_cache = PooledKVCache(self.pool, kv_config, backend=c.backend)
             self.kv_cache.stage_hook = self._stage_hook
         self.image_hw = image_hw
         return self.kv_cache

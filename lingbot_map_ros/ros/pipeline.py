@@ -19,12 +19,19 @@ from ..engine.config import SessionConfig
 from ..engine.session import StreamingModel, StreamingSession
 from ..model import CheckpointError, PrecisionPolicy
 from ..model.graphed import set_compile_cache_dir
-from .params import NodeParams, parse_image_size
+from .params import NodeParams, field_name, parse_image_size
 
 #: Python's GIL switch interval while a CUDA pipeline runs (default 5 ms; see build_pipeline).
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
+SESSION_PARAMETERS = {
+    "scale_frames": "kv_cache.scale_frames", "sliding_window": "kv_cache.sliding_window",
+    "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
+    "image_width": "model.image_width", "backend": "attention.backend",
+    "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
+}
 
 
 class ConfigureError(RuntimeError):
@@ -88,23 +95,9 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
-    spec = EngineSpec(
-        preset=params.model_preset,
-        checkpoint=checkpoint,
-        device=device,
-        precision=precision,
-        seed=params.model_synthetic_seed,
-        session=SessionConfig(
-            scale_frames=params.kv_cache_scale_frames,
-            sliding_window=params.kv_cache_sliding_window,
-            max_window=params.kv_cache_max_window,
-            keyframe_interval=params.keyframe_interval,
-            image_width=params.model_image_width,
-            backend=params.attention_backend,
-            cuda_graphs=params.model_cuda_graphs,
-            compile_blocks=params.model_compile_blocks,
-        ),
-    )
+    policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
+    spec = EngineSpec(preset=params.model_preset, checkpoint=checkpoint, device=device, precision=precision,
+                      seed=params.model_synthetic_seed, session=policy)
     try:
         session = build_engine(spec)
     except (CheckpointError, OSError) as exc:

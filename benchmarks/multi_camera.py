@@ -1,0 +1,188 @@
+"""Several cameras through one model and one KV pool: aggregate posed frames/s for 1, 2, 4 cameras.
+
+Every round each camera delivers one frame (cameras at the same rate, as fast as the GPU allows) to a
+`MultiStreamSession` (`engine/multi_stream.py`): the streaming frames of all cameras run as one batched
+model step (`LingBotMap.step_batch`; one camera alone runs `model.step` with its CUDA graphs, the
+single-camera default path), then every camera's result is decoded. Reported per camera count:
+
+* aggregate FPS = posed streaming frames of all cameras / wall time, and FPS per camera;
+* latency per camera: p50 / p99 of the round wall time (frame in -> its decoded result out; in a node a
+  frame may also wait up to one round plus ``batch.max_wait_ms`` in its queue);
+* GPU memory: the weights (once), the N cameras' KV regions of the one shared pool, the camera histories,
+  and the peak allocated over the run (CUDA only; on CPU the weights and pool bytes).
+
+The anchor phase and ``--warmup`` streaming rounds per camera count are not timed. Re-anchors (every
+``--max-stored-frames`` keyframes) are timed: they are part of a long stream. Model: random weights in the
+device's precision policy (bf16 aggregator on CUDA), frames: random uint8 images of ``--height`` x
+``--width`` (518 x 378 = the network size, no resize). Usage (docs/benchmarks.md)::
+
+    python benchmarks/multi_camera.py --device cuda --preset lingbot-map --backend flashinfer --frames 300
+    python benchmarks/multi_camera.py --device cpu --preset tiny --height 28 --width 56 --frames 4 \\
+        --cameras 1,2 --anchors 2 --window 2 --max-window 4 --warmup 1       # CPU smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from e2e import engine, random_frames, synchronize
+
+from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.multi_stream import MultiStreamSession
+
+GIB = 2**30
+
+
+@dataclass
+class CameraRun:
+    """One camera count: throughput, per-camera latency and memory (GiB; None where not measured)."""
+
+    cameras: int
+    backend: str
+    frames_per_camera: int
+    wall_s: float
+    p50_ms: float
+    p99_ms: float
+    model_gib: float
+    pool_gib: float
+    history_gib: float
+    peak_gib: float | None
+    batches: dict[int, int]
+
+    @property
+    def aggregate_fps(self) -> float:
+        return self.cameras * self.frames_per_camera / self.wall_s
+
+    @property
+    def camera_fps(self) -> float:
+        return self.frames_per_camera / self.wall_s
+
+
+def run_cameras(
+    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float
+) -> CameraRun:
+    device = model.device
+    config = SessionConfig(
+        scale_frames=args.anchors,
+        sliding_window=args.window,
+        max_window=args.max_window,
+        keyframe_interval=args.keyframe_interval,
+        image_width=args.width,
+        max_stored_frames=args.max_stored_frames,
+        backend=args.backend,
+        cuda_graphs=not args.no_cuda_graphs,
+    )
+    names = [f"cam{i}" for i in range(cameras)]
+    multi = MultiStreamSession(model, config, names)
+    feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
+    rounds = iter(range(10**9))
+
+    def round_() -> float:
+        """One frame of every camera; the round's wall time (s)."""
+        index = next(rounds)
+        frames = {name: (feed[index % len(feed)], index) for name, feed in zip(names, feeds, strict=True)}
+        start = time.perf_counter()
+        out = multi.run_round(frames)
+        elapsed = time.perf_counter() - start
+        if out.errors:
+            raise RuntimeError(f"camera step failed: {out.errors}")
+        return elapsed
+
+    for _ in range(args.anchors + args.warmup):
+        round_()
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    latencies = []
+    start = time.perf_counter()
+    for _ in range(args.frames):
+        latencies.append(round_())
+    synchronize(device)
+    wall = time.perf_counter() - start
+    # camera-head K/V per camera: 2 x passes x blocks x (capacity + 1) x 2C float32 (model/camera_history.py)
+    c = model.config
+    history = cameras * 2 * c.camera_num_iterations * c.camera_trunk_depth * 2 * c.embed_dim * 4
+    history *= config.effective_camera_history + 1
+    pool = multi.pool_stats()
+    run = CameraRun(
+        cameras=cameras,
+        backend=args.backend,
+        frames_per_camera=args.frames,
+        wall_s=wall,
+        p50_ms=1e3 * float(np.percentile(latencies, 50)),
+        p99_ms=1e3 * float(np.percentile(latencies, 99)),
+        model_gib=model_gib,
+        pool_gib=pool["pool_bytes"] / GIB,
+        history_gib=history / GIB,
+        peak_gib=torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None,
+        batches=pool["batches"],
+    )
+    return run
+
+
+def print_table(runs: list[CameraRun]) -> None:
+    base = runs[0].aggregate_fps if runs else float("nan")
+    print(
+        "| cameras | backend | aggregate FPS | x 1 camera | FPS per camera | p50 ms | p99 ms per camera "
+        "| weights GiB | KV pool GiB | camera histories GiB | peak allocated GiB | batched steps (size: n) |"
+    )
+    print("|" + "---|" * 12)
+    for r in runs:
+        peak = "-" if r.peak_gib is None else f"{r.peak_gib:.2f}"
+        print(
+            f"| {r.cameras} | {r.backend} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
+            f"| {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} "
+            f"| {r.history_gib:.3f} | {peak} | {r.batches} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--preset", default="lingbot-map", choices=("lingbot-map", "tiny"))
+    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
+    parser.add_argument("--cameras", default="1,2,4", help="camera counts, comma-separated")
+    parser.add_argument("--frames", type=int, default=300, help="timed streaming frames per camera")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed streaming rounds after the anchors")
+    parser.add_argument("--height", type=int, default=378)
+    parser.add_argument("--width", type=int, default=518)
+    parser.add_argument("--anchors", type=int, default=8)
+    parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--max-window", type=int, default=128)
+    parser.add_argument("--keyframe-interval", type=int, default=1)
+    parser.add_argument("--max-stored-frames", type=int, default=320)
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="eager single-camera steps too")
+    parser.add_argument("--distinct-frames", type=int, default=8, help="random frames cycled per camera")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the runs here")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    torch.set_grad_enabled(False)
+    model = engine(args, "fast").model  # random weights made on the device (benchmarks/e2e.py)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters()) / GIB
+    print(f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}")
+    runs = []
+    for cameras in args.cameras.split(","):
+        runs.append(run_cameras(model, args, int(cameras), weights))
+        gc.collect()  # the previous cameras' pool and histories go before the next count allocates
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print_table(runs)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        rows = [{**asdict(r), "aggregate_fps": r.aggregate_fps, "camera_fps": r.camera_fps} for r in runs]
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

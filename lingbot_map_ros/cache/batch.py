@@ -1,0 +1,233 @@
+"""Batched steps of several streams over one :class:`~lingbot_map_ros.cache.shared_pool.SharedKVPool`.
+
+``begin_batch(pool, caches, keyframes)`` opens one step per stream (each planned by its own layout, exactly
+as a single-stream ``begin_step``) and describes the batch as a :class:`BatchPlan`: per stream (= request,
+in batch order) its query rows and its visible keys as a token range of the shared pool. Both backends
+execute that one description, planned once for all layers:
+
+* torch — a loop over the requests, each one ``TorchAttention`` call over its range of the shared pool
+  (the single-stream kernel policy per stream, so on CPU a stream's output is bit-identical to its
+  single-stream step's);
+* flashinfer — ONE ``BatchPrefillWithPagedKVCacheWrapper`` call per layer with one request per stream
+  (page size 1, the page list of each request = its visible tokens; cache/flashinfer_batch.py).
+
+``BatchCacheStep.attend(layer, q, k, v)`` takes the streams' tokens concatenated in batch order
+(``[sum T_i, H, D]``), writes each stream's K/V into its own region, attends, and returns ``[sum T_i, H, D]``.
+``end_batch`` commits (keyframe) or rolls back (non-keyframe) each stream on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from lingbot_map_ros.cache.backends import BACKENDS, TorchAttention
+from lingbot_map_ros.cache.config import KVCacheConfig
+from lingbot_map_ros.cache.paged_kv_cache import CacheStep
+from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One stream's share of a batched step.
+
+    Query rows ``[query_start, query_stop)`` of the batch attend over shared-pool tokens
+    ``[key_start, key_stop)``; ``[key_start, frames_start)`` is the stream's special stream, the rest its
+    frame slots. ``specials_capped``: its special stream is at ``max_special_frames`` (steady key count).
+    """
+
+    query_start: int
+    query_stop: int
+    key_start: int
+    frames_start: int
+    key_stop: int
+    specials_capped: bool
+
+    @property
+    def num_queries(self) -> int:
+        return self.query_stop - self.query_start
+
+    @property
+    def num_keys(self) -> int:
+        return self.key_stop - self.key_start
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The requests of one batched step, in batch order (shared by all layers)."""
+
+    requests: tuple[BatchRequest, ...]
+
+    @property
+    def num_queries(self) -> int:
+        return self.requests[-1].query_stop if self.requests else 0
+
+
+class BatchBackend(Protocol):
+    """Executes a :class:`BatchPlan` over one layer of the shared pool."""
+
+    name: str
+
+    def plan(self, plan: BatchPlan) -> None: ...
+
+    def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        """q ``[sum T_i, H, D]``; pools ``[capacity, H, D]`` -> ``[sum T_i, H, D]``."""
+
+
+class TorchBatchAttention:
+    """The torch backend over a batch: one single-stream ``TorchAttention`` per request, in a loop."""
+
+    name = "torch"
+
+    def __init__(self, config: KVCacheConfig) -> None:
+        self._config = config
+        self._requests: list[tuple[BatchRequest, TorchAttention]] = []
+
+    def plan(self, plan: BatchPlan) -> None:
+        self._requests = []
+        for request in plan.requests:
+            attention = TorchAttention(self._config)
+            attention.plan(
+                request.key_start,
+                request.key_stop,
+                request.num_queries,
+                request.frames_start,
+                request.specials_capped,
+            )
+            self._requests.append((request, attention))
+
+    def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        outputs = [
+            attention.run(q[r.query_start : r.query_stop], k_pool, v_pool) for r, attention in self._requests
+        ]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+def make_batch_backend(pool: SharedKVPool) -> BatchBackend:
+    """The batch backend named by ``pool.backend_name`` ("auto" = torch, as for single streams)."""
+    name = pool.backend_name
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    config = KVCacheConfig(
+        num_layers=pool.num_layers,
+        num_heads=pool.num_heads,
+        head_dim=pool.head_dim,
+        dtype=pool.dtype,
+        device=pool.device,
+    )
+    if name == "flashinfer":
+        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
+
+        return FlashInferBatchAttention(config)
+    return TorchBatchAttention(config)
+
+
+class BatchCacheStep:
+    """The open steps of B streams of one pool, attended together layer by layer (made by begin_batch)."""
+
+    def __init__(
+        self,
+        pool: SharedKVPool,
+        caches: Sequence[PooledKVCache],
+        steps: Sequence[CacheStep],
+        plan: BatchPlan,
+        backend: BatchBackend,
+    ) -> None:
+        self.pool = pool
+        self.caches = tuple(caches)
+        self.steps = tuple(steps)
+        self.plan = plan
+        self._backend = backend
+
+    @property
+    def num_tokens(self) -> int:
+        return self.plan.num_queries
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write every stream's new K/V into its region, then attend the batch: ``[sum T_i, H, D]`` each."""
+        if not isinstance(q, torch.Tensor) or q.shape != k.shape or q.dtype != k.dtype:
+            raise ValueError(f"q must be a tensor of k's shape and dtype {tuple(k.shape)}, {k.dtype}")
+        self.write(layer, k, v)
+        return self._backend.run(q, self.pool.k[layer], self.pool.v[layer])
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store every stream's new K/V (rows of its request) for ``layer`` without attending."""
+        if k.shape[0] != self.num_tokens or v.shape[0] != self.num_tokens:
+            raise ValueError(
+                f"k and v must have {self.num_tokens} tokens (the batch), "
+                f"got {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        for request, step in zip(self.plan.requests, self.steps, strict=True):
+            rows = slice(request.query_start, request.query_stop)
+            step.write(layer, k[rows], v[rows])
+
+
+def begin_batch(
+    pool: SharedKVPool,
+    caches: Sequence[PooledKVCache],
+    keyframes: Sequence[bool],
+    num_frames: Sequence[int] | None = None,
+    backend: BatchBackend | None = None,
+) -> BatchCacheStep:
+    """Open one step per cache (distinct caches of ``pool``) and plan the batch once for all layers.
+
+    ``num_frames`` per stream defaults to 1 (streaming steps). ``backend``: a batch backend to reuse (its
+    plan is replaced); default the pool's own (made on the first batch). On an error every step opened
+    here is closed.
+    """
+    if not caches or len(caches) != len(keyframes):
+        raise ValueError(
+            f"need one keyframe flag per cache, got {len(caches)} caches, {len(keyframes)} flags"
+        )
+    if len({id(c) for c in caches}) != len(caches):
+        raise ValueError("a cache appears twice in one batch")
+    for cache in caches:
+        if not isinstance(cache, PooledKVCache) or cache.pool is not pool:
+            raise ValueError("every cache of a batch must be a PooledKVCache of this pool")
+    frames = [1] * len(caches) if num_frames is None else list(num_frames)
+    steps: list[CacheStep] = []
+    try:
+        for cache, keyframe, count in zip(caches, keyframes, frames, strict=True):
+            steps.append(cache.begin_step(count, keyframe, plan_backend=False))
+    except BaseException:
+        for cache, step in zip(caches, steps, strict=False):
+            cache.abort_step(step)
+        raise
+    requests, query = [], 0
+    for cache, step in zip(caches, steps, strict=True):
+        base, tokens = cache.region.start, step.num_tokens
+        plan = step.plan
+        frames_start = max(plan.visible_start, min(cache.layout.frame_base, plan.visible_stop))
+        requests.append(
+            BatchRequest(
+                query_start=query,
+                query_stop=query + tokens,
+                key_start=base + plan.visible_start,
+                frames_start=base + frames_start,
+                key_stop=base + plan.visible_stop,
+                specials_capped=cache.specials_capped(step._committed),
+            )
+        )
+        query += tokens
+    batch_plan = BatchPlan(tuple(requests))
+    if backend is None:
+        if pool.batch_backend is None:
+            pool.batch_backend = make_batch_backend(pool)
+        backend = pool.batch_backend
+    backend.plan(batch_plan)
+    return BatchCacheStep(pool, caches, steps, batch_plan, backend)
+
+
+def end_batch(step: BatchCacheStep) -> None:
+    """Close every stream's step: keyframes commit, non-keyframes roll back (each stream on its own)."""
+    errors = []
+    for cache, cache_step in zip(step.caches, step.steps, strict=True):
+        try:
+            cache.end_step(cache_step)
+        except RuntimeError as error:  # a keyframe ended before every layer attended: that cache reset
+            errors.append(error)
+    if errors:
+        raise errors[0]

@@ -1,0 +1,152 @@
+"""`MultiStreamSession` on the tiny preset (CPU, fp32): N = 1, 2, 3 cameras interleaved irregularly give, per
+camera, the results of its own `StreamingSession` fed the same frames (poses and depth within 1e-5)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from tiny_stream import pan_frames, tiny_model, tiny_session
+
+from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.multi_stream import BatchConfig, MultiStreamSession
+from lingbot_map_ros.engine.result import FrameResult
+from lingbot_map_ros.model import LingBotMap
+
+S0 = 3
+PARAMS = dict(
+    scale_frames=S0, sliding_window=3, max_window=6, image_width=56, max_stored_frames=9, keyframe_interval=2
+)
+
+
+@pytest.fixture(scope="module")
+def model() -> LingBotMap:
+    return tiny_model()
+
+
+def _same(got: list[FrameResult], expected: list[FrameResult]) -> None:
+    assert [(r.index, r.epoch, r.segment, r.phase, r.is_keyframe, r.meta) for r in got] == [
+        (r.index, r.epoch, r.segment, r.phase, r.is_keyframe, r.meta) for r in expected
+    ]
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a.pose_c2w, b.pose_c2w, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.depth, b.depth, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.pose_enc, b.pose_enc, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(a.intrinsics, b.intrinsics, rtol=1e-5)  # focal ~1e3 px from the FoV
+
+
+def _schedule(n: int, ticks: int) -> list[dict[int, str]]:
+    """Per tick, which camera pushes what: camera i every (i + 1)-th tick; camera 1 pauses for ticks
+    12..19; camera 2 resets at tick 15; camera 0 switches to a taller image at tick 32."""
+    plan = []
+    for t in range(ticks):
+        tick = {}
+        for i in range(n):
+            if t % (i + 1) or (i == 1 and 12 <= t < 20):
+                continue
+            tick[i] = "reset" if i == 2 and t == 15 else "frame"
+        plan.append(tick)
+    return plan
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_interleaved_cameras_equal_separate_sessions(model: LingBotMap, n: int) -> None:
+    ticks = 40
+    names = [f"cam{i}" for i in range(n)]
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), names)
+    single = [tiny_session(model, **PARAMS) for _ in range(n)]
+    feeds = [pan_frames(ticks, seed=i) for i in range(n)]
+    tall = pan_frames(ticks, hw=(50, 74), seed=9)
+    got = {name: [] for name in names}
+    expected = {name: [] for name in names}
+    for t, tick in enumerate(_schedule(n, ticks)):
+        frames = {}
+        for i, action in tick.items():
+            if action == "reset":
+                multi.reset(names[i], "test")
+                single[i].reset("test")
+                continue
+            rgb = tall[t] if i == 0 and t >= 32 else feeds[i][t]
+            frames[names[i]] = (rgb, f"{names[i]}@{t}")
+            expected[names[i]] += single[i].push(rgb, f"{names[i]}@{t}")
+        out = multi.run_round(frames)
+        assert not out.errors
+        for name, results in out.results.items():
+            got[name] += results
+    for name, s in zip(names, single, strict=True):
+        _same(got[name], expected[name])
+        stats, ref = multi.stats(name).session, s.stats()
+        for key in (
+            "epoch",
+            "frames",
+            "keyframes",
+            "segment",
+            "reanchors_total",
+            "resets_total",
+            "frames_stored",
+        ):
+            assert getattr(stats, key) == getattr(ref, key), (name, key)
+        assert stats.cache == ref.cache
+    assert got["cam0"][-1].epoch == 1 and got["cam0"][-1].depth.shape == (50, 74)  # resolution change
+    assert multi.stats("cam0").session.reanchors_total >= 1
+    batches = multi.pool_stats()["batches"]
+    assert (max(batches) == n) if n > 1 else (batches == {1: batches[1]})
+    assert multi.pool_stats()["regions"] == n
+
+
+def test_a_failed_batch_drops_every_frame_of_it_and_the_cameras_recover(
+    model: LingBotMap, monkeypatch
+) -> None:
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    feeds = [pan_frames(8, seed=i) for i in range(2)]
+    for t in range(S0 + 1):
+        assert not multi.run_round({"a": (feeds[0][t], t), "b": (feeds[1][t], t)}).errors
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(model, "step_batch", boom)
+    out = multi.run_round({"a": (feeds[0][S0 + 1], 0), "b": (feeds[1][S0 + 1], 0)})
+    assert set(out.errors) == {"a", "b"} and out.results == {"a": [], "b": []}
+    monkeypatch.undo()
+    out = multi.run_round({"a": (feeds[0][S0 + 2], 0), "b": (feeds[1][S0 + 2], 0)})
+    assert not out.errors and [len(r) for r in out.results.values()] == [1, 1]
+    for name in ("a", "b"):
+        stats = multi.stats(name).session
+        assert stats.recoveries_total == 1 and stats.epoch == 0 and "device lost" in stats.last_error
+
+
+def test_worker_step_waits_boundedly_for_a_slow_camera(model: LingBotMap) -> None:
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["fast", "slow"], BatchConfig(max_wait_ms=50))
+    assert multi.step(timeout_s=0.01).results == {}  # nothing queued: returns on the timeout
+    frames = pan_frames(S0 + 1)
+    for f in frames[:S0]:
+        multi.submit("fast", f)
+        multi.submit("fast", f)  # the queue holds one frame: the older one is dropped
+        multi.step()
+    start = time.monotonic()
+    multi.submit("fast", frames[S0])
+    out = multi.step()  # the slow camera never sends: the round starts after max_wait_ms
+    assert 0.045 < time.monotonic() - start < 2.0 and len(out.results["fast"]) == 1
+    assert multi.stats("fast").dropped == S0 and multi.stats("fast").session.frames_total == S0 + 1
+
+    later = threading.Timer(0.01, lambda: (multi.submit("fast", frames[0]), multi.submit("slow", frames[0])))
+    later.start()
+    out = multi.step(timeout_s=5.0)  # both arrive: one round takes both
+    later.join()
+    assert set(out.results) == {"fast", "slow"}
+    with pytest.raises(ValueError, match="unknown camera"):
+        multi.submit("rear", frames[0])
+    with pytest.raises(ValueError, match="distinct"):
+        MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "a"])
+
+
+def test_warm_up_runs_every_camera_and_leaves_them_fresh(model: LingBotMap) -> None:
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    assert multi.warm_up((42, 74), streaming_frames=1) > 0
+    for name in ("a", "b"):
+        stats = multi.stats(name).session
+        assert (stats.epoch, stats.frames_total, stats.frames_stored) == (0, 0, 0)
+    assert multi.pool_stats()["regions"] == 2  # the warm-up placed both cameras' regions
