@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from e2e import engine, random_frames, synchronize
 
+from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.multi_stream import MultiStreamSession
 
@@ -149,7 +150,7 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--preset", default="lingbot-map", choices=("lingbot-map", "tiny"))
-    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--cameras", default="1,2,4", help="camera counts, comma-separated")
     parser.add_argument("--frames", type=int, default=300, help="timed streaming frames per camera")
     parser.add_argument("--warmup", type=int, default=10, help="untimed streaming rounds after the anchors")

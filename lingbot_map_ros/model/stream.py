@@ -32,7 +32,7 @@ class StreamConfig:
         range is checked where the window is held (the cache's `KVCacheConfig`, `StreamState`), not here.
     max_special_frames: cap on frames whose 6 special tokens stay visible in global attention.
     camera_history: camera-head keyframes kept per refinement pass (anchors included; reference: all).
-    backend: global-attention backend of the cache ("auto", "torch", "flashinfer").
+    backend: global-attention backend of the cache (one of `cache.backends.BACKENDS`).
     cuda_graphs: on CUDA, replay streaming steps (S = 1) as CUDA graphs around the eager global attentions
         (`model/graphed.py`, docs/performance.md); False runs the plain eager path. Ignored on CPU.
     compile_blocks: with cuda_graphs, also fuse the blocks' element-wise work with `torch.compile` (compile
