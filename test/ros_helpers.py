@@ -125,8 +125,16 @@ class NodeProcess(node_process.NodeProcess):
         faults = module == node_process.NODE_MODULE and bool(os.environ.get(FAULTS_ENV))
         log_path = log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log"
         return super().start(
-            log_path, params, remaps, name=name, namespace=namespace, params_file=params_file, module=module,
-            script=FAULT_NODE if faults else None, python=PYTHON, env=os.environ.copy(),
+            log_path,
+            params,
+            remaps,
+            name=name,
+            namespace=namespace,
+            params_file=params_file,
+            module=module,
+            script=FAULT_NODE if faults else None,
+            python=PYTHON,
+            env=os.environ.copy(),
         )
 
     def wait_ready(self, client: RosClient, services: Iterable[str], timeout: float = 60.0) -> None:
@@ -297,6 +305,7 @@ class RosClient(ClientNode):
         if future.exception() is not None:
             raise future.exception()
         return future.result()
+
 
 def load_frames(count: int, step: int = 1) -> list[Any]:
     """The first `count` frames of ../shared/data/loop (every `step`-th) as `[H, W, 3]` uint8 RGB arrays."""

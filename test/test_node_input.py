@@ -47,8 +47,12 @@ def frames() -> list[np.ndarray]:
 def compressed_node(ros_client: RosClient, tmp_path: Path) -> Iterator[str]:
     ns = "/compressed_test"
     proc = start_tiny_node(
-        tmp_path, "lingbot_map", INPUT_PARAMS, {"image_transport": "compressed", "queue_size": 10},
-        namespace=ns, client=ros_client,
+        tmp_path,
+        "lingbot_map",
+        INPUT_PARAMS,
+        {"image_transport": "compressed", "queue_size": 10},
+        namespace=ns,
+        client=ros_client,
     )
     yield ns
     assert proc.stop() == 0, proc.output()

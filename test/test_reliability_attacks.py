@@ -134,9 +134,7 @@ def test_deactivate_activate_under_a_stream(
         assert proc.stop() == 0, proc.output()[-3000:]
 
 
-def test_fifty_concurrent_resets_are_all_answered(
-    ros_client: RosClient, tmp_path: Path
-) -> None:
+def test_fifty_concurrent_resets_are_all_answered(ros_client: RosClient, tmp_path: Path) -> None:
     """Attack 5: the services' default queue depth 10 dropped the calls beyond 10 while ~/reset waited for a
     step (callers hung). Here the first reset waits for a 3 s step while 49 more queue up."""
     name = "atk_burst"

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from lingbot_map_ros.model.lingbot_map import LingBotMap
 
 
-
 class GraphedStreamStep:
     """The captured graphs of one model at one image size, with their static inputs and outputs.
 
