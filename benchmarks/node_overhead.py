@@ -146,9 +146,7 @@ def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
 
 def path_message(outputs: MappingOutputs, header: Header) -> object:
     """The nav_msgs/Path that `publish` builds each frame from its pose history (serialised by rclpy)."""
-    with outputs.lock:
-        poses = list(outputs._path)
-    return PathMsg(header=header, poses=poses)
+    return PathMsg(header=header, poses=outputs.path_poses())
 
 
 def timed(samples: dict[str, list[float]], name: str, fn, *args):

@@ -407,6 +407,11 @@ class MappingOutputs:
         with self.lock:
             return len(self.mapper.voxels)
 
+    def path_poses(self) -> list[PoseStamped]:
+        """The poses of `~/path` now (oldest first, at most `path.max_length`)."""
+        with self.lock:
+            return list(self._path)
+
     def trajectory_stats(self) -> dict[str, object]:
         """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
         last reset, beyond `trajectory.max_poses`), and the mapper's TF mode, scale (value, spread, source,
