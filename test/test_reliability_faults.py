@@ -353,6 +353,7 @@ def test_sigint_during_a_step_exits_cleanly_within_2s(
         diag = collect(ros_client, DiagnosticArray, "/diagnostics")
         pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
+        latest(diag, name, lambda v: v.get("frames_received") == "0")  # /diagnostics flows before the step
         publish(pub, frames, range(S0), period=0.0)
         # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
         latest(
