@@ -120,9 +120,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight()
-            _, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, _, image_net = self._admit(rgb)
             try:
                 return done + self._run(rgb, meta, image_net)
             except Exception as exc:
@@ -146,9 +144,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight() if self._needs_sync(rgb) else []
-            geometry, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, geometry, image_net = self._admit(rgb, sync=self._needs_sync(rgb))
             try:
                 if self._anchoring or self._reanchor_due():
                     return done + self._run(rgb, meta, image_net)
@@ -177,9 +173,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight()
-            _, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, _, image_net = self._admit(rgb)
             try:
                 if self._anchoring:
                     return done + self._run(rgb, meta, image_net), None
@@ -356,6 +350,16 @@ class StreamingSession:
         }
 
     # ------------------------------------------------------------------ internals
+
+    def _admit(
+        self, rgb: np.ndarray, sync: bool = True
+    ) -> tuple[list[FrameResult], PreprocessGeometry, np.ndarray]:
+        """A new frame, under the lock: the frame in flight completed first (when ``sync``), then ``rgb``'s
+        geometry and network input (`_prepare`), counted in ``frames_total``."""
+        done = self._complete_in_flight() if sync else []
+        geometry, image_net = self._prepare(rgb)
+        self._frames_total += 1
+        return done, geometry, image_net
 
     def _prepare(self, rgb: np.ndarray) -> tuple[PreprocessGeometry, np.ndarray]:
         """Geometry of ``rgb`` (a new resolution resets the stream) and its network input."""
