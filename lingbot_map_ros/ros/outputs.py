@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Pose, PoseStamped
 from nav_msgs.msg import OccupancyGrid, Odometry, Path
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
@@ -37,7 +37,7 @@ from ..engine.session import StreamingSession
 from ..engine.session_store import SessionSnapshot
 from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, odometry_msg, pose_stamped_msg, transform_msg
+from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, transform_msg
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
 from .robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
@@ -167,20 +167,24 @@ class MappingOutputs:
                 self._path.clear()
                 self._map_odom = None
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
-            self._path.append(pose_stamped_msg(frame.body_pose, map_header))
+            body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
+            self._path.append(pose_stamped_msg(body, map_header))
             self._path_header = map_header
             if frame.map_odom is not None:
                 self._map_odom = (frame.map_odom, stamp_s, self._now_s())
             frame_cloud = self.config.publish_frame_cloud
-        self._publish_frame(frame, header, camera)
+        self._publish_frame(frame, body, header, camera)
         if work.is_keyframe or frame_cloud or frame.new_epoch:  # else it has nothing to do on the map thread
             self.map.submit(MapItem(work, map_header, frame_cloud))
         self.frames_published += 1
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(self, frame: PosedFrame, header: Header, camera: str) -> None:
+    def _publish_frame(self, frame: PosedFrame, body: Pose, header: Header, camera: str) -> None:
+        """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
+        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera)."""
         cfg = self.config
+        cam = body if frame.camera_pose is frame.body_pose else pose_msg(frame.camera_pose)
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
@@ -188,13 +192,13 @@ class MappingOutputs:
             stamp = seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance)
             self._tf.send(transform_msg(frame.map_odom, stamp, map_frame, cfg.odom_frame))
         elif frame.mode == "map_to_base" and cfg.publish_robot_tf:
-            self._tf.send(transform_msg(frame.body_pose, header.stamp, map_frame, cfg.base_frame))
+            self._tf.send(transform_msg(body, header.stamp, map_frame, cfg.base_frame))
         elif frame.mode == "map_to_camera":
-            self._tf.send(transform_msg(frame.camera_pose, header.stamp, map_frame, camera))
+            self._tf.send(transform_msg(cam, header.stamp, map_frame, camera))
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
-        self._pubs["odometry"].publish(odometry_msg(frame.body_pose, frame.twist, map_header, child,
+        self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
                                                     frame.pose_covariance, frame.twist_covariance))
-        self._pubs["camera_pose"].publish(pose_stamped_msg(frame.camera_pose, map_header))
+        self._pubs["camera_pose"].publish(pose_stamped_msg(cam, map_header))
         height, width = frame.depth.shape
         self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
         if cfg.publish_depth:
