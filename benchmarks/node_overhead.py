@@ -73,8 +73,16 @@ def synthetic_result(index: int, rgb: np.ndarray, rng: np.random.Generator, keyf
     focal = 0.8 * width
     intrinsics = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
     return FrameResult(
-        index=index, meta=None, is_keyframe=keyframe, phase=PHASE_STREAMING, pose_c2w=pose,
-        intrinsics=intrinsics, depth=depth, depth_conf=conf, rgb=rgb, pose_enc=np.zeros(9, np.float32),
+        index=index,
+        meta=None,
+        is_keyframe=keyframe,
+        phase=PHASE_STREAMING,
+        pose_c2w=pose,
+        intrinsics=intrinsics,
+        depth=depth,
+        depth_conf=conf,
+        rgb=rgb,
+        pose_enc=np.zeros(9, np.float32),
     )
 
 
@@ -151,8 +159,13 @@ def subscribe_all(
     from tf2_msgs.msg import TFMessage
 
     node = rclpy.create_node(node_name)
-    topics = {"odometry": Odometry, "path": PathMsg, "depth": Image, "camera_info": CameraInfo,
-              "frame_cloud": PointCloud2}
+    topics = {
+        "odometry": Odometry,
+        "path": PathMsg,
+        "depth": Image,
+        "camera_info": CameraInfo,
+        "frame_cloud": PointCloud2,
+    }
     for topic, kind in topics.items():
         node.create_subscription(kind, f"/{outputs_node}/{topic}", lambda msg: None, FRAME_QOS)
     node.create_subscription(TFMessage, "/tf", lambda msg: None, 100)
@@ -289,11 +302,15 @@ def main() -> None:
         print(row(f"timer: ~/{name} publish ({len(values)} calls)", values))
     submitted = after["map_worker.submitted"] - before["map_worker.submitted"]
     dropped = after["map_worker.dropped"] - before["map_worker.dropped"]
-    print(f"\nmap thread: {submitted} works queued, {dropped} dropped (queue of {config.map_queue_size}), "
-          f"drained at the end: {drained}")
+    print(
+        f"\nmap thread: {submitted} works queued, {dropped} dropped (queue of {config.map_queue_size}), "
+        f"drained at the end: {drained}"
+    )
     q50 = float(np.percentile(pose_path, 50))
-    print(f"pose path mean {statistics.fmean(pose_path):.3f} ms; target <= 3 ms: "
-          f"{'met' if q50 <= 3.0 else 'NOT met'} at p50 ({q50:.3f} ms)")
+    print(
+        f"pose path mean {statistics.fmean(pose_path):.3f} ms; target <= 3 ms: "
+        f"{'met' if q50 <= 3.0 else 'NOT met'} at p50 ({q50:.3f} ms)"
+    )
 
 
 if __name__ == "__main__":
