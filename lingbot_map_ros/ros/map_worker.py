@@ -76,14 +76,14 @@ class MapWorker:
 
     def _process(self, item: MapItem) -> None:
         start = time.perf_counter()
-        with self.lock:
+        with self.lock:  # the cloud too: once a reset holds the lock, nothing of the old stream goes out
             cloud = self._mapper.integrate(item.work)
             new_epoch = item.work.serial != self._serial
             self._serial = item.work.serial
             if cloud.map_changed or new_epoch:
                 self._map_dirty = self._grid_dirty = True
-        if item.frame_cloud:
-            self._pubs["frame_cloud"].publish(points_to_cloud(cloud.points, cloud.colors, item.header))
+            if item.frame_cloud:
+                self._pubs["frame_cloud"].publish(points_to_cloud(cloud.points, cloud.colors, item.header))
         self._times.append((item.work.is_keyframe, 1e3 * (time.perf_counter() - start)))
 
     def drain(self, timeout: float) -> bool:

@@ -242,9 +242,7 @@ class LingBotMapNode(LifecycleNode):
             stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
             self._publisher = None
         for _, outputs in self._camera_outputs():  # the map work of what was published, and the last path
-            outputs.map.drain(PUBLISH_DRAIN_S)
-            if self.context.ok():
-                outputs.publish_path()
+            outputs.flush(PUBLISH_DRAIN_S, publish_path=self.context.ok())
         return stopped
 
     def _release_configured(self) -> None:

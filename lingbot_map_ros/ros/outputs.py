@@ -240,6 +240,14 @@ class MappingOutputs:
         stamp = self.last_stamp or self._node.get_clock().now().to_msg()
         return self.map.publish_grid(stamp, self.map_frame, force)
 
+    def flush(self, timeout: float, publish_path: bool = True) -> bool:
+        """Deactivate, shutdown: integrate the queued map works (False: not within `timeout`), then publish
+        `~/path` if it changed."""
+        drained = self.map.drain(timeout)
+        if publish_path:
+            self.publish_path()
+        return drained
+
     @contextmanager
     def both_sides(self, drain: bool = True) -> Iterator[None]:
         """Hold the map lock and the pose lock (in that order), after the queued map works were integrated
@@ -265,8 +273,10 @@ class MappingOutputs:
             `(xyz [N, 3] float32, rgb [N, 3] uint8, stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw,
             poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
-        with self.both_sides():
+        self.map.drain(MAP_DRAIN_S)  # every keyframe published so far is in the map
+        with self.map.lock:
             xyz, rgb = self.mapper.voxels.points()
+        with self.lock:
             stamps, rows = self.mapper.trajectory.full_history()
             dropped = self.mapper.trajectory.history_dropped
         return xyz, rgb, stamps, rows, dropped
