@@ -266,3 +266,26 @@ def test_path_timer_runs_at_path_publish_rate() -> None:
     finally:
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_a_reset_waits_for_a_path_being_sent_and_nothing_old_follows(outputs: MappingOutputs) -> None:
+    sent: list[float] = []
+
+    def slow_publish(msg: object) -> None:  # 1,000 poses take milliseconds to serialise
+        time.sleep(0.3)
+        sent.append(time.monotonic())
+
+    outputs._pubs["path"].publish = slow_publish
+    for i in range(3):
+        outputs.publish(result(i), header(i))
+    timer = threading.Thread(target=outputs.publish_path)
+    timer.start()
+    time.sleep(0.05)  # the timer is sending the old stream's path
+    start = time.monotonic()
+    outputs.publish(result(3), header(3))  # the pose path does not wait for it
+    assert time.monotonic() - start < 0.25
+    outputs.clear()
+    cleared = time.monotonic()
+    timer.join()
+    assert len(sent) == 1 and sent[0] <= cleared  # sent before the reset returned
+    assert not outputs.publish_path() and len(sent) == 1  # nothing of the old stream afterwards

@@ -105,6 +105,7 @@ class MappingOutputs:
         self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._path_header: Header | None = None  # the last frame's map header: ~/path to publish (None: sent)
+        self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
         # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
         self._map_odom: tuple[np.ndarray, float, float] | None = None
         self.mode_reason = ""
@@ -223,12 +224,13 @@ class MappingOutputs:
     def publish_path(self) -> bool:
         """Timer (`path.publish_rate`): `~/path` if a frame was published since the last call; stamped with
         the last frame's stamp, as the message of that frame would have been."""
-        with self.lock:
-            if self._path_header is None:
-                return False
-            path = Path(header=self._path_header, poses=list(self._path))
-            self._path_header = None
-        self._pubs["path"].publish(path)
+        with self._path_lock:
+            with self.lock:
+                if self._path_header is None:
+                    return False
+                path = Path(header=self._path_header, poses=list(self._path))
+                self._path_header = None
+            self._pubs["path"].publish(path)
         return True
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
@@ -250,8 +252,7 @@ class MappingOutputs:
 
     @contextmanager
     def both_sides(self, drain: bool = True) -> Iterator[None]:
-        """Hold the map lock and the pose lock (in that order), after the queued map works were integrated
-        (`drain`) or dropped (not `drain`: a reset or a loaded session replaces the map)."""
+        """Hold `map.lock`, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
         if drain:
             self.map.drain(MAP_DRAIN_S)
         else:
@@ -370,7 +371,7 @@ class MappingOutputs:
     def clear(self) -> None:
         """Forget path, map, grid, trajectory, scale and TF mode (reset; the queued map works are dropped);
         the next publish_map sends an empty cloud."""
-        with self.both_sides(drain=False):
+        with self._path_lock, self.both_sides(drain=False):
             self._path.clear()
             self._path_header = None
             self.mapper.clear()
