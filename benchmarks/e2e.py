@@ -38,9 +38,11 @@ import torch
 from e2e_report import plot_latency, plot_memory, plot_stages, print_tables
 from stages import StageRecorder
 
+from lingbot_map_ros.cache.backends import BACKENDS
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.session import StreamingSession
-from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, StreamConfig
+from lingbot_map_ros.model import LingBotMap, StreamConfig
 
 #: path -> (cuda_graphs, compile_blocks): "plain" eager, "fast" CUDA graphs, "compiled" CUDA graphs
 #: of torch.compile'd blocks.
@@ -70,13 +72,30 @@ class StreamRun:
         return float(np.percentile(values, q)) if values else float("nan")
 
 
-def build_model(preset: str, device: torch.device, seed: int) -> LingBotMap:
-    """Random-weight network made directly on ``device`` (fast for 1.16 B parameters), in the precision
-    policy of the device."""
-    torch.manual_seed(seed)
-    with device:
-        model = LingBotMap(ModelConfig.preset(preset))
-    return model.eval().set_precision(PrecisionPolicy.for_device(device))
+def engine(
+    args: argparse.Namespace, mode: str, model: LingBotMap | None = None, interval: int = 1
+) -> StreamingSession:
+    """A `StreamingSession` on path ``mode`` (`build_engine`): over ``model``, or over a new random-weight
+    network made directly on ``--device`` (fast for 1.16 B parameters) in the device's precision policy."""
+    return build_engine(
+        EngineSpec(
+            preset=args.preset,
+            device=args.device,
+            seed=args.seed,
+            init_on_device=True,
+            session=SessionConfig(
+                scale_frames=args.anchors,
+                sliding_window=args.window,
+                max_window=args.max_window,
+                keyframe_interval=interval,
+                image_width=args.width,
+                backend=args.backend,
+                cuda_graphs=MODES[mode][0],
+                compile_blocks=MODES[mode][1],
+            ),
+        ),
+        model,
+    )
 
 
 def random_frames(count: int, hw: tuple[int, int], seed: int) -> list[np.ndarray]:
@@ -171,19 +190,7 @@ def stream(
     phase is timed separately (``anchor_ms``), every later frame one latency sample."""
     device = model.device
     interval = args.keyframe_interval or max(1, math.ceil(count / 320))
-    session = StreamingSession(
-        model,
-        SessionConfig(
-            scale_frames=args.anchors,
-            sliding_window=args.window,
-            max_window=args.max_window,
-            keyframe_interval=interval,
-            image_width=args.width,
-            backend=args.backend,
-            cuda_graphs=MODES[mode][0],
-            compile_blocks=MODES[mode][1],
-        ),
-    )
+    session = engine(args, mode, model, interval)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     run = StreamRun(mode, count, interval, 0.0, 0.0)
@@ -227,7 +234,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--anchors", type=int, default=8)
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--max-window", type=int, default=128)
-    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--modes", default="fast,plain", help=f"paths, comma-separated, of {sorted(MODES)}")
     parser.add_argument("--stream-modes", help="paths of the session runs (default: --modes)")
     parser.add_argument("--check-frames", type=int, default=24, help="streaming frames compared (0: skip)")
@@ -247,7 +254,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     hw = (args.height, args.width)
     started = time.perf_counter()
-    model = build_model(args.preset, device, args.seed)
+    model = engine(args, "plain").model
     frames = random_frames(16, hw, args.seed)
     summary: dict = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

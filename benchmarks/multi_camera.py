@@ -32,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from e2e import build_model, random_frames, synchronize
+from e2e import engine, random_frames, synchronize
 
+from lingbot_map_ros.cache.backends import BACKENDS
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.multi_stream import MultiStreamSession
 
 GIB = 2**30
 
@@ -80,7 +81,7 @@ def run_cameras(
         cuda_graphs=not args.no_cuda_graphs,
     )
     names = [f"cam{i}" for i in range(cameras)]
-    multi = MultiStreamSession(model, config, names)
+    multi = build_engine(EngineSpec(session=config, cameras=tuple(names)), model)
     feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
     rounds = iter(range(10**9))
 
@@ -149,7 +150,7 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--preset", default="lingbot-map", choices=("lingbot-map", "tiny"))
-    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "flashinfer"))
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--cameras", default="1,2,4", help="camera counts, comma-separated")
     parser.add_argument("--frames", type=int, default=300, help="timed streaming frames per camera")
     parser.add_argument("--warmup", type=int, default=10, help="untimed streaming rounds after the anchors")
@@ -168,7 +169,7 @@ def main() -> None:
 
     device = torch.device(args.device)
     torch.set_grad_enabled(False)
-    model = build_model(args.preset, device, args.seed)
+    model = engine(args, "fast").model  # random weights made on the device (benchmarks/e2e.py)
     weights = sum(p.numel() * p.element_size() for p in model.parameters()) / GIB
     print(f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}")
     runs = []

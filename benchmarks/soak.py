@@ -39,10 +39,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine  # noqa: E402
 from lingbot_map_ros.engine.config import SessionConfig  # noqa: E402
 from lingbot_map_ros.engine.geometry import rotation_angle  # noqa: E402
-from lingbot_map_ros.engine.session import StreamingSession  # noqa: E402
-from lingbot_map_ros.model import LingBotMap, ModelConfig  # noqa: E402
+from lingbot_map_ros.model import PrecisionPolicy  # noqa: E402
 
 FRAMES_DIR = REPO.parent / "shared" / "data" / "loop"
 
@@ -126,18 +126,21 @@ def memory_mb(device: torch.device) -> tuple[float, float, float]:
 
 def run_soak(config: SoakConfig, progress: bool = True) -> SoakReport:
     """Stream `config.frames` frames through a tiny-preset session and measure memory and continuity."""
-    torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    model = LingBotMap(ModelConfig.preset("tiny")).eval().to(device)
-    session = StreamingSession(
-        model,
-        SessionConfig(
-            scale_frames=config.scale_frames,
-            sliding_window=config.sliding_window,
-            max_window=config.max_window,
-            image_width=config.width,
-            max_stored_frames=config.max_stored_frames,
-        ),
+    session = build_engine(
+        EngineSpec(
+            preset="tiny",
+            device=device,
+            precision=PrecisionPolicy(),  # float32 everywhere, on CUDA too
+            seed=config.seed,
+            session=SessionConfig(
+                scale_frames=config.scale_frames,
+                sliding_window=config.sliding_window,
+                max_window=config.max_window,
+                image_width=config.width,
+                max_stored_frames=config.max_stored_frames,
+            ),
+        )
     )
     loop = load_loop_frames(config.source_width)
     report = SoakReport(config=config)
@@ -162,7 +165,7 @@ def run_soak(config: SoakConfig, progress: bool = True) -> SoakReport:
                 )
     report.seconds = time.perf_counter() - start
     report.frames = published
-    report.reanchors = int(session.stats()["reanchors_total"])
+    report.reanchors = int(session.stats().reanchors_total)
     _summarise(report, centres, rotations, segments)
     return report
 

@@ -3,12 +3,12 @@
 A `StageRecorder` is attached to a model and a stream after the stream is warm (graphs captured):
 
 * plain path: forward pre-hooks mark the start of the DINOv2 patch embed, every frame block, every global
-  block, the depth head and the camera head; the cache backend's ``run`` (the attention kernel over the
-  visible keys) is wrapped to mark "attention" before and "global blocks" after it, so the K/V writes and
-  everything else of a global block count as "global blocks";
-* fast path (CUDA graphs): `GraphedStreamStep.stage_hook` marks each graph replay ("patch embed + blocks
-  (graphs)"), each eager attention (K/V write, kernel and the copy into the graphs' input buffer: all of it
-  counts as "attention"), the heads graph ("depth head") and the camera-head graph ("camera head").
+  block, the depth head and the camera head; the stream's stage hook (``StreamState.stage_hook``, called by
+  the cache around the attention kernel over the visible keys) marks "attention" before and "global blocks"
+  after the kernel, so the K/V writes and everything else of a global block count as "global blocks";
+* fast path (CUDA graphs): the same stage hook, called by the graphs, marks each graph replay ("patch embed
+  + blocks (graphs)"), each eager attention (K/V write, kernel and the copy into the graphs' input buffer:
+  all of it counts as "attention"), the heads graph ("depth head") and the camera-head graph ("camera head").
 
 The time between two marks is charged to the first mark's stage; `close()` records a final mark, waits for
 the device and returns milliseconds per stage for the step.
@@ -59,7 +59,7 @@ class StageRecorder:
 
     # ------------------------------------------------------------------------------------------ attach
     def attach(self, model: LingBotMap, state: StreamState) -> None:
-        """Hook ``model`` and ``state``'s cache backend (and graphs, if the stream has them)."""
+        """Hook ``model``'s modules and ``state``'s stage hook (its cache and graphs call it)."""
         aggregator = model.aggregator
 
         def pre(stage: str):
@@ -72,22 +72,13 @@ class StageRecorder:
             self._handles.append(block.register_forward_pre_hook(pre("global blocks")))
         self._handles.append(model.depth_head.register_forward_pre_hook(pre("depth head")))
         self._handles.append(model.camera_head.register_forward_pre_hook(pre("camera head")))
-        backend = state.kv_cache.backend
-        run = backend.run
-        after = "attention" if state.graphed is not None else "global blocks"
+        after_kernel = "attention" if state.graphed is not None else "global blocks"
 
-        def timed_run(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-            self.mark("attention")
-            out = run(q, k_pool, v_pool)
-            self.mark(after)
-            return out
+        def on_stage(stage: str) -> None:
+            self.mark(after_kernel if stage == "attention_done" else STAGE_NAMES[stage])
 
-        backend.run = timed_run
-        self._restore.append(lambda: delattr(backend, "run"))
-        if state.graphed is not None:
-            graphed = state.graphed
-            graphed.stage_hook = lambda stage: self.mark(STAGE_NAMES[stage])
-            self._restore.append(lambda: setattr(graphed, "stage_hook", None))
+        state.stage_hook = on_stage
+        self._restore.append(lambda: setattr(state, "stage_hook", None))
 
     def detach(self) -> None:
         for handle in self._handles:

@@ -1,7 +1,7 @@
 """Start-up, memory and streaming rate of the node's default pipeline, in one fresh process.
 
 What the node's configure does (`ros/pipeline.py`), without ROS: point torch.compile at the persistent cache,
-build the model (`build_model`, random weights unless --checkpoint), make the `StreamingSession` with the
+build the model and the `StreamingSession` (`build_engine`, random weights unless --checkpoint) with the
 node's defaults (window 64 in a pool sized for it, CUDA graphs, compiled blocks), warm it up at the camera
 size; then push the anchor frames (configure -> first pose) and stream --frames frames with `push` or the
 one-deep `push_overlapped` (a camera faster than the model: a next frame is always at hand). Run it twice with
@@ -18,14 +18,14 @@ T0 = time.perf_counter()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine  # noqa: E402
 from lingbot_map_ros.engine.config import SessionConfig  # noqa: E402
-from lingbot_map_ros.engine.session import StreamingSession  # noqa: E402
-from lingbot_map_ros.model import ModelConfig, build_model  # noqa: E402
 from lingbot_map_ros.model.graphed import set_compile_cache_dir  # noqa: E402
 
 GIB = 2**30
@@ -59,21 +59,25 @@ def main() -> None:
     configure = time.perf_counter()
     if not args.no_compile:
         report["cache_dir"] = str(set_compile_cache_dir(args.cache_dir))
-    model = build_model(ModelConfig.preset(args.preset), args.checkpoint, device=device)
+    session = build_engine(
+        EngineSpec(
+            preset=args.preset,
+            checkpoint=args.checkpoint,
+            device=device,
+            seed=None,
+            session=SessionConfig(
+                sliding_window=args.window,
+                max_window=args.max_window,
+                keyframe_interval=args.keyframe_interval,
+                image_width=args.image_width,
+                compile_blocks=not args.no_compile,
+            ),
+        )
+    )
     if cuda:
         torch.cuda.synchronize(device)
-        report["weights_gib"] = torch.cuda.memory_allocated(device) / GIB
+        report["weights_gib"] = torch.cuda.memory_allocated(device) / GIB  # + the camera history (small)
     report["build_s"] = time.perf_counter() - configure
-    session = StreamingSession(
-        model,
-        SessionConfig(
-            sliding_window=args.window,
-            max_window=args.max_window,
-            keyframe_interval=args.keyframe_interval,
-            image_width=args.image_width,
-            compile_blocks=not args.no_compile,
-        ),
-    )
     hw = (args.height, args.width)
     if not args.no_warmup:
         report["warmup_s"] = session.warm_up(hw)
@@ -96,7 +100,7 @@ def main() -> None:
     calls, delivered = [], []  # wall time of each call; (frame index, seconds from its call to its delivery)
     started: dict[int, float] = {}
     begin = time.perf_counter()
-    base = session.stats()["frames"]
+    base = session.stats().frames
     for i in range(args.frames):
         t = time.perf_counter()
         started[base + i] = t
@@ -122,8 +126,8 @@ def main() -> None:
         latency_ms_p50=float(np.percentile(latency, 50)),
         latency_ms_p90=float(np.percentile(latency, 90)),
         latency_ms_p99=float(np.percentile(latency, 99)),
-        stages_ms={k: round(v["mean"], 3) for k, v in session.stats()["timings_ms"].items()},
-        kv=session.stats()["cache"]["kv_cache"],
+        stages_ms={k: round(v["mean"], 3) for k, v in session.stats().timings_ms.items()},
+        kv=asdict(session.stats().cache.kv_cache),
     )
     if cuda:
         report["stream_peak_gib"] = torch.cuda.max_memory_allocated(device) / GIB
@@ -134,9 +138,9 @@ def main() -> None:
         session.set_sliding_window(args.grow_window)
         for i in range(20):
             session.push(frames[i % 16])
-        kv = session.stats()["cache"]["kv_cache"]
+        kv = session.stats().cache.kv_cache
         keys = ("pool_window", "pool_reallocations", "window_frames", "pool_bytes")
-        report["grown"] = {k: kv[k] for k in keys}
+        report["grown"] = {k: getattr(kv, k) for k in keys}
         if cuda:
             report["grown"]["peak_gib"] = torch.cuda.max_memory_allocated(device) / GIB
     if cuda:

@@ -6,32 +6,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psutil
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import Collector, NodeProcess, RosClient
+from ros_helpers import Collector, RosClient
 
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
-BASE = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
+#: What the attack suites change of the base parameters (`TINY_NODE_PARAMS`): 2 anchors, a short queue, no
+#: depth or frame cloud, /diagnostics at 10 Hz.
+ATTACK_PARAMS = {
     "kv_cache.scale_frames": 2,
-    "qos.reliability": "reliable",
-    "qos.depth": 50,
     "queue_size": 4,
     "diagnostics_rate": 10.0,
     "publish.frame_cloud": False,
     "publish.depth": False,
 }
-
-
-def launch(tmp: Path, name: str, params: dict[str, object] | None = None) -> NodeProcess:
-    """Start `/<name>/<name>` with `BASE` and `params`."""
-    return NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **(params or {})})
 
 
 def collect(client: RosClient, msg_type: type, topic: str, qos: QoSProfile = RELIABLE) -> Collector:

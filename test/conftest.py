@@ -8,14 +8,14 @@ stays on localhost, in a domain id no concurrent session on the machine uses, wi
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ros_helpers import SHARED, RosClient, configure_dds_environment  # noqa: E402
+from ros_helpers import SHARED, NodeProcess, RosClient, configure_dds_environment, start_tiny_node  # noqa: E402
 
 DDS_ENV = configure_dds_environment()
 
@@ -43,3 +43,19 @@ def ros_client() -> Iterator[RosClient]:
         pytest.fail(f"cannot start rclpy/DDS ({type(exc).__name__}: {exc}); DDS tests never skip")
     yield client
     client.close()
+
+
+@pytest.fixture
+def tiny_node(ros_client: RosClient, tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
+    """Start nodes with the base parameters (`start_tiny_node(tmp_path, name, *params, client=ros_client,
+    ...)`: ready when returned); every node still running at the end of the test is stopped."""
+    started: list[NodeProcess] = []
+
+    def start(name: str, *params: dict[str, object], **options: object) -> NodeProcess:
+        started.append(start_tiny_node(tmp_path, name, *params, client=ros_client, **options))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.alive():
+            proc.stop()

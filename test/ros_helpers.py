@@ -3,31 +3,33 @@
 * `configure_dds_environment()` (called by conftest.py at import, before any rclpy init): DDS stays on this
   machine (`ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`), a `ROS_DOMAIN_ID` no other test session on the machine
   holds (an flock per id), `ROS_LOG_DIR` in a temp dir, the repo's big-SHM Fast DDS profile.
-* `NodeProcess`: `python -m <module> --ros-args --params-file ... -p ... -r ...` with the inherited (venv)
-  environment, readiness = its services answer, stop = SIGINT and a clean exit code.
-* `RosClient`: an rclpy node in its own context spun by a background thread, with helpers to publish,
-  collect messages, call services and set parameters, every QoS explicit.
+* `NodeProcess`: the tools' `NodeProcess` (`python -m <module> --ros-args --params-file ... -p ... -r ...`)
+  with the inherited (venv) environment, readiness = its services answer, stop = SIGINT and a clean exit code.
+* `RosClient`: the tools' `ClientNode` in its own context spun by a background thread, with helpers to
+  publish, collect messages, call services and set parameters, every QoS explicit.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from fault_injection import FAULTS_ENV
+
+from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.tools import node_process
 
 REPO = Path(__file__).resolve().parents[1]
+FAULT_NODE = Path(__file__).with_name("fault_node.py")  # the node with LINGBOT_MAP_FAULTS injected
 SHARED = REPO.parent / "shared"
 FRAMES_DIR = SHARED / "data" / "loop"
 FASTDDS_PROFILE = REPO / "config" / "fastdds_localhost_big_shm.xml"
@@ -103,20 +105,16 @@ def write_params_file(path: Path, params: dict[str, Any], node: str = "/**") -> 
     return path
 
 
-class NodeProcess:
-    """A ROS node running as a child process (stdout and stderr go to `log_path`)."""
-
-    def __init__(self, args: list[str], log_path: Path) -> None:
-        self.args = args
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=os.environ.copy())
+class NodeProcess(node_process.NodeProcess):
+    """`tools/node_process.NodeProcess` with the tests' defaults: a log file per start in `log_dir`, the
+    venv's python, test/fault_node.py while `LINGBOT_MAP_FAULTS` is set, and failures as AssertionError (a
+    node that dies before it is ready, or ignores SIGINT, fails the test)."""
 
     @classmethod
-    def start(
+    def start(  # type: ignore[override] - a log folder instead of a log file
         cls,
         log_dir: Path,
-        module: str = "lingbot_map_ros.ros.node",
+        module: str = node_process.NODE_MODULE,
         name: str | None = None,
         namespace: str | None = None,
         params_file: Path | None = None,
@@ -124,65 +122,68 @@ class NodeProcess:
         remaps: dict[str, str] | None = None,
     ) -> NodeProcess:
         """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`)."""
-        args = [str(PYTHON), "-m", module, "--ros-args"]
-        if name:
-            args += ["-r", f"__node:={name}"]
-        if namespace:
-            args += ["-r", f"__ns:={namespace}"]
-        if params_file is not None:
-            args += ["--params-file", str(params_file)]
-        for key, value in (params or {}).items():
-            args += ["-p", f"{key}:={json.dumps(value)}"]
-        for src, dst in (remaps or {}).items():
-            args += ["-r", f"{src}:={dst}"]
-        log_dir.mkdir(parents=True, exist_ok=True)
-        return cls(args, log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log")
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        """Everything the process wrote so far."""
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+        faults = module == node_process.NODE_MODULE and bool(os.environ.get(FAULTS_ENV))
+        log_path = log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log"
+        return super().start(
+            log_path,
+            params,
+            remaps,
+            name=name,
+            namespace=namespace,
+            params_file=params_file,
+            module=module,
+            script=FAULT_NODE if faults else None,
+            python=PYTHON,
+            env=os.environ.copy(),
+        )
 
     def wait_ready(self, client: RosClient, services: Iterable[str], timeout: float = 60.0) -> None:
         """Wait until every (std_srvs/Trigger) service is available; fail fast if the process dies."""
-        from std_srvs.srv import Trigger
-
-        deadline = time.monotonic() + timeout
-        pending = list(services)
-        while pending:
-            if not self.alive():
-                raise AssertionError(
-                    f"node exited with {self.proc.returncode} before ready:\n{self.output()}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"node not ready after {timeout} s (waiting for {pending}):\n{self.output()}"
-                )
-            if client.client(Trigger, pending[0]).wait_for_service(timeout_sec=0.2):
-                pending.pop(0)
+        try:
+            super().wait_ready(client, services, timeout)
+        except node_process.NodeProcessError as exc:
+            raise AssertionError(f"node not ready: {exc}\n{self.output()}") from None
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGINT, wait for the exit, return its code (kills and raises if it hangs)."""
-        try:
-            if self.alive():
-                self.proc.send_signal(signal.SIGINT)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(5)
-                    raise AssertionError(f"node ignored SIGINT for {timeout} s:\n{self.output()}") from None
-            return self.proc.returncode
-        finally:
-            self._log.close()
+        code = super().stop(timeout)
+        if self.killed:
+            raise AssertionError(f"node ignored SIGINT for {timeout} s:\n{self.output()}")
+        return code
+
+
+def start_tiny_node(
+    tmp: Path,
+    name: str,
+    *params: Mapping[str, Any],
+    namespace: str | None = None,
+    client: RosClient | None = None,
+    ready: Iterable[str] = ("reset",),
+    faults: str | None = None,
+) -> NodeProcess:
+    """The one way the DDS tests start a mapping node: `<namespace>/<name>` (namespace default `/<name>`)
+    with `TINY_NODE_PARAMS` updated by each of `params` in order.
+
+    `client`: wait until the node's `ready` services answer. `faults`: `LINGBOT_MAP_FAULTS` for this node
+    only (it runs as test/fault_node.py; this process's environment is unchanged).
+    """
+    namespace = namespace or f"/{name}"
+    merged = dict(TINY_NODE_PARAMS)
+    for overrides in params:
+        merged.update(overrides)
+    saved = os.environ.get(FAULTS_ENV)
+    if faults is not None:
+        os.environ[FAULTS_ENV] = faults
+    try:
+        proc = NodeProcess.start(tmp, name=name, namespace=namespace, params=merged)
+    finally:
+        if saved is None:
+            os.environ.pop(FAULTS_ENV, None)
+        else:
+            os.environ[FAULTS_ENV] = saved
+    if client is not None:
+        proc.wait_ready(client, [f"{namespace.rstrip('/')}/{name}/{service}" for service in ready])
+    return proc
 
 
 class Collector:
@@ -223,37 +224,13 @@ class Collector:
             return list(self.messages)
 
 
-class RosClient:
-    """An rclpy node in a private context, spun by a background thread (use as a context manager)."""
+class RosClient(ClientNode):
+    """The tools' `ClientNode` in a private context, spun by a background thread, with the tests' helpers:
+    publish, collect, call any service, set and get remote parameters (use as a context manager)."""
 
     def __init__(self, name: str = "lingbot_test_client") -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-
-        self.context = Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node(name, context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__(name, private_context=True, spin_threads=1)
         self._clients: dict[tuple[type, str], Any] = {}
-        self._thread = threading.Thread(target=self._spin, name=f"{name}_spin", daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        try:
-            while self.context.ok():
-                self.executor.spin_once(timeout_sec=0.05)
-        except (ExternalShutdownException, RuntimeError):
-            return
-
-    def __enter__(self) -> RosClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def publisher(self, msg_type: type, topic: str, qos: Any) -> Any:
         return self.node.create_publisher(msg_type, topic, qos)
@@ -328,13 +305,6 @@ class RosClient:
         if future.exception() is not None:
             raise future.exception()
         return future.result()
-
-    def close(self) -> None:
-        import rclpy
-
-        rclpy.try_shutdown(context=self.context)
-        self._thread.join(5)
-        self.node.destroy_node()
 
 
 def load_frames(count: int, step: int = 1) -> list[Any]:

@@ -12,6 +12,7 @@ import importlib.util
 import pytest
 import torch
 import torch.nn.functional as F
+from cache_steps import run_step
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 
@@ -42,17 +43,10 @@ def _config() -> KVCacheConfig:
 
 def _stream(caches: list[PagedKVCache], frames: int, seed: int) -> None:
     """Fast-forward identical random frames into every cache (anchor phase, then keyframes)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    config = caches[0].config
-    for index in range(frames):
-        num_frames = config.scale_frames if index == 0 else 1
-        shape = (2, config.num_layers, num_frames * TOKENS, config.num_heads, config.head_dim)
-        kv = torch.randn(shape, generator=gen, device="cuda", dtype=torch.bfloat16)
-        for cache in caches:
-            step = cache.begin_step(num_frames, keyframe=True)
-            for layer in range(config.num_layers):
-                step.write(layer, kv[0, layer], kv[1, layer])
-            cache.end_step(step)
+    for cache in caches:
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        for index in range(frames):
+            run_step(cache, cache.config.scale_frames if index == 0 else 1, attend=False, generator=gen)
 
 
 def _dense_fp32(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -174,9 +168,7 @@ def test_torch_split_merge_with_a_large_special_stream(keyframe):
     assert _rel(first, _dense_fp32(q, k, v)) <= 1e-2
     cache.end_step(step)
     for _ in range(600):
-        step = cache.begin_step(1, keyframe=True)
-        step.write(0, *torch.randn((2, tokens, 16, 64), generator=gen, device="cuda", dtype=torch.bfloat16))
-        cache.end_step(step)
+        run_step(cache, 1, attend=False, generator=gen)
     step = cache.begin_step(1, keyframe=keyframe)
     q, k, v = torch.randn((3, tokens, 16, 64), generator=gen, device="cuda", dtype=torch.bfloat16)
     out = step.attend(0, q, k, v)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psutil
 import torch
+from cache_steps import run_step
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 
@@ -26,14 +27,11 @@ def test_hundred_thousand_frames_stay_within_the_memory_ceiling():
     cache = PagedKVCache(config, backend="torch")
     pool = (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.pool_bytes)
     tokens = config.tokens_per_frame
-    q = torch.randn(tokens, 1, 8)
     ceiling = (
         40 * 2 + (2 + 6) * 4 + tokens
     )  # specials of 40 frames + the other tokens of anchors + window + new
     process = psutil.Process()
-    step = cache.begin_step(2, keyframe=True)
-    step.attend(0, *torch.randn(3, 2 * tokens, 1, 8).unbind(0))
-    cache.end_step(step)
+    run_step(cache, 2)
     rss_start, max_visible = 0, 0
     for i in range(FRAMES):
         if i % 25_000 == 12_345:
@@ -41,9 +39,7 @@ def test_hundred_thousand_frames_stay_within_the_memory_ceiling():
             if i == 12_345:  # the first increase past the pool's window re-allocates it, once
                 assert cache.stats().pool_reallocations == 1
                 pool = (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.pool_bytes)
-        step = cache.begin_step(1, keyframe=i % 3 != 2)
-        step.attend(0, q, q, q)
-        cache.end_step(step)
+        step, _ = run_step(cache, 1, keyframe=i % 3 != 2)
         max_visible = max(max_visible, step.visible_tokens)
         if i == 10_000:
             rss_start = process.memory_info().rss

@@ -232,6 +232,8 @@ def test_random_operations_match_dense_reference(
         assert (cache.k_pool.data_ptr(), cache.v_pool.data_ptr(), cache.k_pool.numel()) == pointers
         assert stats.pool_reallocations == grows
         assert stats.pool_window == pool_window
+        # One owner: the cache's config is the live geometry after resizes and re-allocations.
+        assert (cache.config.sliding_window, cache.config.pool_window) == (stats.sliding_window, pool_window)
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cache_steps import run_step
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 
@@ -15,19 +16,8 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def _step(cache: PagedKVCache, num_frames: int, keyframe: bool, attend: bool = True) -> int:
-    """Run one step with random K/V on every layer (attending, or only writing); returns the visible keys."""
-    config = cache.config
-    step = cache.begin_step(num_frames, keyframe)
-    tokens = num_frames * config.tokens_per_frame
-    for layer in range(config.num_layers):
-        q, k, v = torch.randn(3, tokens, config.num_heads, config.head_dim).unbind(0)
-        if attend:
-            out = step.attend(layer, q, k, v)
-            assert out.shape == q.shape and torch.isfinite(out).all()
-        else:
-            step.write(layer, k, v)
-    cache.end_step(step)
-    return step.visible_tokens
+    """One step of random K/V on every layer (attending, or only writing); returns the visible keys."""
+    return run_step(cache, num_frames, keyframe, attend=attend)[0].visible_tokens
 
 
 @pytest.mark.parametrize("case_name", ["case_a", "case_b"])
@@ -166,7 +156,7 @@ def test_incomplete_keyframe_step_resets_the_cache(cache):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("sliding_window", 0, "sliding_window must be in"),
+        ("sliding_window", 0, "sliding_window must be an int in"),
         ("max_special_frames", 10, "max_special_frames must be >="),
         ("patches_per_frame", 0, "patches_per_frame must be an int >= 1"),
         ("dtype", torch.float64, "dtype must be"),

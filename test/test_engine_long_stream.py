@@ -82,7 +82,7 @@ def test_3000_frames_cross_the_1024_frame_limit_continuously_in_bounded_memory()
             assert np.isfinite(r.pose_c2w).all() and np.isfinite(r.depth).all()
             poses[r.index], raw_enc[r.index], segments[r.index] = r.pose_c2w, r.pose_enc, r.segment
         if i % 50 == 0 or i in (1023, 1024, 2043, 2044):
-            stored[i] = session.stats()["frames_stored"]
+            stored[i] = session.stats().frames_stored
         if i > 1500 and i % 500 == 0 or i == NUM_FRAMES - 1:
             gc.collect()
             rss_mb[i] = process.memory_info().rss / 2**20
@@ -95,7 +95,7 @@ def test_3000_frames_cross_the_1024_frame_limit_continuously_in_bounded_memory()
     boundaries = np.flatnonzero(np.diff(segments)) + 1
     np.testing.assert_array_equal(boundaries, [MAX_STORED, 2 * MAX_STORED - S0])
     assert max(stored) == MAX_STORED and stored[1023] == MAX_STORED and stored[1024] == S0 + 1
-    assert session.stats()["reanchors_total"] == 2
+    assert session.stats().reanchors_total == 2
 
     # Continuity: the pose step across a boundary is like an ordinary frame-to-frame step, whereas the new
     # stream's own (unaligned) poses jump far away.

@@ -77,7 +77,7 @@ def test_interleaved_cameras_equal_separate_sessions(model: LingBotMap, n: int) 
             got[name] += results
     for name, s in zip(names, single, strict=True):
         _same(got[name], expected[name])
-        stats, ref = multi.stats(name), s.stats()
+        stats, ref = multi.stats(name).session, s.stats()
         for key in (
             "epoch",
             "frames",
@@ -87,10 +87,10 @@ def test_interleaved_cameras_equal_separate_sessions(model: LingBotMap, n: int) 
             "resets_total",
             "frames_stored",
         ):
-            assert stats[key] == ref[key], (name, key)
-        assert stats["cache"] == ref["cache"]
+            assert getattr(stats, key) == getattr(ref, key), (name, key)
+        assert stats.cache == ref.cache
     assert got["cam0"][-1].epoch == 1 and got["cam0"][-1].depth.shape == (50, 74)  # resolution change
-    assert multi.stats("cam0")["reanchors_total"] >= 1
+    assert multi.stats("cam0").session.reanchors_total >= 1
     batches = multi.pool_stats()["batches"]
     assert (max(batches) == n) if n > 1 else (batches == {1: batches[1]})
     assert multi.pool_stats()["regions"] == n
@@ -114,8 +114,8 @@ def test_a_failed_batch_drops_every_frame_of_it_and_the_cameras_recover(
     out = multi.run_round({"a": (feeds[0][S0 + 2], 0), "b": (feeds[1][S0 + 2], 0)})
     assert not out.errors and [len(r) for r in out.results.values()] == [1, 1]
     for name in ("a", "b"):
-        stats = multi.stats(name)
-        assert stats["recoveries_total"] == 1 and stats["epoch"] == 0 and "device lost" in stats["last_error"]
+        stats = multi.stats(name).session
+        assert stats.recoveries_total == 1 and stats.epoch == 0 and "device lost" in stats.last_error
 
 
 def test_worker_step_waits_boundedly_for_a_slow_camera(model: LingBotMap) -> None:
@@ -130,7 +130,7 @@ def test_worker_step_waits_boundedly_for_a_slow_camera(model: LingBotMap) -> Non
     multi.submit("fast", frames[S0])
     out = multi.step()  # the slow camera never sends: the round starts after max_wait_ms
     assert 0.045 < time.monotonic() - start < 2.0 and len(out.results["fast"]) == 1
-    assert multi.stats("fast")["dropped"] == S0 and multi.stats("fast")["frames_total"] == S0 + 1
+    assert multi.stats("fast").dropped == S0 and multi.stats("fast").session.frames_total == S0 + 1
 
     later = threading.Timer(0.01, lambda: (multi.submit("fast", frames[0]), multi.submit("slow", frames[0])))
     later.start()
@@ -147,6 +147,6 @@ def test_warm_up_runs_every_camera_and_leaves_them_fresh(model: LingBotMap) -> N
     multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
     assert multi.warm_up((42, 74), streaming_frames=1) > 0
     for name in ("a", "b"):
-        stats = multi.stats(name)
-        assert (stats["epoch"], stats["frames_total"], stats["frames_stored"]) == (0, 0, 0)
+        stats = multi.stats(name).session
+        assert (stats.epoch, stats.frames_total, stats.frames_stored) == (0, 0, 0)
     assert multi.pool_stats()["regions"] == 2  # the warm-up placed both cameras' regions

@@ -110,4 +110,4 @@ def test_malformed_mapper_state_is_one_error_and_leaves_a_clean_reset(
     with pytest.raises(SessionError, match="map_cam0 is not a rigid transform"):
         persistence.restore(session_b, mapper_b, snapshot)
     assert len(mapper_b.voxels) == 0 and mapper_b.chain is None
-    assert session_b.stats()["phase"] == 1  # waiting for a new anchor phase
+    assert session_b.stats().phase == 1  # waiting for a new anchor phase

@@ -35,7 +35,7 @@ def test_anchor_phase_returns_all_anchor_results_at_once(model: LingBotMap) -> N
     inputs = frames(S0 + 2)
     for i in range(S0 - 1):
         assert s.push(inputs[i], meta=f"m{i}") == []
-        assert s.stats()["pending_anchor_frames"] == i + 1
+        assert s.stats().pending_anchor_frames == i + 1
     results = s.push(inputs[S0 - 1], meta=f"m{S0 - 1}")
     assert [r.index for r in results] == list(range(S0))
     assert [r.meta for r in results] == [f"m{i}" for i in range(S0)]
@@ -48,7 +48,7 @@ def test_anchor_phase_returns_all_anchor_results_at_once(model: LingBotMap) -> N
         assert r.intrinsics.shape == (3, 3) and np.all(r.depth_conf >= 1.0) and np.all(r.depth > 0)
     (r,) = s.push(inputs[S0], meta="next")
     assert (r.index, r.phase, r.is_keyframe, r.meta) == (S0, 2, True, "next")
-    assert s.stats()["frames_stored"] == S0 + 1
+    assert s.stats().frames_stored == S0 + 1
 
 
 def test_outputs_equal_the_reference_protocol_run_by_hand(model: LingBotMap) -> None:
@@ -58,7 +58,7 @@ def test_outputs_equal_the_reference_protocol_run_by_hand(model: LingBotMap) -> 
     inputs = frames(n, seed=1)
     results = [r for f in inputs for r in s.push(f)]
     assert [r.is_keyframe for r in results[S0:]] == [j % kf == 0 for j in range(n - S0)]
-    assert s.stats()["frames_stored"] == S0 + len(range(0, n - S0, kf))
+    assert s.stats().frames_stored == S0 + len(range(0, n - S0, kf))
 
     cfg = s.config
     state = model.new_stream(
@@ -98,12 +98,12 @@ def test_non_keyframes_leave_the_cache_unchanged(model: LingBotMap) -> None:
     inputs = frames(S0 + 4, seed=2)
     for f in inputs[: S0 + 1]:
         s.push(f)
-    stored = s.stats()["frames_stored"]
+    stored = s.stats().frames_stored
     for f in inputs[S0 + 1 :]:
         (r,) = s.push(f)
         assert not r.is_keyframe
-        assert s.stats()["frames_stored"] == stored
-    assert s.stats()["cache"]["camera_frames"] == stored
+        assert s.stats().frames_stored == stored
+    assert s.stats().cache.camera_frames == stored
 
 
 def test_reset_restarts_the_anchor_phase(model: LingBotMap) -> None:
@@ -112,7 +112,7 @@ def test_reset_restarts_the_anchor_phase(model: LingBotMap) -> None:
     first = [r for f in inputs for r in s.push(f)]
     s.reset()
     stats = s.stats()
-    assert (stats["frames"], stats["frames_stored"], stats["phase"], stats["epoch"]) == (0, 0, 1, 1)
+    assert (stats.frames, stats.frames_stored, stats.phase, stats.epoch) == (0, 0, 1, 1)
     assert [s.push(f) for f in inputs[: S0 - 1]] == [[]] * (S0 - 1)
     again = s.push(inputs[S0 - 1])
     assert [r.index for r in again] == list(range(S0))
@@ -132,14 +132,14 @@ def test_resolution_change_is_a_clean_reset(model: LingBotMap, caplog: pytest.Lo
         assert s.push(bigger[0]) == []
     assert "input resolution changed from 42x74 to 60x112" in caplog.text
     stats = s.stats()
-    assert stats["epoch"] == 1 and stats["resets_total"] == 1 and stats["phase"] == 1
-    assert "resolution" in stats["last_reset_reason"] and stats["frames_stored"] == 0
+    assert stats.epoch == 1 and stats.resets_total == 1 and stats.phase == 1
+    assert "resolution" in stats.last_reset_reason and stats.frames_stored == 0
     for f in bigger[1 : S0 - 1]:
         assert s.push(f) == []
     results = s.push(bigger[S0 - 1])
     assert len(results) == S0 and all(r.depth.shape == (60, 112) and r.epoch == 1 for r in results)
     assert "resolution" in results[0].reset_reason
-    assert s.stats()["network_hw"] == (28, 56)  # 60×112 → 56 wide, round(30/14)·14 = 28 rows
+    assert s.stats().network_hw == (28, 56)  # 60×112 → 56 wide, round(30/14)·14 = 28 rows
 
 
 def test_set_sliding_window_changes_the_cache_window(model: LingBotMap) -> None:
@@ -147,13 +147,13 @@ def test_set_sliding_window_changes_the_cache_window(model: LingBotMap) -> None:
     inputs = frames(S0 + 12, seed=4)
     for f in inputs[: S0 + 5]:
         s.push(f)
-    assert s.stats()["cache"]["kv_cache"]["window_frames"] == 2
+    assert s.stats().cache.kv_cache.window_frames == 2
     s.set_sliding_window(6)
     for f in inputs[S0 + 5 :]:
         s.push(f)
-    kv = s.stats()["cache"]["kv_cache"]
-    assert (kv["sliding_window"], kv["window_frames"]) == (6, 6)
-    assert s.stats()["sliding_window"] == 6
+    kv = s.stats().cache.kv_cache
+    assert (kv.sliding_window, kv.window_frames) == (6, 6)
+    assert s.stats().sliding_window == 6
     for bad in (0, 9, 2.5, True):
         with pytest.raises(ValueError, match="sliding_window"):
             s.set_sliding_window(bad)  # type: ignore[arg-type]
@@ -168,7 +168,7 @@ def test_bad_frames_are_rejected_without_touching_the_stream(model: LingBotMap) 
         s.push(np.zeros((42, 74), np.uint8))
     with pytest.raises(ValueError, match="height"):
         s.push(np.zeros((2, 500, 3), np.uint8))  # a new size, but unusable: no reset either
-    assert s.stats()["pending_anchor_frames"] == 1 and s.stats()["epoch"] == 0
+    assert s.stats().pending_anchor_frames == 1 and s.stats().epoch == 0
 
 
 def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,8 +184,8 @@ def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch
     with pytest.raises(RuntimeError, match="simulated"):
         s.push(inputs[S0 + 1])  # streaming: caches reset, map frame kept
     stats = s.stats()
-    assert (stats["phase"], stats["frames_stored"], stats["epoch"], stats["recoveries_total"]) == (2, 0, 0, 1)
-    assert "simulated" in stats["last_error"]
+    assert (stats.phase, stats.frames_stored, stats.epoch, stats.recoveries_total) == (2, 0, 0, 1)
+    assert "simulated" in stats.last_error
     monkeypatch.undo()
     (r,) = s.push(inputs[S0 + 2])  # re-anchors on the kept keyframes, same epoch, next index
     assert (r.epoch, r.segment, r.index, r.phase) == (0, 1, S0 + 1, 2)
@@ -198,7 +198,7 @@ def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch
             s.push(f)  # the anchor phase fails: a clean reset
     monkeypatch.undo()
     stats = s.stats()
-    assert stats["phase"] == 1 and stats["frames_stored"] == 0 and "model error" in stats["last_reset_reason"]
+    assert stats.phase == 1 and stats.frames_stored == 0 and "model error" in stats.last_reset_reason
     assert s.push(inputs[0]) == []
 
 
@@ -209,7 +209,7 @@ def test_reanchors_at_max_stored_frames_in_the_same_map_frame(model: LingBotMap)
     results, stored = [], []
     for f in frames(S0 + 16, seed=5):
         results += s.push(f)
-        stored.append(s.stats()["frames_stored"])
+        stored.append(s.stats().frames_stored)
     assert max(stored) == 8 and stored[S0 + 8] == 8
     segments = [r.segment for r in results]
     assert segments.index(1) == S0 + 9 and [r.index for r in results] == list(range(S0 + 16))
@@ -217,6 +217,6 @@ def test_reanchors_at_max_stored_frames_in_the_same_map_frame(model: LingBotMap)
     assert stored[S0 + 9] == S0 + 1
     assert results[S0 + 9].is_keyframe and not results[S0 + 10].is_keyframe
     stats = s.stats()
-    assert (stats["epoch"], stats["segment"], stats["reanchors_total"], stats["resets_total"]) == (0, 1, 1, 0)
-    assert stats["timings_ms"]["reanchor"]["count"] == 1 and stats["alignment_scale"] > 0
+    assert (stats.epoch, stats.segment, stats.reanchors_total, stats.resets_total) == (0, 1, 1, 0)
+    assert stats.timings_ms["reanchor"]["count"] == 1 and stats.alignment_scale > 0
     assert all(r.epoch == 0 and np.isfinite(r.pose_c2w).all() for r in results)

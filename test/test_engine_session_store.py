@@ -134,11 +134,11 @@ def test_restore_rejects_anchors_of_another_size_and_keeps_the_session(model: Li
     s = new_session(model)
     for rgb in frames(S0 + 1):
         s.push(rgb)
-    before = s.stats()["epoch"]
+    before = s.stats().epoch
     bad = AnchorState(np.zeros((S0, 28, 42, 3), np.uint8), (0,) * S0, (42, 74), Sim3.identity())
     with pytest.raises(ValueError, match="restore_anchors needs"):
         s.restore_anchors(bad)
-    assert s.stats()["epoch"] == before and s.stats()["phase"] == 2
+    assert s.stats().epoch == before and s.stats().phase == 2
 
 
 def test_anchor_state_is_none_during_the_anchor_phase(model: LingBotMap) -> None:

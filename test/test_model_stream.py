@@ -185,3 +185,25 @@ def test_live_window_increase_past_the_pool_reallocates_once(model: LingBotMap, 
     assert (stats.pool_reallocations, stats.pool_window, stats.window_frames) == (1, 5, 5)
     assert roomy.stats().kv_cache.pool_reallocations == 0
     assert small_bytes < stats.pool_bytes < roomy.stats().kv_cache.pool_bytes
+
+
+def test_stage_hook_sees_every_attention_kernel_and_changes_no_output(
+    model: LingBotMap, frames: torch.Tensor
+) -> None:
+    """The public instrumentation hook (`StreamState.stage_hook`): set before the cache exists or after, the
+    cache calls it around each global layer's attention kernel; outputs equal those of an unhooked stream."""
+    stages: list[str] = []
+    hooked, plain = _stream(model), _stream(model)
+    hooked.stage_hook = stages.append
+    outs = [model.step(frames[:3], s) for s in (hooked, plain)]
+    assert stages == ["attention", "attention_done"] * model.config.depth
+    stages.clear()
+    hooked.stage_hook = None
+    for state in (hooked, plain):
+        model.step(frames[3:4], state)
+    assert stages == []
+    hooked.stage_hook = stages.append  # the cache exists now: the setter reaches it
+    outs += [model.step(frames[4:5], s) for s in (hooked, plain)]
+    assert stages == ["attention", "attention_done"] * model.config.depth
+    for a, b in (outs[:2], outs[2:]):
+        assert torch.equal(a.pose_enc, b.pose_enc) and torch.equal(a.depth, b.depth)

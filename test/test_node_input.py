@@ -14,30 +14,19 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import NodeProcess, RosClient, load_frames
+from ros_helpers import RosClient, load_frames, start_tiny_node
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_compressed, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
 
 pytestmark = pytest.mark.dds
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
-BASE = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "kv_cache.scale_frames": 2,
-    "qos.reliability": "reliable",
-    "diagnostics_rate": 20.0,
-    "publish.frame_cloud": False,
-}
-
-
-def start(ros_client: RosClient, tmp: Path, ns: str, params: dict[str, object]) -> NodeProcess:
-    proc = NodeProcess.start(tmp, name="lingbot_map", namespace=ns, params={**BASE, **params})
-    proc.wait_ready(ros_client, [f"{ns}/lingbot_map/reset"])
-    return proc
+#: What these tests change of the base parameters (`TINY_NODE_PARAMS`).
+INPUT_PARAMS = {"kv_cache.scale_frames": 2, "diagnostics_rate": 20.0, "publish.frame_cloud": False}
 
 
 def latest(collector: object, predicate: object, timeout: float = 30.0) -> dict[str, str]:
@@ -57,11 +46,13 @@ def frames() -> list[np.ndarray]:
 @pytest.fixture
 def compressed_node(ros_client: RosClient, tmp_path: Path) -> Iterator[str]:
     ns = "/compressed_test"
-    proc = start(
-        ros_client,
+    proc = start_tiny_node(
         tmp_path,
-        ns,
-        {"image_transport": "compressed", "model.image_width": 56, "queue_size": 10, "qos.depth": 50},
+        "lingbot_map",
+        INPUT_PARAMS,
+        {"image_transport": "compressed", "queue_size": 10},
+        namespace=ns,
+        client=ros_client,
     )
     yield ns
     assert proc.stop() == 0, proc.output()
@@ -89,7 +80,8 @@ def test_flood_drops_oldest_counts_and_stays_bounded(
     ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray]
 ) -> None:
     ns = "/flood_test"
-    proc = start(ros_client, tmp_path, ns, {"queue_size": 1, "qos.depth": 500, "model.image_width": 112})
+    flood = {"queue_size": 1, "qos.depth": 500, "model.image_width": 112}
+    proc = start_tiny_node(tmp_path, "lingbot_map", INPUT_PARAMS, flood, namespace=ns, client=ros_client)
     try:
         odom = ros_client.collect(Odometry, f"{ns}/lingbot_map/odometry", RELIABLE)
         diagnostics = ros_client.collect(DiagnosticArray, "/diagnostics", RELIABLE)

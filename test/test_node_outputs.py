@@ -18,6 +18,7 @@ from nav_msgs.msg import Odometry
 from nav_msgs.msg import Path as PathMsg
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames, write_params_file
+from ros_messages import cloud_to_points, image_to_depth
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -25,7 +26,7 @@ from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.grid import read_pgm
 from lingbot_map_ros.engine.mapping import read_ply, read_tum
-from lingbot_map_ros.ros.conversions import cloud_to_points, image_to_depth, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
 from lingbot_map_ros.ros.params import PARAMETERS
 from lingbot_map_ros.ros.tf import TF_QOS

@@ -18,11 +18,12 @@ from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import TINY_NODE_PARAMS, NodeProcess, RosClient, load_frames, write_params_file
+from ros_messages import cloud_to_points
 from sensor_msgs.msg import Image, PointCloud2
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.ros.conversions import cloud_to_points, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

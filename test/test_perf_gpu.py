@@ -49,7 +49,7 @@ def test_overlapped_push_on_cuda_equals_push_bit_exactly(model) -> None:
     for a, b in zip(got, expected, strict=True):
         assert np.array_equal(a.pose_c2w, b.pose_c2w) and np.array_equal(a.depth, b.depth)
         assert np.array_equal(a.depth_conf, b.depth_conf)
-    assert overlapped.stats()["reanchors_total"] == sync.stats()["reanchors_total"] >= 1
+    assert overlapped.stats().reanchors_total == sync.stats().reanchors_total >= 1
 
 
 def test_live_window_increase_reallocates_the_pool_once_on_cuda(model) -> None:
@@ -65,6 +65,6 @@ def test_live_window_increase_reallocates_the_pool_once_on_cuda(model) -> None:
         for ra, rb in zip(a, b, strict=True):
             np.testing.assert_allclose(ra.pose_c2w, rb.pose_c2w, rtol=0, atol=1e-6)
             np.testing.assert_allclose(ra.depth, rb.depth, rtol=1e-6)
-    kv = grown.stats()["cache"]["kv_cache"]
-    assert (kv["pool_reallocations"], kv["pool_window"], kv["window_frames"]) == (1, 6, 6)
-    assert roomy.stats()["cache"]["kv_cache"]["pool_reallocations"] == 0
+    kv = grown.stats().cache.kv_cache
+    assert (kv.pool_reallocations, kv.pool_window, kv.window_frames) == (1, 6, 6)
+    assert roomy.stats().cache.kv_cache.pool_reallocations == 0

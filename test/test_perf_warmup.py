@@ -46,7 +46,7 @@ def test_warm_up_leaves_the_stream_untouched(model: LingBotMap) -> None:
     assert seconds >= 0
     after = warm.stats()
     for key in ("epoch", "frames", "frames_total", "keyframes", "resets_total", "phase", "frames_stored"):
-        assert after[key] == before[key], key
+        assert getattr(after, key) == getattr(before, key), key
     for frame in _frames(S0 + 4):
         a, b = warm.push(frame), cold.push(frame)
         assert len(a) == len(b)
@@ -112,8 +112,8 @@ def test_overlapped_push_gives_exactly_the_results_of_push(model: LingBotMap) ->
         assert np.array_equal(a.pose_c2w, b.pose_c2w) and np.array_equal(a.intrinsics, b.intrinsics)
         assert np.array_equal(a.depth, b.depth, equal_nan=True)
         assert np.array_equal(a.depth_conf, b.depth_conf)
-    assert overlapped.stats()["reanchors_total"] == sync.stats()["reanchors_total"] >= 1
-    assert overlapped.stats()["resets_total"] == sync.stats()["resets_total"] == 1
+    assert overlapped.stats().reanchors_total == sync.stats().reanchors_total >= 1
+    assert overlapped.stats().resets_total == sync.stats().resets_total == 1
 
 
 def test_overlapped_push_returns_the_previous_frame(model: LingBotMap) -> None:

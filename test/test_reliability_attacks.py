@@ -11,19 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from attack_helpers import BEST_EFFORT, RELIABLE, collect, count, latest, launch
+from attack_helpers import ATTACK_PARAMS, BEST_EFFORT, RELIABLE, collect, count, latest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from ros_helpers import RosClient, load_frames
+from ros_helpers import RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.engine.writers import process_umask
 from lingbot_map_ros.ros.conversions import rgb_to_image
 
@@ -45,7 +44,7 @@ def test_output_dir_attacks_are_answered_not_fatal(ros_client: RosClient, tmp_pa
     name = "atk_outdir"
     node = f"/{name}/{name}"
     good = tmp_path / "maps"
-    proc = launch(tmp_path, name, {"output_dir": str(good)})
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, {"output_dir": str(good)})
     try:
         proc.wait_ready(ros_client, [f"{node}/save_map"])
         for bad, why in (
@@ -90,7 +89,8 @@ def test_deactivate_activate_under_a_stream(
     frame = load_frames(1)[0]
     image = np.ascontiguousarray(np.resize(frame, (*size, 3)))  # camera-sized, tiled from a real frame
     msg = rgb_to_image(image, Header(frame_id="cam"))
-    proc = launch(tmp_path, name, {"qos.reliability": "best_effort", "qos.depth": 2, "queue_size": 2})
+    best_effort = {"qos.reliability": "best_effort", "qos.depth": 2, "queue_size": 2}
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, best_effort)
     stop = threading.Event()
     streamer = None
     try:
@@ -134,16 +134,12 @@ def test_deactivate_activate_under_a_stream(
         assert proc.stop() == 0, proc.output()[-3000:]
 
 
-def test_fifty_concurrent_resets_are_all_answered(
-    ros_client: RosClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fifty_concurrent_resets_are_all_answered(ros_client: RosClient, tmp_path: Path) -> None:
     """Attack 5: the services' default queue depth 10 dropped the calls beyond 10 while ~/reset waited for a
     step (callers hung). Here the first reset waits for a 3 s step while 49 more queue up."""
     name = "atk_burst"
     node = f"/{name}/{name}"
-    monkeypatch.setenv(FAULTS_ENV, "delay@*:3")
-    proc = launch(tmp_path, name)
-    monkeypatch.delenv(FAULTS_ENV)
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, faults="delay@*:3")
     try:
         proc.wait_ready(ros_client, [f"{node}/reset"])
         # Caller side: with the clients' default reply queue (10) 47 of 50 replies arrived in 2 of 3 bursts

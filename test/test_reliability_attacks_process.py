@@ -11,15 +11,16 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from attack_helpers import RELIABLE, PeakRss, collect, count, latest, launch, warm_up
+from attack_helpers import ATTACK_PARAMS, RELIABLE, PeakRss, collect, count, latest, warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
-from ros_helpers import RosClient, load_frames
+from ros_helpers import RosClient, load_frames, start_tiny_node
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_compressed, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 
@@ -43,7 +44,7 @@ def test_second_signal_during_shutdown_exits_cleanly(
     apart or SIGTERM then SIGINT: rc -2 with a KeyboardInterrupt traceback from the shutdown cleanup."""
     name = f"atk_sig_{int(gap_s * 1000)}_{first}"
     node = f"/{name}/{name}"
-    proc = launch(tmp_path, name)
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS)
     proc.wait_ready(ros_client, [f"{node}/reset"])
     odom = collect(ros_client, Odometry, f"{node}/odometry")
     pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
@@ -85,7 +86,8 @@ def test_tiny_messages_that_would_decode_to_gigabytes(ros_client: RosClient, tmp
     for transport in ("raw", "compressed"):
         name = f"atk_mem_{transport}"
         node = f"/{name}/{name}"
-        proc = launch(tmp_path, name, {"image_transport": transport, "queue_size": 10})
+        params = {"image_transport": transport, "queue_size": 10}
+        proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, params)
         try:
             proc.wait_ready(ros_client, [f"{node}/reset"])
             odom = collect(ros_client, Odometry, f"{node}/odometry")

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fault_injection import Fault, FaultInjectingModel, parse_faults
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.faults import Fault, FaultInjectingModel, parse_faults
 from lingbot_map_ros.engine.session import NonFiniteOutputError, StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
@@ -68,7 +68,7 @@ def test_a_failed_step_drops_the_frame_and_the_stream_carries_on(
     with pytest.raises(error, match="LINGBOT_MAP_FAULTS|non-finite"):
         s.push(frames[S0 + 1])
     stats = s.stats()
-    assert (stats["recoveries_total"], stats["epoch"], stats["frames_stored"]) == (1, 0, 0)
+    assert (stats.recoveries_total, stats.epoch, stats.frames_stored) == (1, 0, 0)
     after = [r for f in frames[S0 + 2 :] for r in s.push(f)]
     assert [r.index for r in after] == list(range(S0 + 1, S0 + 5))  # the failed frame has no index
     assert all(r.epoch == 0 and r.segment == 1 for r in after)  # same map frame, re-anchored once
@@ -87,7 +87,7 @@ def test_a_failed_recovery_falls_back_to_a_clean_reset(model: LingBotMap) -> Non
         with pytest.raises(torch.cuda.OutOfMemoryError):
             s.push(f)
     stats = s.stats()
-    assert stats["epoch"] == 1 and stats["phase"] == 1 and "OutOfMemoryError" in stats["last_reset_reason"]
+    assert stats.epoch == 1 and stats.phase == 1 and "OutOfMemoryError" in stats.last_reset_reason
     results = [r for f in frames[S0 + 3 :] for r in s.push(f)]
     assert [r.index for r in results] == [0, 1, 2] and all(r.epoch == 1 for r in results)
 

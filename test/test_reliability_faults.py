@@ -21,12 +21,11 @@ from nav_msgs.msg import Odometry
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import Collector, NodeProcess, RosClient, load_frames
+from ros_helpers import Collector, RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.engine.mapping import read_tum
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 from lingbot_map_ros.ros.conversions import rgb_to_image
@@ -35,27 +34,14 @@ pytestmark = pytest.mark.dds
 
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 S0 = 2
-BASE = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
+#: What these tests change of the base parameters (`TINY_NODE_PARAMS`).
+FAULT_PARAMS = {
     "kv_cache.scale_frames": S0,
-    "qos.reliability": "reliable",
     "qos.depth": 100,
-    "queue_size": 50,
     "diagnostics_rate": 20.0,
     "publish.frame_cloud": False,
     "publish.depth": False,
-    "map.conf_threshold": 0.0,
 }
-
-
-def launch(tmp: Path, name: str, params: dict[str, object], faults: str | None = None) -> NodeProcess:
-    """Start `/<name>/<name>`; `faults` goes to the child's LINGBOT_MAP_FAULTS (this process is unchanged)."""
-    with pytest.MonkeyPatch.context() as env:
-        if faults is not None:
-            env.setenv(FAULTS_ENV, faults)
-        return NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **params})
 
 
 def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
@@ -129,7 +115,9 @@ def test_bad_checkpoint_with_autostart_exits_nonzero_with_one_error(
     tmp_path: Path, checkpoints: dict[str, Path]
 ) -> None:
     procs = {
-        kind: launch(tmp_path, f"ckpt_{kind}", {"model.checkpoint": str(checkpoints[kind])})
+        kind: start_tiny_node(
+            tmp_path, f"ckpt_{kind}", FAULT_PARAMS, {"model.checkpoint": str(checkpoints[kind])}
+        )
         for kind in ("missing", "truncated", "wrong")
     }
     for kind, proc in procs.items():
@@ -147,7 +135,8 @@ def test_bad_checkpoint_in_lifecycle_stays_unconfigured_until_a_good_one(
     ros_client: RosClient, tmp_path: Path, checkpoints: dict[str, Path], frames: list[np.ndarray]
 ) -> None:
     node = "/ckpt_lc/ckpt_lc"
-    proc = launch(tmp_path, "ckpt_lc", {"autostart": False, "model.checkpoint": str(checkpoints["missing"])})
+    missing = {"autostart": False, "model.checkpoint": str(checkpoints["missing"])}
+    proc = start_tiny_node(tmp_path, "ckpt_lc", FAULT_PARAMS, missing)
     try:
         assert ros_client.client(ChangeState, f"{node}/change_state").wait_for_service(timeout_sec=60)
 
@@ -185,7 +174,7 @@ def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
     # frame 6 re-anchors (call 6) and steps (7); frame 7 -> call 8 (NaN); frame 8 re-anchors (9), steps (10);
     # frames 9..11 -> calls 11..13; after ~/reset the anchor step of frames 12, 13 is call 14 (error).
     name = "faults"
-    proc = launch(tmp_path, name, {}, faults="oom@5,nan@8,error@14")
+    proc = start_tiny_node(tmp_path, name, FAULT_PARAMS, faults="oom@5,nan@8,error@14")
     try:
         proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
         odom = collect(ros_client, Odometry, f"/{name}/{name}/odometry")
@@ -247,8 +236,9 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
 ) -> None:
     name = "races"
     out_dir = tmp_path / "maps"
-    params = {"output_dir": str(out_dir), "map.stride": 1, "map.voxel_size": 0.0005, "map.max_points": 400000}
-    proc = launch(tmp_path, name, params)
+    params = {"output_dir": str(out_dir), "map.stride": 1, "map.voxel_size": 0.0005, "map.max_points": 400000,
+              "kv_cache.max_window": 64}  # room for the live windows 1..64 set below
+    proc = start_tiny_node(tmp_path, name, FAULT_PARAMS, params)
     try:
         proc.wait_ready(ros_client, [f"/{name}/{name}/reset", f"/{name}/{name}/save_map"])
         odom = collect(ros_client, Odometry, f"/{name}/{name}/odometry")
@@ -359,12 +349,13 @@ def test_sigint_during_a_step_exits_cleanly_within_2s(
     ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray], faults: str, abandons: bool
 ) -> None:
     name = "sigint_" + ("long" if abandons else "short")
-    proc = launch(tmp_path, name, {}, faults=faults)
+    proc = start_tiny_node(tmp_path, name, FAULT_PARAMS, faults=faults)
     try:
         proc.wait_ready(ros_client, [f"/{name}/{name}/reset"])
         diag = collect(ros_client, DiagnosticArray, "/diagnostics")
         pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
+        latest(diag, name, lambda v: v.get("frames_received") == "0")  # /diagnostics flows before the step
         publish(pub, frames, range(S0), period=0.0)
         # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
         latest(

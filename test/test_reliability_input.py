@@ -12,8 +12,7 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import cv2
 import numpy as np
@@ -21,13 +20,13 @@ import psutil
 import pytest
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
+from fault_injection import FAULTS_ENV
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import Collector, NodeProcess, RosClient, load_frames
+from ros_helpers import Collector, NodeProcess, RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.conversions import (
     ImageConversionError,
@@ -41,27 +40,16 @@ pytestmark = pytest.mark.dds
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
 S0 = 2
-BASE = {
-    "model.preset": "tiny",
-    "model.device": "cpu",
-    "model.image_width": 56,
+#: What these tests change of the base parameters (`TINY_NODE_PARAMS`).
+INPUT_PARAMS = {
     "kv_cache.scale_frames": S0,
-    "qos.reliability": "reliable",
     "qos.depth": 500,
-    "queue_size": 50,
     "diagnostics_rate": 20.0,
     "publish.frame_cloud": False,
     "publish.depth": False,
 }
 
 CONFIRM = 3  # stream.change_confirm_frames (default): frames of a new size/camera before the stream restarts
-
-def start(client: RosClient, tmp: Path, name: str, params: dict[str, object]) -> NodeProcess:
-    """The node as `/<name>/<name>` (its /diagnostics status is `/<name>/<name>: mapping`)."""
-    proc = NodeProcess.start(tmp, name=name, namespace=f"/{name}", params={**BASE, **params})
-    proc.wait_ready(client, [f"/{name}/{name}/reset"])
-    return proc
-
 
 def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
     """Subscribe (reliable) and wait until the node's publisher is matched, so no early message is lost."""
@@ -286,7 +274,7 @@ def frames() -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def raw_node(ros_client: RosClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = start(ros_client, tmp_path_factory.mktemp("fuzz_raw"), "fuzz_raw", {})
+    proc = start_tiny_node(tmp_path_factory.mktemp("fuzz_raw"), "fuzz_raw", INPUT_PARAMS, client=ros_client)
     yield proc
     assert proc.stop() == 0, proc.output()
 
@@ -371,9 +359,9 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
 
 
 def test_fuzzed_compressed_images_are_rejected(
-    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray]
+    ros_client: RosClient, tiny_node: Callable[..., NodeProcess], frames: list[np.ndarray]
 ) -> None:
-    proc = start(ros_client, tmp_path, "fuzz_comp", {"image_transport": "compressed"})
+    proc = tiny_node("fuzz_comp", INPUT_PARAMS, {"image_transport": "compressed"})
     try:
         odom = collect(ros_client, Odometry, "/fuzz_comp/fuzz_comp/odometry")
         diag = collect(ros_client, DiagnosticArray, "/diagnostics")
@@ -405,11 +393,11 @@ def test_fuzzed_compressed_images_are_rejected(
 
 
 def test_flood_at_60hz_into_a_slow_model_is_bounded(
-    ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray], monkeypatch: pytest.MonkeyPatch
+    ros_client: RosClient, tiny_node: Callable[..., NodeProcess], frames: list[np.ndarray]
 ) -> None:
-    monkeypatch.setenv(FAULTS_ENV, "delay@*:0.25")  # every model step takes >= 0.25 s: a model at < 4 FPS
-    proc = start(ros_client, tmp_path, "flood60", {"queue_size": 2, "qos.depth": 5})
-    monkeypatch.delenv(FAULTS_ENV)
+    # every model step takes >= 0.25 s: a model at < 4 FPS
+    flood = {"queue_size": 2, "qos.depth": 5}
+    proc = tiny_node("flood60", INPUT_PARAMS, flood, faults="delay@*:0.25")
     try:
         odom = collect(ros_client, Odometry, "/flood60/flood60/odometry")
         diag = collect(ros_client, DiagnosticArray, "/diagnostics")

@@ -15,11 +15,10 @@ from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import Collector, NodeProcess, RosClient, load_frames
+from ros_helpers import Collector, RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.faults import FAULTS_ENV
 from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
@@ -29,25 +28,11 @@ NODE = f"/{NAME}/{NAME}"
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def test_lifecycle_transitions_under_load(
-    ros_client: RosClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lifecycle_transitions_under_load(ros_client: RosClient, tmp_path: Path) -> None:
     frames = load_frames(6, step=8)
-    params = {
-        "model.preset": "tiny",
-        "model.device": "cpu",
-        "model.image_width": 56,
-        "kv_cache.scale_frames": 2,
-        "qos.reliability": "reliable",
-        "queue_size": 4,
-        "diagnostics_rate": 20.0,
-        "publish.depth": False,
-    }
-    monkeypatch.setenv(
-        FAULTS_ENV, "delay@*:0.1"
-    )  # every step takes >= 0.1 s: transitions meet steps in flight
-    proc = NodeProcess.start(tmp_path, name=NAME, namespace=f"/{NAME}", params=params)
-    monkeypatch.delenv(FAULTS_ENV)
+    params = {"kv_cache.scale_frames": 2, "queue_size": 4, "diagnostics_rate": 20.0, "publish.depth": False}
+    # every step takes >= 0.1 s: transitions meet steps in flight
+    proc = start_tiny_node(tmp_path, NAME, params, faults="delay@*:0.1")
     stop = threading.Event()
     try:
         proc.wait_ready(ros_client, [f"{NODE}/reset"])

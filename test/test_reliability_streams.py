@@ -11,16 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from attack_helpers import RELIABLE, collect, count, latest, launch, warm_up
+from attack_helpers import ATTACK_PARAMS, RELIABLE, collect, count, latest, warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry
 from PIL import Image as PilImage
-from ros_helpers import RosClient, load_frames
+from ros_helpers import RosClient, load_frames, start_tiny_node
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_compressed, rgb_to_image
+from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 
@@ -32,7 +33,7 @@ def test_odd_frames_alternating_cameras_and_bad_frame_ids(ros_client: RosClient,
     node = f"/{name}/{name}"
     frames = load_frames(4, step=5)
     tiny = np.ascontiguousarray(frames[0][:14, :14])
-    proc = launch(tmp_path, name, {"map.conf_threshold": 0.0, "queue_size": 50})
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, {"map.conf_threshold": 0.0, "queue_size": 50})
     try:
         proc.wait_ready(ros_client, [f"{node}/reset"])
         odom = collect(ros_client, Odometry, f"{node}/odometry")
@@ -112,7 +113,7 @@ def test_compressed_corrupt_and_exif_jpegs_under_sim_time_without_clock(
     node = f"/{name}/{name}"
     frames = load_frames(4, step=5)
     params = {"image_transport": "compressed", "use_sim_time": True, "map.conf_threshold": 0.0}
-    proc = launch(tmp_path, name, params)
+    proc = start_tiny_node(tmp_path, name, ATTACK_PARAMS, params)
     try:
         proc.wait_ready(ros_client, [f"{node}/reset"])
         odom = collect(ros_client, Odometry, f"{node}/odometry")

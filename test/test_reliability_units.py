@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image as PilImage
 from ros_helpers import load_frames
+from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -25,7 +26,6 @@ from lingbot_map_ros.ros.conversions import (
     check_pixel_budget,
     compressed_to_rgb,
     jpeg_structure_problem,
-    rgb_to_compressed,
 )
 from lingbot_map_ros.ros.diagnostics import SimClockWatch
 from lingbot_map_ros.ros.params import resolve_directory

@@ -191,9 +191,9 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
     assert [r.index for r in out["front"].results] == [6] and out["front"].results[0].epoch == 0
 
     # another frame_id on the front camera's topic (confirmed by the intake) starts a new stream there
-    epoch = front.session_stats["epoch"]
+    epoch = front.session_stats.epoch
     step(node, ("front", frame(front, images[7], 7, "other_optical")))
-    assert front.session_stats["epoch"] == epoch + 1 and rear.session_stats["epoch"] == 1
+    assert front.session_stats.epoch == epoch + 1 and rear.session_stats.epoch == 1
 
 
 def test_deactivate_activate_keeps_each_cameras_map_and_path(node: LingBotMapNode) -> None:

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from ros_messages import cloud_to_points, image_to_depth, rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
@@ -17,13 +18,10 @@ from lingbot_map_ros.engine.mapper import body_twist
 from lingbot_map_ros.ros.conversions import (
     IMAGE_ENCODINGS,
     ImageConversionError,
-    cloud_to_points,
     compressed_to_rgb,
     depth_to_image,
-    image_to_depth,
     image_to_rgb,
     points_to_cloud,
-    rgb_to_compressed,
     rgb_to_image,
 )
 from lingbot_map_ros.ros.geometry import (

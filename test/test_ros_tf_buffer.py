@@ -50,7 +50,7 @@ def test_missing_and_out_of_range_edges_are_named() -> None:
     assert exc.value.edge == "odom -> base" and "no data" in str(exc.value)
     with pytest.raises(TransformUnavailable):
         buf.lookup("odom", "base", 0.5)
-    assert not buf.can_transform("odom", "base", 2.5) and buf.can_transform("odom", "base", 1.5)
+    assert buf.lookup("odom", "base", 1.5).shape == (4, 4)
 
 
 def test_old_samples_leave_the_cache() -> None:

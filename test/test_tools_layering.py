@@ -97,3 +97,82 @@ def test_results_path_reads_one_way() -> None:
                    for node in ast.walk(ast.parse(path.read_text()))
                    if isinstance(node, ast.FunctionDef) and "quat" in node.name.lower()]
     assert all(d.startswith("engine/geometry.py") for d in definitions), definitions
+
+
+# ------------------------------------------------------------------------------------ one builder, no private
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+#: Calls that make a runnable model or a session, and where they may stand: the builder and the model layer.
+CONSTRUCTORS = {"StreamingSession", "LingBotMap", "build_model"}
+#: (engine/multi_stream.py: a multi-camera session makes its cameras' sessions over its one model and pool.)
+BUILDER_HOMES = {"engine/builder.py", "engine/multi_stream.py", "model/checkpoint.py", "model/lingbot_map.py"}
+#: Model-level tools that step a bare model (no session): the numerical parity run on a reference state dict.
+MODEL_LEVEL_TOOLS = {"tools/parity.py"}
+
+
+def _calls(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every call of a plain name or an attribute (`f(...)`, `m.f(...)`) in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name | ast.Attribute):
+                found.append((node.lineno, func.id if isinstance(func, ast.Name) else func.attr))
+    return found
+
+
+def _label(path: Path) -> str:
+    return str(path.relative_to(PACKAGE)) if path.is_relative_to(PACKAGE) else f"benchmarks/{path.name}"
+
+
+def test_one_builder_call_site_per_tool_and_no_other_constructor() -> None:
+    """Model + session are made by `engine.builder.build_engine` only, called once per tool module."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")) + sorted(BENCHMARKS.glob("*.py")):
+        label = _label(path)
+        calls = _calls(path)
+        builds = [line for line, name in calls if name == "build_engine"]
+        if len(builds) > 1:
+            offenders.append(f"{label}: build_engine called at lines {builds} (one call site per tool)")
+        if label in BUILDER_HOMES or label in MODEL_LEVEL_TOOLS:
+            continue
+        offenders += [f"{label}:{line} calls {name}(...) (use engine.builder.build_engine)"
+                      for line, name in calls if name in CONSTRUCTORS]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_builder_rule_sees_a_second_call_and_a_direct_session(tmp_path: Path) -> None:
+    source = tmp_path / "tool.py"
+    source.write_text("a = build_engine(s)\nb = engine.build_engine(t)\nc = session.StreamingSession(m)\n")
+    assert [c for c in _calls(source) if c[1] in {"build_engine", *CONSTRUCTORS}] == [
+        (1, "build_engine"), (2, "build_engine"), (3, "StreamingSession")]
+
+
+def _private_uses(path: Path) -> list[str]:
+    """`obj._name` on anything but `self`/`cls` (and torch's own ops), and `from m import _name`."""
+    uses = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls", "torch")):
+                uses.append(f"{path.name}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.ImportFrom):
+            uses += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                     if a.name.startswith("_") and not a.name.startswith("__")]
+    return uses
+
+
+def test_no_benchmark_touches_a_private_member() -> None:
+    """Benchmarks measure through public seams (`StreamState.stage_hook`, `MappingOutputs.map.recent_ms`)."""
+    files = sorted(BENCHMARKS.glob("*.py"))
+    assert files, f"no benchmarks under {BENCHMARKS}"
+    offenders = [use for path in files for use in _private_uses(path)]
+    assert not offenders, "benchmarks read private members:\n" + "\n".join(offenders)
+
+
+def test_the_private_member_rule_sees_reads_writes_and_imports(tmp_path: Path) -> None:
+    source = tmp_path / "bench.py"
+    source.write_text("from m import _hidden\nx = outputs._path\nstate.kv_cache._pool = 1\nself._ok = 2\n"
+                      "torch.ops.aten._sdpa(q)\ny = obj.__dict__\n")
+    assert _private_uses(source) == ["bench.py:1 imports _hidden", "bench.py:2 ._path", "bench.py:3 ._pool"]

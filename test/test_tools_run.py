@@ -142,3 +142,13 @@ def test_run_maps_several_camera_topics_as_separate_single_runs(two_camera_bag: 
             expected = (tmp_path / camera / name).read_bytes()
             assert (tmp_path / "both" / camera / name).read_bytes() == expected, (camera, name)
             assert (tmp_path / "explicit" / camera / name).read_bytes() == expected, (camera, name)
+
+
+@pytest.mark.parametrize("window", ["0", "1025", "2.5"])
+def test_run_rejects_a_sliding_window_out_of_range_at_the_flag(
+    bag: Path, tmp_path: Path, window: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", str(bag), "-o", str(tmp_path / "x"), "--sliding-window", window])
+    assert exit_info.value.code == 2 and "--sliding-window" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

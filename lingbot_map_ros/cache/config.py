@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+StageHook = Callable[[str], object]
+"""Public instrumentation of a step (benchmarks/stages.py, tests): called with a stage name as it starts.
+The cache calls ``"attention"`` before a layer's attention kernel and ``"attention_done"`` after it
+(``PagedKVCache.stage_hook``); the model's CUDA-graph path calls ``"graph"``, ``"attention"``, ``"heads"`` and
+``"camera"`` (model/graphed.py). Set it on a stream with ``StreamState.stage_hook``; None: no calls."""
+
 #: Frames whose special tokens stay visible by default: the reference keeps every frame's specials, and its
 #: RoPE table ends at 1,024 frames, so 1,024 + 8 anchors changes nothing for any stream the reference can run.
 DEFAULT_MAX_SPECIAL_FRAMES = 1032
+
+
+def check_sliding_window(value: object, max_window: int) -> int:
+    """``value`` when it is a live window the cache accepts (an int in ``[1, max_window]``), else ValueError.
+
+    The one range check of the sliding window: the records and the live resize that take a window in
+    (``KVCacheConfig``, ``PagedKVCache.set_sliding_window``, ``SessionConfig``, a stream without a cache yet)
+    call it; everything between them passes the value on.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max_window:
+        raise ValueError(f"sliding_window must be an int in [1, max_window={max_window}], got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -25,13 +44,16 @@ class KVCacheConfig:
     patches_per_frame: int = 999
     num_special: int = 6
     scale_frames: int = 8
+    #: Live window of non-anchor frames. A cache's ``config`` is replaced on a live resize
+    #: (``PagedKVCache.set_sliding_window``), so ``cache.config.sliding_window`` is always the live value.
     sliding_window: int = 64
     max_window: int = 128
     max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
     dtype: torch.dtype = torch.float32
     device: torch.device = torch.device("cpu")
-    #: Window frames the pool is first allocated for (None: ``sliding_window``). A live window increase past
-    #: it re-allocates the pool once for the new window (logged, counted in :class:`KVCacheStats`).
+    #: Window frames the pool is allocated for (None: ``sliding_window``). A live window increase past it
+    #: re-allocates the pool once for the new window (logged, counted in :class:`KVCacheStats`); the cache's
+    #: ``config`` then holds the new value.
     pool_window: int | None = None
 
     def __post_init__(self) -> None:
@@ -44,11 +66,7 @@ class KVCacheConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"KVCacheConfig.{name} must be an int >= 0, got {value!r}")
-        if not 1 <= self.sliding_window <= self.max_window:
-            raise ValueError(
-                f"KVCacheConfig.sliding_window must be in [1, max_window={self.max_window}], "
-                f"got {self.sliding_window}"
-            )
+        check_sliding_window(self.sliding_window, self.max_window)
         if self.pool_window is not None and not self.sliding_window <= self.pool_window <= self.max_window:
             raise ValueError(
                 f"KVCacheConfig.pool_window must be in [sliding_window={self.sliding_window}, "
@@ -65,7 +83,8 @@ class KVCacheConfig:
 
     @property
     def initial_pool_window(self) -> int:
-        """Window frames of the first allocation."""
+        """Window frames the pool is allocated for: ``pool_window``, or ``sliding_window`` when None (a live
+        cache's ``config`` always sets ``pool_window``, so there it is the pool's window now)."""
         return self.sliding_window if self.pool_window is None else self.pool_window
 
     @property

@@ -18,12 +18,14 @@ from lingbot_map_ros.cache.config import KVCacheConfig
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
-class FlashInferAttention:
-    """Paged prefill attention of one query block over a page-size-1 view of the pool."""
+class PagedPrefill:
+    """A ``BatchPrefillWithPagedKVCacheWrapper`` over a page-size-1 view of a pool ``[tokens, H, D]`` (NHD):
+    the checks, the plan of a set of requests and the run shared by the single-stream and the batched backend.
+    """
 
     name = "flashinfer"
 
-    def __init__(self, config: KVCacheConfig, pool_tokens: int, kernel: str = "auto") -> None:
+    def __init__(self, config: KVCacheConfig, kernel: str = "auto") -> None:
         if config.device.type != "cuda":
             raise ValueError(f"backend 'flashinfer' needs a CUDA device, got {config.device}")
         if config.dtype not in (torch.bfloat16, torch.float16):
@@ -35,31 +37,22 @@ class FlashInferAttention:
                 "backend 'flashinfer' requested but the flashinfer package is not installed"
             ) from error
         self._config = config
-        self._pool_tokens = pool_tokens
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=config.device)
         self._wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             workspace, kv_layout="NHD", backend=kernel
         )
-        self._page_ids = torch.arange(pool_tokens, dtype=torch.int32, device=config.device)
-        self._last_page_len = torch.ones(1, dtype=torch.int32)
 
-    def plan(
-        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
+    def _plan_requests(
+        self, qo_indptr: list[int], kv_indptr: list[int], pages: torch.Tensor, last_page_len: torch.Tensor
     ) -> None:
-        self.plan_pages(self._page_ids[start:stop], num_queries)
-
-    def plan_pages(self, pages: torch.Tensor, num_queries: int) -> None:
-        """Plan attention of ``num_queries`` queries over the pool tokens ``pages`` (int32, any order)."""
-        if pages.dtype != torch.int32 or pages.ndim != 1 or pages.numel() == 0:
-            raise ValueError(
-                f"pages must be a non-empty 1-D int32 tensor, got {pages.dtype} {tuple(pages.shape)}"
-            )
+        """Plan request i: query rows ``qo_indptr[i]:qo_indptr[i+1]`` over the pages
+        ``pages[kv_indptr[i]:kv_indptr[i+1]]`` (int32 pool token ids on the device; page size 1)."""
         config = self._config
         self._wrapper.plan(
-            torch.tensor([0, num_queries], dtype=torch.int32),
-            torch.tensor([0, pages.numel()], dtype=torch.int32),
-            pages.to(config.device),
-            self._last_page_len,
+            torch.tensor(qo_indptr, dtype=torch.int32),
+            torch.tensor(kv_indptr, dtype=torch.int32),
+            pages,
+            last_page_len,
             num_qo_heads=config.num_heads,
             num_kv_heads=config.num_heads,
             head_dim_qk=config.head_dim,
@@ -74,3 +67,26 @@ class FlashInferAttention:
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
         shape = (k_pool.shape[0], 1, k_pool.shape[1], k_pool.shape[2])
         return self._wrapper.run(q.contiguous(), (k_pool.view(shape), v_pool.view(shape)))
+
+
+class FlashInferAttention(PagedPrefill):
+    """Paged prefill attention of one query block over a page-size-1 view of the pool."""
+
+    def __init__(self, config: KVCacheConfig, pool_tokens: int, kernel: str = "auto") -> None:
+        super().__init__(config, kernel)
+        self._page_ids = torch.arange(pool_tokens, dtype=torch.int32, device=config.device)
+        self._last_page_len = torch.ones(1, dtype=torch.int32)
+
+    def plan(
+        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
+    ) -> None:
+        self.plan_pages(self._page_ids[start:stop], num_queries)
+
+    def plan_pages(self, pages: torch.Tensor, num_queries: int) -> None:
+        """Plan attention of ``num_queries`` queries over the pool tokens ``pages`` (int32, any order)."""
+        if pages.dtype != torch.int32 or pages.ndim != 1 or pages.numel() == 0:
+            raise ValueError(
+                f"pages must be a non-empty 1-D int32 tensor, got {pages.dtype} {tuple(pages.shape)}"
+            )
+        pages = pages.to(self._config.device)
+        self._plan_requests([0, num_queries], [0, pages.numel()], pages, self._last_page_len)

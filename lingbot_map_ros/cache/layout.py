@@ -20,7 +20,7 @@ reused by every layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lingbot_map_ros.cache.config import KVCacheConfig
 
@@ -81,17 +81,22 @@ class CacheLayout:
     """Plans steps over a :class:`LayoutState`; the owner applies the returned copies to the pool."""
 
     def __init__(self, config: KVCacheConfig) -> None:
-        self.config = config
+        #: The live geometry: replaced (never mutated) when the window is resized or the pool grows, so its
+        #: ``sliding_window`` and ``pool_window`` are the live values (the one place they are held).
+        self.config = replace(config, pool_window=config.initial_pool_window)
         self.tokens_per_frame = config.tokens_per_frame
-        self.pool_window = config.initial_pool_window
-        self.num_slots = config.scale_frames + self.pool_window + 1
         # Most evicted frames whose specials can be kept: cap minus full anchors minus one window frame.
         self.special_entries = (
             config.max_special_frames - config.scale_frames - 1 if config.num_special > 0 else 0
         )
         self.frame_base = self.special_entries * config.num_special
-        self.sliding_window = config.sliding_window
         self.state = LayoutState()
+
+    @property
+    def num_slots(self) -> int:
+        """Frame slots of the pool: anchors, the pool's window (``config.pool_window``: grows on a live
+        increase past it) and one scratch slot."""
+        return self.config.scale_frames + self.config.initial_pool_window + 1
 
     @property
     def pool_tokens(self) -> int:
@@ -100,9 +105,8 @@ class CacheLayout:
 
     def grow(self, pool_window: int) -> None:
         """Frame slots for a window of ``pool_window`` frames; existing tokens keep their addresses."""
-        if pool_window > self.pool_window:
-            self.pool_window = pool_window
-            self.num_slots = self.config.scale_frames + pool_window + 1
+        if pool_window > self.config.initial_pool_window:
+            self.config = replace(self.config, pool_window=pool_window)
 
     # ----------------------------------------------------------------------------------------- addresses
     def slot_token(self, slot: int) -> int:
@@ -153,7 +157,7 @@ class CacheLayout:
             anchors=min(num_frames, self.config.scale_frames),
             frames_stored=num_frames,
         )
-        excess = max(0, new.window_frames - self.sliding_window)
+        excess = max(0, new.window_frames - self.config.sliding_window)
         commit_copies = self._evict_oldest(new, excess, fill_slots=0)[1]
         return StepPlan(num_frames, True, start, start, stop, (), tuple(commit_copies)), new
 
@@ -167,7 +171,7 @@ class CacheLayout:
             slot = new.committed_frames
             new.slot_frame.append(frame_id)
             new.anchors += 1
-        elif new.window_frames < self.sliding_window:
+        elif new.window_frames < self.config.sliding_window:
             slot = new.committed_frames
             new.slot_frame.append(frame_id)
         else:
@@ -177,6 +181,11 @@ class CacheLayout:
         copies += self._enforce_special_cap(new, [])
         start, stop = self.visible_range(new)
         return StepPlan(1, True, self.slot_token(slot), start, stop, tuple(copies), ()), new
+
+    def resize(self, sliding_window: int, state: LayoutState) -> None:
+        """Install a live resize planned by :meth:`plan_resize` (its copies applied by the owner)."""
+        self.state = state
+        self.config = replace(self.config, sliding_window=sliding_window)
 
     def plan_resize(self, sliding_window: int) -> tuple[list[TokenCopy], LayoutState]:
         """Copies and new state for a live window resize (shrinking evicts at once)."""

@@ -15,7 +15,7 @@ import logging
 import torch
 
 from lingbot_map_ros.cache.backends import AttentionBackend, make_backend
-from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats
+from lingbot_map_ros.cache.config import KVCacheConfig, KVCacheStats, StageHook, check_sliding_window
 from lingbot_map_ros.cache.layout import CacheLayout, LayoutState, StepPlan, TokenCopy
 
 _LOG = logging.getLogger(__name__)
@@ -58,9 +58,16 @@ class CacheStep:
         q, k, v: ``[T, H, D]``, ``T = num_frames * (num_special + patches_per_frame)``, frame-major with each
         frame's special tokens first, in the cache dtype and on the cache device. Returns ``[T, H, D]``.
         """
-        self._cache._check_tokens("q", q, self.num_tokens)
+        cache = self._cache
+        cache._check_tokens("q", q, self.num_tokens)
         self.write(layer, k, v)
-        return self._cache.backend.run(q, self._cache.k_pool[layer], self._cache.v_pool[layer])
+        hook = cache.stage_hook
+        if hook is not None:
+            hook("attention")
+        out = cache.backend.run(q, cache.k_pool[layer], cache.v_pool[layer])
+        if hook is not None:
+            hook("attention_done")
+        return out
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k``/``v`` (``[T, H, D]``) of the new frames for ``layer`` without attending.
@@ -93,13 +100,13 @@ class PagedKVCache:
     def __init__(self, config: KVCacheConfig, backend: str = "auto") -> None:
         if not isinstance(config, KVCacheConfig):
             raise ValueError(f"config must be a KVCacheConfig, got {type(config).__name__}")
-        self.config = config
         self.layout = CacheLayout(config)
         self._allocate_pools()
         self._backend_name = backend
         self.backend: AttentionBackend = make_backend(backend, config, self.layout.pool_tokens)
         self._open_step: CacheStep | None = None
         self.reallocations = 0
+        self.stage_hook: StageHook | None = None  # instrumentation (cache/config.py)
 
     def _allocate_pools(self) -> None:
         """Allocate ``k_pool``/``v_pool`` ``[num_layers, pool_tokens, H, D]`` (zeros) for the layout."""
@@ -115,8 +122,13 @@ class PagedKVCache:
         return self.layout.state.frames_stored
 
     @property
+    def config(self) -> KVCacheConfig:
+        """The live geometry (``sliding_window`` and ``pool_window`` follow live resizes)."""
+        return self.layout.config
+
+    @property
     def sliding_window(self) -> int:
-        return self.layout.sliding_window
+        return self.config.sliding_window
 
     @property
     def pool_bytes(self) -> int:
@@ -187,19 +199,14 @@ class PagedKVCache:
         keyframes (and re-allocates the pool once if the new window needs more slots than it has)."""
         if self._open_step is not None:
             raise RuntimeError("set_sliding_window() while a step is open")
-        limit = self.config.max_window
-        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= limit:
-            raise ValueError(
-                f"sliding_window must be an int in [1, max_window={limit}], got {sliding_window!r}"
-            )
-        if sliding_window > self.layout.pool_window:
+        check_sliding_window(sliding_window, self.config.max_window)
+        if sliding_window > self.config.initial_pool_window:
             self._grow_pool(sliding_window)
         copies, state = self.layout.plan_resize(sliding_window)
         # The pools may be inference tensors (first allocated inside the model's inference_mode step).
         with torch.inference_mode():
             _apply_copies(self.k_pool, self.v_pool, copies, layer_dim=True)
-        self.layout.state = state
-        self.layout.sliding_window = sliding_window
+        self.layout.resize(sliding_window, state)
 
     def _grow_pool(self, pool_window: int) -> None:
         """Re-allocate both pools with frame slots for a window of ``pool_window`` frames (between steps).
@@ -209,7 +216,7 @@ class PagedKVCache:
         is one old pool, not two.
         """
         old_bytes = self.pool_bytes
-        old_window, old_tokens = self.layout.pool_window, self.layout.pool_tokens
+        old_window, old_tokens = self.config.initial_pool_window, self.layout.pool_tokens
         self.layout.grow(pool_window)
         self._reallocate_pools(old_tokens)
         self.backend = make_backend(self._backend_name, self.config, self.layout.pool_tokens)
@@ -246,16 +253,16 @@ class PagedKVCache:
             frames_stored=state.frames_stored,
             anchor_frames=state.anchors,
             window_frames=state.window_frames,
-            sliding_window=self.layout.sliding_window,
+            sliding_window=self.config.sliding_window,
             max_window=config.max_window,
-            free_window_slots=self.layout.pool_window - state.window_frames,
+            free_window_slots=self.config.initial_pool_window - state.window_frames,
             evicted_special_frames=len(state.special_frame),
             special_frames_visible=state.committed_frames + len(state.special_frame),
             max_special_frames=config.max_special_frames,
             visible_tokens=stop - start,
             pool_tokens_per_layer=self.layout.pool_tokens,
             pool_bytes=self.pool_bytes,
-            pool_window=self.layout.pool_window,
+            pool_window=self.config.initial_pool_window,
             pool_reallocations=self.reallocations,
         )
 

@@ -60,7 +60,7 @@ class SharedKVPool:
     Args:
         num_layers, num_heads, head_dim, dtype, device: the geometry every stream's ``KVCacheConfig`` must
             share (the model's global-attention layers).
-        backend: attention backend of batched steps over this pool ("auto", "torch", "flashinfer";
+        backend: attention backend of batched steps over this pool (one of `backends.BACKENDS`;
             cache/batch.py); each stream's own single-stream steps use its cache's backend.
         streams: how many streams are expected: when the pool must grow, it grows by room for the
             streams not placed yet (the size of the region being placed each), so N cameras of one

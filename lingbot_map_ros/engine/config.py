@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .preprocess import PATCH_SIZE
+from lingbot_map_ros.cache.backends import BACKENDS
+from lingbot_map_ros.cache.config import check_sliding_window
+from lingbot_map_ros.model.config import PATCH_SIZE
 
 #: Length of the released model's 3D-RoPE table: the temporal index of a step must stay below it.
 ROPE_TABLE_FRAMES = 1024
@@ -22,14 +24,14 @@ class SessionConfig:
         max_window: capacity of the window pool; ``set_sliding_window`` accepts 1..max_window.
         keyframe_interval: every N-th streaming frame is a keyframe (stored); the first streaming frame
             always is. Non-keyframes attend to the cache and are rolled back.
-        image_width: network input width in pixels (multiple of 14; 518 for the released model).
+        image_width: network input width in pixels (multiple of ``PATCH_SIZE``; 518 for the released model).
         device: where the images go; None = the device of the model's parameters.
         dtype: dtype of the image tensor handed to the model (the model applies its own precision policy).
         max_stored_frames: long-stream bound. When the cache holds this many frames (anchors + keyframes since
             the last (re-)anchor), the stream is re-anchored on the most recent ``scale_frames`` keyframes and
             the trajectory is carried over with a Sim(3) (docs/engine.md). At most 1,024 (the RoPE table);
             default 320, the sequence length the model was trained on.
-        backend: attention backend of the global-attention cache ("auto", "torch", "flashinfer").
+        backend: attention backend of the global-attention cache (one of ``cache.backends.BACKENDS``).
         cuda_graphs: on CUDA, run streaming steps through the model's CUDA-graph fast path
             (docs/performance.md); False keeps the plain eager path. Ignored on CPU.
         compile_blocks: with cuda_graphs, fuse the blocks' element-wise work with torch.compile (compiles on
@@ -63,16 +65,11 @@ class SessionConfig:
                 raise ValueError(f"SessionConfig.{name} must be an int >= {low}, got {value!r}")
 
         _int_at_least("scale_frames", 1)
-        _int_at_least("sliding_window", 1)
         _int_at_least("max_window", 1)
         _int_at_least("keyframe_interval", 1)
         _int_at_least("image_width", PATCH_SIZE)
         _int_at_least("timing_window", 1)
-        if self.sliding_window > self.max_window:
-            raise ValueError(
-                f"SessionConfig.sliding_window must be <= max_window={self.max_window}, "
-                f"got {self.sliding_window}"
-            )
+        check_sliding_window(self.sliding_window, self.max_window)
         if self.image_width % PATCH_SIZE:
             raise ValueError(
                 f"SessionConfig.image_width must be a multiple of {PATCH_SIZE}, got {self.image_width}"
@@ -87,10 +84,8 @@ class SessionConfig:
                 f"SessionConfig.camera_history must be > scale_frames={self.scale_frames}, "
                 f"got {self.camera_history}"
             )
-        if self.backend not in ("auto", "torch", "flashinfer"):
-            raise ValueError(
-                f"SessionConfig.backend must be 'auto', 'torch' or 'flashinfer', got {self.backend!r}"
-            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"SessionConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"SessionConfig.dtype must be a float dtype, got {self.dtype}")
 

@@ -151,14 +151,6 @@ class Sim3:
     def identity() -> Sim3:
         return Sim3(np.eye(3), np.zeros(3), 1.0)
 
-    def compose(self, other: Sim3) -> Sim3:
-        """``self ∘ other`` (apply ``other`` first)."""
-        return Sim3(
-            self.rotation @ other.rotation,
-            self.scale * self.rotation @ other.translation + self.translation,
-            self.scale * other.scale,
-        )
-
     def apply_points(self, xyz: np.ndarray) -> np.ndarray:
         """[N, 3] points → [N, 3] (same dtype as the input)."""
         out = self.scale * (np.asarray(xyz, dtype=np.float64) @ self.rotation.T) + self.translation

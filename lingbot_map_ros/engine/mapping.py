@@ -163,10 +163,6 @@ class VoxelMap:
         rgb = np.clip(np.rint(self._rgb[keep]), 0, 255).astype(np.uint8)
         return self._xyz[keep].copy(), rgb
 
-    def write_ply(self, path: str, min_weight: float = 0.0) -> None:
-        """Write the map as a binary PLY (atomic)."""
-        write_ply(path, *self.points(min_weight))
-
     def stats(self) -> dict[str, float]:
         """Occupancy and eviction counters (for diagnostics)."""
         return {

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .config import SessionConfig
+from .contracts import SessionStats
 from .result import FrameResult
 from .session import StreamingFrame, StreamingSession
 
@@ -54,12 +55,22 @@ class BatchConfig:
                 raise ValueError(f"BatchConfig.{name} must be an int >= 1, got {value!r}")
 
 
+@dataclass(frozen=True)
+class CameraStats:
+    """`MultiStreamSession.stats(name)`: the camera's session statistics, frames waiting in its queue and
+    frames dropped from it (the queue was full)."""
+
+    session: SessionStats
+    queued: int
+    dropped: int
+
+
 @dataclass
 class RoundResults:
     """What one round produced: per camera its results (in order), and the cameras whose frame failed.
 
     A failed camera's frame is dropped and its session recovered (as `StreamingSession.push`); the error is
-    also in that camera's ``stats()["last_error"]``.
+    also in that camera's ``stats(name).session.last_error``.
     """
 
     results: dict[str, list[FrameResult]] = field(default_factory=dict)
@@ -218,13 +229,11 @@ class MultiStreamSession:
             for session in sessions:
                 session.set_sliding_window(n)
 
-    def stats(self, name: str) -> dict[str, object]:
+    def stats(self, name: str) -> CameraStats:
         """Camera ``name``'s `StreamingSession.stats()` plus its queue and dropped frames."""
-        stats = self._session(name).stats()
+        session = self._session(name).stats()
         with self._ready:
-            stats["queued"] = len(self._queues[name])
-            stats["dropped"] = self._dropped[name]
-        return stats
+            return CameraStats(session, len(self._queues[name]), self._dropped[name])
 
     def pool_stats(self) -> dict[str, object]:
         """The shared pool (capacity, regions, bytes) and how many batched steps of each size ran."""

@@ -1,10 +1,10 @@
 """Image pre-processing as the reference (`load_and_preprocess_images`, mode "crop") and its inverse mapping.
 
 The reference resizes an RGB image with PIL bicubic to width ``image_width`` (518) and height
-``round(h * image_width / w / 14) * 14``, centre-crops the rows to ``image_width`` when that height is larger
-(portrait images become square), and divides by 255. :class:`PreprocessGeometry` records that resize and
-crop so that everything the network predicts in pre-processed pixels (intrinsics, depth) maps back to the
-pixel grid of the ORIGINAL image.
+``round(h * image_width / w / PATCH_SIZE) * PATCH_SIZE`` (14), centre-crops the rows to ``image_width`` when
+that height is larger (portrait images become square), and divides by 255. :class:`PreprocessGeometry`
+records that resize and crop so that everything the network predicts in pre-processed pixels (intrinsics,
+depth) maps back to the pixel grid of the ORIGINAL image.
 
 Pixel convention (as ROS ``CameraInfo`` and OpenCV): integer pixel index ``u`` is the centre of column ``u``;
 a resize by factor ``s`` maps ``u_src + 0.5 = (u_dst + 0.5) / s`` (the half-pixel-centre rule PIL and
@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-PATCH_SIZE = 14
+from lingbot_map_ros.model.config import PATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class PreprocessGeometry:
         source_hw: (H, W) of the original image, pixels.
         resized_hw: (h, w) after the bicubic resize, before the crop.
         crop_top: rows removed at the top of the resized image (0 unless the image was portrait).
-        out_hw: (h, w) of the network input; both multiples of 14.
+        out_hw: (h, w) of the network input; both multiples of ``PATCH_SIZE``.
     """
 
     source_hw: tuple[int, int]
@@ -98,8 +98,8 @@ def preprocess_geometry(source_hw: tuple[int, int], image_width: int = 518) -> P
     """The reference's resize/crop for an image of ``source_hw`` = (H, W).
 
     Raises:
-        ValueError: ``image_width`` not a positive multiple of 14, or an image too small / too flat for one
-            patch row.
+        ValueError: ``image_width`` not a positive multiple of ``PATCH_SIZE``, or an image too small / too
+            flat for one patch row.
     """
     if image_width <= 0 or image_width % PATCH_SIZE:
         raise ValueError(f"image_width must be a positive multiple of {PATCH_SIZE}, got {image_width}")
@@ -163,7 +163,7 @@ def preprocess(rgb: np.ndarray, image_width: int = 518) -> tuple[np.ndarray, Pre
 
     Args:
         rgb: [H, W, 3] uint8 RGB.
-        image_width: network input width (multiple of 14; 518 for the released model).
+        image_width: network input width (multiple of ``PATCH_SIZE``; 518 for the released model).
     Returns:
         (image [3, h, w] float32 in [0, 1], geometry) with (h, w) = ``geometry.out_hw``.
     """

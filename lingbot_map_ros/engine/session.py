@@ -17,7 +17,6 @@ Thread safety: every public method takes one lock, so a ROS worker can ``push`` 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -27,7 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
+from lingbot_map_ros.model import StreamConfig, StreamState
+
 from .config import SessionConfig
+from .contracts import AnchorState, NonFiniteOutputError, SessionStats, StreamingModel
 from .decode import fov_to_intrinsics, pose_encoding_to_c2w
 from .geometry import Sim3
 from .preprocess import PreprocessGeometry, preprocess_geometry, resize_uint8, validate_rgb
@@ -36,28 +39,6 @@ from .result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .timing import StageTimer
 
 _LOG = logging.getLogger(__name__)
-
-
-class NonFiniteOutputError(RuntimeError):
-    """The model returned NaN or infinite poses or depth for a step; the frame is dropped."""
-
-
-@dataclass(frozen=True)
-class AnchorState:
-    """The anchors of the current model stream: what a saved session replays to come back into its map frame.
-
-    Attributes:
-        images: [S0, h, w, 3] uint8 network inputs, oldest first (the anchor phase's frames, or after a
-            re-anchor the keyframes it re-ran).
-        metas: their ``push`` metas.
-        source_hw: (H, W) of the original images.
-        alignment: Sim(3) from the model stream's world frame into the session's map frame.
-    """
-
-    images: np.ndarray
-    metas: tuple[object, ...]
-    source_hw: tuple[int, int]
-    alignment: Sim3
 
 
 @dataclass(frozen=True)
@@ -74,7 +55,7 @@ class StreamingFrame:
     image_net: np.ndarray
     keyframe: bool
     images: torch.Tensor
-    state: object
+    state: StreamState
 
 
 class StreamingSession:
@@ -85,20 +66,18 @@ class StreamingSession:
     """
 
     def __init__(
-        self, model: torch.nn.Module, config: SessionConfig | None = None, kv_pool: object = None
+        self, model: StreamingModel, config: SessionConfig | None = None, kv_pool: SharedKVPool | None = None
     ) -> None:
-        from lingbot_map_ros.model import StreamConfig  # the model layer; imported here to keep engine light
-
         self.config = config or SessionConfig()
         cfg = self.config
-        max_frame_num = getattr(getattr(model, "config", None), "max_frame_num", None)
-        if max_frame_num is not None and cfg.max_stored_frames > max_frame_num:
+        max_frame_num = model.config.max_frame_num
+        if cfg.max_stored_frames > max_frame_num:
             raise ValueError(
                 f"SessionConfig.max_stored_frames={cfg.max_stored_frames} exceeds the model's RoPE table "
                 f"(max_frame_num={max_frame_num})"
             )
         self.model = model
-        self.device = torch.device(cfg.device) if cfg.device else next(model.parameters()).device
+        self.device = torch.device(cfg.device) if cfg.device else model.device
         self._state = model.new_stream(
             StreamConfig(
                 scale_frames=cfg.scale_frames,
@@ -114,7 +93,6 @@ class StreamingSession:
         )
         self._lock = threading.Lock()
         self._timer = StageTimer(cfg.timing_window)
-        self._sliding_window = cfg.sliding_window
         self._epoch = -1
         self._frames_total = 0
         self._reanchors_total = 0
@@ -142,9 +120,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight()
-            _, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, _, image_net = self._admit(rgb)
             try:
                 return done + self._run(rgb, meta, image_net)
             except Exception as exc:
@@ -168,9 +144,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight() if self._needs_sync(rgb) else []
-            geometry, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, geometry, image_net = self._admit(rgb, sync=self._needs_sync(rgb))
             try:
                 if self._anchoring or self._reanchor_due():
                     return done + self._run(rgb, meta, image_net)
@@ -199,9 +173,7 @@ class StreamingSession:
         """
         rgb = validate_rgb(rgb)
         with self._lock:
-            done = self._complete_in_flight()
-            _, image_net = self._prepare(rgb)
-            self._frames_total += 1
+            done, _, image_net = self._admit(rgb)
             try:
                 if self._anchoring:
                     return done + self._run(rgb, meta, image_net), None
@@ -301,12 +273,10 @@ class StreamingSession:
             return results
 
     def set_sliding_window(self, n: int) -> None:
-        """Resize the live window of the global-attention cache (1..max_window), from the next step on."""
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.config.max_window:
-            raise ValueError(f"sliding_window must be an int in [1, {self.config.max_window}], got {n!r}")
+        """Resize the live window of the global-attention cache (1..max_window), from the next step on; it
+        outlives resets (the stream's cache holds it: ``stats().sliding_window``)."""
         with self._lock:
             self._state.set_sliding_window(n)
-            self._sliding_window = n
 
     def warm_up(self, image_hw: tuple[int, int], streaming_frames: int = 3) -> float:
         """Run random frames of ``image_hw`` (H, W of the camera images) through the model, then forget them.
@@ -340,49 +310,56 @@ class StreamingSession:
                     torch.cuda.empty_cache()  # the capture's side-stream blocks: not needed again
         return time.perf_counter() - start
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> SessionStats:
         """Counters, cache state and per-stage timings (ms) for diagnostics."""
         with self._lock:
-            cache = self._state.stats()
-            return {
-                "epoch": self._epoch,
-                "frames": self._index,
-                "frames_total": self._frames_total,
-                "keyframes": self._keyframes,
-                "phase": PHASE_ANCHOR if self._anchoring else PHASE_STREAMING,
-                "pending_anchor_frames": len(self._pending),
-                "segment": self._segment,
-                "reanchors_total": self._reanchors_total,
-                "resets_total": self._resets_total,
-                "last_reset_reason": self._last_reset_reason,
-                "recoveries_total": self._recoveries_total,
-                "last_error": self._last_error,
-                "frames_stored": self._state.frames_stored,
-                "max_stored_frames": self.config.max_stored_frames,
-                "sliding_window": self._sliding_window,
-                "keyframe_interval": self.config.keyframe_interval,
-                "input_hw": self._geometry.source_hw if self._geometry else None,
-                "network_hw": self._geometry.out_hw if self._geometry else None,
-                "alignment_scale": self._align.scale,
-                "cache": dataclasses.asdict(cache) if dataclasses.is_dataclass(cache) else cache,
-                "timings_ms": self._timer.summary(),
-                **self._gpu_memory(),
-            }
+            return SessionStats(
+                epoch=self._epoch,
+                frames=self._index,
+                frames_total=self._frames_total,
+                keyframes=self._keyframes,
+                phase=PHASE_ANCHOR if self._anchoring else PHASE_STREAMING,
+                pending_anchor_frames=len(self._pending),
+                segment=self._segment,
+                reanchors_total=self._reanchors_total,
+                resets_total=self._resets_total,
+                last_reset_reason=self._last_reset_reason,
+                recoveries_total=self._recoveries_total,
+                last_error=self._last_error,
+                frames_stored=self._state.frames_stored,
+                max_stored_frames=self.config.max_stored_frames,
+                sliding_window=self._state.sliding_window,
+                keyframe_interval=self.config.keyframe_interval,
+                input_hw=self._geometry.source_hw if self._geometry else None,
+                network_hw=self._geometry.out_hw if self._geometry else None,
+                alignment_scale=self._align.scale,
+                cache=self._state.stats(),
+                timings_ms=self._timer.summary(),
+                gpu_memory_gib=self._gpu_memory(),
+            )
 
-    def _gpu_memory(self) -> dict[str, object]:
+    def _gpu_memory(self) -> dict[str, float] | None:
         """GPU memory of this process in GiB (allocated now, peak allocated, reserved) on CUDA."""
         if self.device.type != "cuda":
-            return {}
+            return None
         gib = 2**30
         return {
-            "gpu_memory_gib": {
-                "allocated": round(torch.cuda.memory_allocated(self.device) / gib, 3),
-                "peak_allocated": round(torch.cuda.max_memory_allocated(self.device) / gib, 3),
-                "reserved": round(torch.cuda.memory_reserved(self.device) / gib, 3),
-            }
+            "allocated": round(torch.cuda.memory_allocated(self.device) / gib, 3),
+            "peak_allocated": round(torch.cuda.max_memory_allocated(self.device) / gib, 3),
+            "reserved": round(torch.cuda.memory_reserved(self.device) / gib, 3),
         }
 
     # ------------------------------------------------------------------ internals
+
+    def _admit(
+        self, rgb: np.ndarray, sync: bool = True
+    ) -> tuple[list[FrameResult], PreprocessGeometry, np.ndarray]:
+        """A new frame, under the lock: the frame in flight completed first (when ``sync``), then ``rgb``'s
+        geometry and network input (`_prepare`), counted in ``frames_total``."""
+        done = self._complete_in_flight() if sync else []
+        geometry, image_net = self._prepare(rgb)
+        self._frames_total += 1
+        return done, geometry, image_net
 
     def _prepare(self, rgb: np.ndarray) -> tuple[PreprocessGeometry, np.ndarray]:
         """Geometry of ``rgb`` (a new resolution resets the stream) and its network input."""
@@ -444,8 +421,6 @@ class StreamingSession:
     def _clear(self, reason: str | None) -> None:
         """Return to the start of a stream (new epoch)."""
         self._state.reset()
-        if self._sliding_window != self.config.sliding_window:
-            self._state.set_sliding_window(self._sliding_window)
         self._epoch += 1
         if reason is not None:
             self._resets_total += 1

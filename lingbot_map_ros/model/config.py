@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
+#: Side in pixels of one ViT patch: network input sizes are multiples of it (the one definition).
+PATCH_SIZE = 14
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -18,7 +21,7 @@ class ModelConfig:
     """
 
     img_size: int = 518
-    patch_size: int = 14
+    patch_size: int = PATCH_SIZE
     embed_dim: int = 1024
     depth: int = 24
     num_heads: int = 16

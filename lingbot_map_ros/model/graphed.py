@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lingbot_map_ros.cache.config import StageHook
 from lingbot_map_ros.model.aggregator import to_cache_layout
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.layers import AttendFn, Block
@@ -45,10 +46,6 @@ from lingbot_map_ros.model.layers.rope3d import Rotation3D
 if TYPE_CHECKING:
     from lingbot_map_ros.cache import CacheStep
     from lingbot_map_ros.model.lingbot_map import LingBotMap
-
-StageHook = Callable[[str], object]
-"""Optional instrumentation: called with a stage name before each stage ("graph", "attention", "heads",
-"camera")."""
 
 
 class GraphedStreamStep:

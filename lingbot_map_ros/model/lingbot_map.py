@@ -178,4 +178,5 @@ class LingBotMap(nn.Module):
                 state.config.scale_frames,
                 compile_blocks=state.config.compile_blocks,
             )
+            state.graphed.stage_hook = state.stage_hook
         return state.graphed

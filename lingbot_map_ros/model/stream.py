@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
+from lingbot_map_ros.cache.config import StageHook, check_sliding_window
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
@@ -27,10 +28,11 @@ class StreamConfig:
     """Per-stream cache sizes.
 
     scale_frames: anchor frames of the first step (S0), never evicted; also the scale-token boundary.
-    sliding_window / max_window: live window of non-anchor keyframes in global attention (resizable).
+    sliding_window / max_window: live window of non-anchor keyframes in global attention (resizable); the
+        range is checked where the window is held (the cache's `KVCacheConfig`, `StreamState`), not here.
     max_special_frames: cap on frames whose 6 special tokens stay visible in global attention.
     camera_history: camera-head keyframes kept per refinement pass (anchors included; reference: all).
-    backend: global-attention backend of the cache ("auto", "torch", "flashinfer").
+    backend: global-attention backend of the cache (one of `cache.backends.BACKENDS`).
     cuda_graphs: on CUDA, replay streaming steps (S = 1) as CUDA graphs around the eager global attentions
         (`model/graphed.py`, docs/performance.md); False runs the plain eager path. Ignored on CPU.
     compile_blocks: with cuda_graphs, also fuse the blocks' element-wise work with `torch.compile` (compile
@@ -49,10 +51,6 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if self.scale_frames < 1:
             raise ValueError(f"scale_frames must be >= 1, got {self.scale_frames}")
-        if not 1 <= self.sliding_window <= self.max_window:
-            raise ValueError(
-                f"sliding_window must be in [1, max_window={self.max_window}], got {self.sliding_window}"
-            )
         if self.camera_history <= self.scale_frames:
             raise ValueError(
                 f"camera_history ({self.camera_history}) must exceed scale_frames ({self.scale_frames})"
@@ -110,8 +108,9 @@ class StreamState:
         self.pool = pool
         self.kv_cache: PagedKVCache | None = None
         self.image_hw: tuple[int, int] | None = None
-        self._sliding_window = config.sliding_window
+        self._window_before_cache = config.sliding_window  # the live window while no cache exists
         self.graphed: GraphedStreamStep | None = None  # CUDA-graph fast path, made by LingBotMap.step
+        self._stage_hook: StageHook | None = None
         camera_dim = 2 * model_config.embed_dim
         self.camera = CameraHistory(
             model_config.camera_num_iterations,
@@ -139,15 +138,30 @@ class StreamState:
         self.camera.reset()
         self.image_hw = None
 
+    @property
+    def stage_hook(self) -> StageHook | None:
+        """Instrumentation of its steps (`cache.config.StageHook`), called by its cache and graphs."""
+        return self._stage_hook
+
+    @stage_hook.setter
+    def stage_hook(self, hook: StageHook | None) -> None:
+        self._stage_hook = hook
+        if self.kv_cache is not None:
+            self.kv_cache.stage_hook = hook
+        if self.graphed is not None:
+            self.graphed.stage_hook = hook
+
+    @property
+    def sliding_window(self) -> int:
+        """The live window of global attention: the cache's once it exists."""
+        return self._window_before_cache if self.kv_cache is None else self.kv_cache.sliding_window
+
     def set_sliding_window(self, sliding_window: int) -> None:
         """Resize the live window of global attention (1..max_window) without a reset."""
-        if not isinstance(sliding_window, int) or not 1 <= sliding_window <= self.config.max_window:
-            raise ValueError(
-                f"sliding_window must be an int in [1, {self.config.max_window}], got {sliding_window!r}"
-            )
         if self.kv_cache is not None:
             self.kv_cache.set_sliding_window(sliding_window)
-        self._sliding_window = sliding_window
+        else:
+            self._window_before_cache = check_sliding_window(sliding_window, self.config.max_window)
 
     def stats(self) -> StreamStats:
         return StreamStats(
@@ -167,7 +181,7 @@ class StreamState:
         patch = self.model_config.patch_size
         patches = (image_hw[0] // patch) * (image_hw[1] // patch)
         if self.kv_cache is None or self.kv_cache.config.patches_per_frame != patches:
-            c, m = self.config, self.model_config
+            c, m, window = self.config, self.model_config, self.sliding_window
             self.kv_cache = None  # release the old pools before allocating new ones
             kv_config = KVCacheConfig(
                 num_layers=m.depth,
@@ -176,7 +190,7 @@ class StreamState:
                 patches_per_frame=patches,
                 num_special=m.num_special_tokens,
                 scale_frames=c.scale_frames,
-                sliding_window=self._sliding_window,
+                sliding_window=window,
                 max_window=c.max_window,
                 max_special_frames=c.max_special_frames,
                 dtype=self.kv_dtype,
@@ -186,5 +200,6 @@ class StreamState:
                 self.kv_cache = PagedKVCache(kv_config, backend=c.backend)
             else:
                 self.kv_cache = PooledKVCache(self.pool, kv_config, backend=c.backend)
+            self.kv_cache.stage_hook = self._stage_hook
         self.image_hw = image_hw
         return self.kv_cache

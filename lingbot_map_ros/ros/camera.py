@@ -26,6 +26,7 @@ from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
+from ..engine.contracts import SessionStats
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
@@ -120,7 +121,7 @@ class CameraStream:
         self._multi: MultiStreamSession | None = None
         self._step_epoch: object = None  # the session's epoch before the step in progress
         self.outputs: MappingOutputs | None = None
-        self.session_stats: dict[str, object] = {}
+        self.session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self.intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
         self.intake = FrameIntake(
@@ -178,7 +179,7 @@ class CameraStream:
         """Drop the session and the outputs (cleanup); their publishers are kept (entities.py)."""
         with self.session_lock:
             self.session = self._multi = None
-            self.session_stats = {}
+            self.session_stats = None
             self.camera_id = None
         with self.publish_lock:
             outputs, self.outputs = self.outputs, None
@@ -197,7 +198,7 @@ class CameraStream:
         if frame.generation != self.generation or self.session is None or self.outputs is None:
             return False
         self._sync_session(frame.generation)
-        self._step_epoch = self.session_stats.get("epoch")
+        self._step_epoch = self._session_epoch()
         self._follow_camera(frame.header.frame_id)
         return True
 
@@ -208,10 +209,10 @@ class CameraStream:
             return None  # shutting down (SIGINT during the step): nothing can be published any more
         self._refresh_session_stats(results[-1] if results else None)
         stats, epoch = self.session_stats, self._step_epoch
-        if epoch is not None and stats["epoch"] != epoch:  # the engine restarted the stream by itself
+        if epoch is not None and stats is not None and stats.epoch != epoch:  # the engine restarted it
             self._host.node.get_logger().warning(
-                f"{self._prefix()}mapping restarted (epoch {stats['epoch']}): "
-                f"{stats['last_reset_reason']}; "
+                f"{self._prefix()}mapping restarted (epoch {stats.epoch}): "
+                f"{stats.last_reset_reason}; "
                 f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
                 "frames have formed a new anchor phase"
             )
@@ -244,10 +245,10 @@ class CameraStream:
     def inference_failed(self, exc: Exception) -> None:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""
         with self.session_lock:
-            epoch = self.session_stats.get("epoch")
+            epoch = self._session_epoch()
             if self.session is not None:
                 self._refresh_session_stats()
-            restarted = self.session_stats.get("epoch") != epoch
+            restarted = self._session_epoch() != epoch
         self.causes.inference_failed(exc, restarted)
 
     # ------------------------------------------------------------------------------------------ reset
@@ -347,11 +348,17 @@ class CameraStream:
 
     def _refresh_session_stats(self, last: object | None = None) -> None:
         """Snapshot the session statistics (call with `session_lock` held) for the diagnostics timer."""
-        stats = dict(self.session.stats()) if self.session is not None else {}
+        self.session_stats = self.session.stats() if self.session is not None else None
         if last is not None:
             self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
-        stats["last_frame"] = dict(self._last_result)
-        self.session_stats = stats
+
+    def _session_epoch(self) -> int | None:
+        return None if self.session_stats is None else self.session_stats.epoch
+
+    def _session_diagnostics(self) -> dict[str, object]:
+        """The `session.` values of /diagnostics: the statistics and the last published frame."""
+        stats = {} if self.session_stats is None else self.session_stats.as_dict()
+        return {**stats, "last_frame": dict(self._last_result)}
 
     def status(
         self,
@@ -370,7 +377,7 @@ class CameraStream:
             stamp,
             runtime,
             worker,
-            dict(self.session_stats),
+            self._session_diagnostics(),
             state,
             errors=[conflict] if conflict else [],
         )

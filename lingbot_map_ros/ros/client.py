@@ -7,9 +7,9 @@ SIGTERM handlers (the `replay` and `record` processes: Ctrl-C shuts DDS down cle
 may run inside a process that uses rclpy already, e.g. a test).
 
 Who spins: `spin_threads=0` gives a SingleThreadedExecutor the caller spins in the foreground with
-`spin_until` (record), or never (replay: publishing needs no spinning); `spin_threads=N` starts a
-MultiThreadedExecutor with N threads in a daemon thread, so subscriptions and service responses are served
-while the caller blocks (the demo).
+`spin_until` (record), or never (replay: publishing needs no spinning); `spin_threads=N` spins an executor
+(N = 1: single-threaded, the tests' `RosClient`; N > 1: a MultiThreadedExecutor with N threads) in a daemon
+thread, so subscriptions and service responses are served while the caller blocks (the demo).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ClientNode:
         try:
             self.node = rclpy.create_node(name, context=self.context)
             self.executor = (MultiThreadedExecutor(num_threads=spin_threads, context=self.context)
-                             if spin_threads else SingleThreadedExecutor(context=self.context))
+                             if spin_threads > 1 else SingleThreadedExecutor(context=self.context))
             self.executor.add_node(self.node)
         except BaseException:
             rclpy.try_shutdown(context=self.context)

@@ -242,20 +242,6 @@ def rgb_to_image(rgb: np.ndarray, header: Header, encoding: str = "rgb8", row_pa
     )
 
 
-def rgb_to_compressed(
-    rgb: np.ndarray, header: Header, fmt: str = "jpeg", quality: int = 90
-) -> CompressedImage:
-    """Encode `[H, W, 3]` uint8 RGB as a `sensor_msgs/CompressedImage` (`fmt` is 'jpeg' or 'png')."""
-    rgb = _check_rgb(rgb)
-    if fmt not in ("jpeg", "png"):
-        raise ValueError(f"compressed format must be 'jpeg' or 'png', got '{fmt}'")
-    params = [cv2.IMWRITE_JPEG_QUALITY, quality] if fmt == "jpeg" else []
-    ok, buf = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
-    if not ok:
-        raise ValueError(f"OpenCV could not encode the image as {fmt}")
-    return CompressedImage(header=header, format=fmt, data=buf.tobytes())
-
-
 def depth_to_image(depth: np.ndarray, header: Header) -> Image:
     """Build a 32FC1 `sensor_msgs/Image` from `[H, W]` float32 depth (z along the optical axis, model units).
 
@@ -274,18 +260,6 @@ def depth_to_image(depth: np.ndarray, header: Header) -> Image:
         step=width * 4,
         data=depth.tobytes(),
     )
-
-
-def image_to_depth(msg: Image) -> np.ndarray:
-    """Inverse of `depth_to_image`: `[H, W]` float32 (honours `step` and `is_bigendian`)."""
-    if msg.encoding != "32FC1":
-        raise ValueError(f"depth image encoding must be '32FC1', got '{msg.encoding}'")
-    dtype = np.dtype(">f4" if msg.is_bigendian else "<f4")
-    data = _message_bytes(msg.data)
-    if msg.step < msg.width * 4 or data.size < msg.step * msg.height:
-        raise ValueError(f"depth step {msg.step} / {data.size} bytes too small for {msg.width}x{msg.height}")
-    rows = data[: msg.step * msg.height].reshape(msg.height, msg.step)[:, : msg.width * 4]
-    return np.ascontiguousarray(rows).view(dtype).astype(np.float32)
 
 
 def points_to_cloud(xyz: np.ndarray, rgb: np.ndarray, header: Header) -> PointCloud2:
@@ -320,17 +294,6 @@ def points_to_cloud(xyz: np.ndarray, rgb: np.ndarray, header: Header) -> PointCl
         is_dense=True,
         data=packed.tobytes(),
     )
-
-
-def cloud_to_points(msg: PointCloud2) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of `points_to_cloud`: `(xyz [N, 3] float32, rgb [N, 3] uint8)`."""
-    names = [f.name for f in msg.fields]
-    if names[:4] != ["x", "y", "z", "rgb"] or msg.point_step != CLOUD_POINT_STEP:
-        raise ValueError(f"expected fields x, y, z, rgb with point_step 16, got {names} / {msg.point_step}")
-    packed = _message_bytes(msg.data).view(np.float32).reshape(-1, 4)
-    colour = packed[:, 3].copy().view(np.uint32)
-    rgb = np.stack([(colour >> 16) & 255, (colour >> 8) & 255, colour & 255], axis=1).astype(np.uint8)
-    return packed[:, :3].copy(), rgb
 
 
 def _check_rgb(rgb: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.config import PATCH_SIZE
+
 
 class ImageConversionError(ValueError):
     """An input image the node cannot use; `cause` names the rejection counter in /diagnostics."""
@@ -16,9 +18,9 @@ class ImageConversionError(ValueError):
         self.cause = cause
 
 
-#: Images with a side under this (one 14 px patch) skip the aspect-ratio check: they are rejected as
+#: Images with a side under this (one patch) skip the aspect-ratio check: they are rejected as
 #: `unsupported_size` after decoding, which the pixel budget keeps cheap.
-MIN_BUDGET_SIDE = 14
+MIN_BUDGET_SIDE = PATCH_SIZE
 
 
 def check_pixel_budget(size: tuple[int, int] | None, max_pixels: int, max_aspect_ratio: float) -> None:

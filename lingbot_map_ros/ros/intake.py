@@ -27,7 +27,8 @@ from rclpy.subscription import Subscription
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
-from ..engine.preprocess import PATCH_SIZE, preprocess_geometry
+from ..engine.preprocess import preprocess_geometry
+from ..model.config import PATCH_SIZE
 from .conversions import (
     ImageConversionError,
     check_image_layout,

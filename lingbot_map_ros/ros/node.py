@@ -148,9 +148,13 @@ class LingBotMapNode(LifecycleNode):
         return self._fused if self._fused is not None else self.cameras[""].outputs
 
     # ----------------------------------------------------------------------------------------- lifecycle
+    def build_pipeline(self) -> Pipeline:
+        """The model and session of the configure step (ros/pipeline.py); test/fault_node.py extends it."""
+        return build_pipeline(self.params, self.get_logger().warning)
+
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
-            self._pipeline = build_pipeline(self.params, self.get_logger().warning)
+            self._pipeline = self.build_pipeline()
             session = self._pipeline.session
             for name, camera in self.cameras.items():
                 if isinstance(session, MultiStreamSession):

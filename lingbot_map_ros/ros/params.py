@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+
+from ..cache.backends import BACKENDS
+from ..model.config import PATCH_SIZE
 
 ParamValue = bool | int | float | str | list[str]
 #: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
@@ -96,7 +99,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "model.image_width",
         518,
-        "Network input width in pixels (multiple of 14; 518 as released).",
+        f"Network input width in pixels (multiple of {PATCH_SIZE}; 518 as released).",
         int_range=(28, 1036),
     ),
     ParamSpec(
@@ -125,9 +128,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "compiles at the network resolution this size maps to, so no frame waits); other sizes at run time "
         "capture/compile on their first frame. Empty: no warm-up.",
     ),
-    ParamSpec(
-        "attention.backend", "auto", "Global-attention backend.", choices=("auto", "flashinfer", "torch")
-    ),
+    ParamSpec("attention.backend", "auto", "Global-attention backend.", choices=BACKENDS),
     ParamSpec(
         "kv_cache.sliding_window",
         64,
@@ -367,78 +368,25 @@ PARAMETERS: tuple[ParamSpec, ...] = (
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 
 
-@dataclass(frozen=True)
-class NodeParams:
-    """Typed snapshot of all parameters (field = parameter name with '.' -> '_')."""
-
-    autostart: bool
-    model_checkpoint: str
-    model_preset: str
-    model_synthetic_seed: int
-    model_device: str
-    model_dtype: str
-    model_image_width: int
-    model_cuda_graphs: bool
-    model_compile_blocks: bool
-    model_compile_cache_dir: str
-    model_warmup_image_size: str
-    attention_backend: str
-    kv_cache_sliding_window: int
-    kv_cache_max_window: int
-    kv_cache_scale_frames: int
-    keyframe_interval: int
-    map_frame: str
-    odom_frame: str
-    base_frame: str
-    camera_frame: str
-    tf_mode: str
-    tf_timeout: float
-    tf_transform_tolerance: float
-    tf_publish_rate: float
-    scale_source: str
-    scale_factor: float
-    scale_min_baseline: float
-    scale_min_samples: int
-    scale_window: int
-    grid_resolution: float
-    grid_min_height: float
-    grid_max_height: float
-    grid_rate: float
-    covariance_position_std: float
-    covariance_orientation_std: float
-    covariance_unscaled_factor: float
-    twist_min_dt: float
-    map_voxel_size: float
-    map_conf_threshold: float
-    map_max_points: int
-    map_stride: int
-    map_publish_rate: float
-    path_max_length: int
-    path_publish_rate: float
-    trajectory_max_poses: int
-    publish_depth: bool
-    publish_frame_cloud: bool
-    queue_size: int
-    output_dir: str
-    session_dir: str
-    session_load_path: str
-    session_save_with_map: bool
-    mapping_enabled: bool
-    max_input_pixels: int
-    max_aspect_ratio: float
-    stream_change_confirm_frames: int
-    image_transport: str
-    qos_reliability: str
-    qos_depth: int
-    diagnostics_rate: float
-    batch_max_wait_ms: float
-    batch_max_batch: int
-    cameras: tuple[str, ...]
-
-
 def field_name(param_name: str) -> str:
     """`kv_cache.sliding_window` -> `kv_cache_sliding_window`."""
     return param_name.replace(".", "_")
+
+
+def _field_type(default: ParamValue) -> type:
+    """The `NodeParams` field type of a parameter: its default's type; string arrays are kept as tuples."""
+    return tuple[str, ...] if isinstance(default, list) else type(default)
+
+
+#: Typed snapshot of all parameters, derived from `PARAMETERS` (the one list of them): one frozen dataclass
+#: field per parameter, named by `field_name` (`kv_cache.sliding_window` -> `kv_cache_sliding_window`) and
+#: typed by its default (string arrays as tuples).
+NodeParams = make_dataclass(
+    "NodeParams",
+    [(field_name(spec.name), _field_type(spec.default)) for spec in PARAMETERS],
+    frozen=True,
+    namespace={"__module__": __name__},
+)
 
 
 def declare_parameters(node: Node) -> None:
@@ -482,9 +430,9 @@ def cross_check(values: dict[str, object]) -> list[str]:
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
-    width = values.get("model.image_width", 14)
-    if isinstance(width, int) and width % 14:
-        problems.append(f"model.image_width must be a multiple of 14 (patch size), got {width}")
+    width = values.get("model.image_width", PATCH_SIZE)
+    if isinstance(width, int) and width % PATCH_SIZE:
+        problems.append(f"model.image_width must be a multiple of {PATCH_SIZE} (patch size), got {width}")
     cameras = tuple(values.get("cameras", ("",)))
     problems += camera_names_problems(cameras)
     if len(cameras) > 1 and values.get("scale.source") == "depth":

@@ -14,18 +14,25 @@ from pathlib import Path
 
 import torch
 
+from ..engine.builder import EngineSpec, build_engine
 from ..engine.config import SessionConfig
-from ..engine.faults import FAULTS_ENV, FaultInjectingModel, faults_from_env
 from ..engine.multi_stream import BatchConfig, MultiStreamSession
-from ..engine.session import StreamingSession
-from ..model import CheckpointError, ModelConfig, PrecisionPolicy, build_model
+from ..engine.session import StreamingModel, StreamingSession
+from ..model import CheckpointError, PrecisionPolicy
 from ..model.graphed import set_compile_cache_dir
-from .params import NodeParams, parse_image_size
+from .params import NodeParams, field_name, parse_image_size
 
 #: Python's GIL switch interval while a CUDA pipeline runs (default 5 ms; see build_pipeline).
 GIL_SWITCH_INTERVAL_S = 0.0002
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
+SESSION_PARAMETERS = {
+    "scale_frames": "kv_cache.scale_frames", "sliding_window": "kv_cache.sliding_window",
+    "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
+    "image_width": "model.image_width", "backend": "attention.backend",
+    "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
+}
 
 
 class ConfigureError(RuntimeError):
@@ -37,7 +44,7 @@ class Pipeline:
     """What configure builds: the model (on its device) and the session that streams frames through it (a
     `MultiStreamSession` over one KV pool with several named cameras: `cameras`)."""
 
-    model: torch.nn.Module | FaultInjectingModel
+    model: StreamingModel
     session: StreamingSession | MultiStreamSession
     device: torch.device
     description: str
@@ -75,7 +82,6 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         ConfigureError: unreadable / mismatching checkpoint, unavailable device, bad combination; one message.
     """
     device = resolve_device(params.model_device)
-    config = ModelConfig.preset(params.model_preset)
     precision = None
     if params.model_dtype != "auto":
         precision = PrecisionPolicy(aggregator_dtype=_DTYPES[params.model_dtype])
@@ -86,40 +92,20 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
             f"(seed {params.model_synthetic_seed}; outputs are not meaningful; set model.checkpoint to a "
             "released LingBot-Map checkpoint)"
         )
-        torch.manual_seed(params.model_synthetic_seed)  # the same weights in every process
-    try:
-        model = build_model(config, checkpoint, device=device, precision=precision)
-    except (CheckpointError, OSError) as exc:
-        raise ConfigureError(f"cannot load model.checkpoint '{checkpoint}': {exc}") from exc
-    try:
-        faults = faults_from_env()
-    except ValueError as exc:
-        raise ConfigureError(str(exc)) from exc
-    if faults:
-        warn(f"{FAULTS_ENV} is set: injecting faults into model.step for testing: {faults}")
-        model = FaultInjectingModel(model, faults)
     compiling = params.model_compile_blocks and params.model_cuda_graphs and device.type == "cuda"
     try:
         cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
-    session_config = SessionConfig(
-        scale_frames=params.kv_cache_scale_frames,
-        sliding_window=params.kv_cache_sliding_window,
-        max_window=params.kv_cache_max_window,
-        keyframe_interval=params.keyframe_interval,
-        image_width=params.model_image_width,
-        backend=params.attention_backend,
-        cuda_graphs=params.model_cuda_graphs,
-        compile_blocks=params.model_compile_blocks,
-    )
-    names = [name for name in params.cameras if name]
+    policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
+    spec = EngineSpec(preset=params.model_preset, checkpoint=checkpoint, device=device, precision=precision,
+                      seed=params.model_synthetic_seed, session=policy,
+                      cameras=tuple(name for name in params.cameras if name),
+                      batch=BatchConfig(max_batch=params.batch_max_batch))
     try:
-        if names:
-            batch = BatchConfig(max_batch=params.batch_max_batch)
-            session = MultiStreamSession(model, session_config, names, batch)
-        else:
-            session = StreamingSession(model, session_config)
+        session = build_engine(spec)
+    except (CheckpointError, OSError) as exc:
+        raise ConfigureError(f"cannot load model.checkpoint '{checkpoint}': {exc}") from exc
     except ValueError as exc:
         raise ConfigureError(f"cannot start the streaming session: {exc}") from exc
     description = (
@@ -141,5 +127,5 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         except Exception as exc:  # e.g. out of memory: one clear configure error
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
-    return Pipeline(model=model, session=session, device=device, description=description)
+    return Pipeline(model=session.model, session=session, device=device, description=description)
 

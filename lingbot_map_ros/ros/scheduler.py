@@ -13,35 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
-from .worker import WorkerStats, WorkerStopped
+from .worker import Lane, WorkerStats, WorkerStopped
 
 Item = TypeVar("Item")
 Key = TypeVar("Key", bound=Hashable)
-
-
-class _Lane(Generic[Item]):
-    """One camera's queue and counters (guarded by the scheduler's condition)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.queue: deque[Item] = deque()
-        self.busy = False
-        self.submitted = self.processed = self.dropped = self.failed = self.max_queued = 0
-
-    def stats(self) -> WorkerStats:
-        return WorkerStats(
-            self.submitted,
-            self.processed,
-            self.dropped,
-            self.failed,
-            len(self.queue),
-            self.max_queued,
-            int(self.busy),
-        )
 
 
 class StreamScheduler(Generic[Key, Item]):
@@ -68,10 +46,8 @@ class StreamScheduler(Generic[Key, Item]):
         max_wait_s: float = 0.0,
     ) -> None:
         self._max_wait_s = max_wait_s
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._keys = list(keys)
-        self._lanes: dict[Key, _Lane[Item]] = {key: _Lane(queue_size) for key in self._keys}
+        self._lanes: dict[Key, Lane[Item]] = {key: Lane(queue_size) for key in self._keys}
         self._step = step
         self._on_error = on_error
         self._cond = threading.Condition()
@@ -89,23 +65,14 @@ class StreamScheduler(Generic[Key, Item]):
         with self._cond:
             if self._stopping:
                 raise WorkerStopped("StreamScheduler is stopped")
-            lane = self._lanes[key]
-            dropped = len(lane.queue) >= lane.capacity
-            if dropped:
-                lane.queue.popleft()
-                lane.dropped += 1
-            lane.queue.append(item)
-            lane.submitted += 1
-            lane.max_queued = max(lane.max_queued, len(lane.queue))
+            kept = self._lanes[key].push(item)
             self._cond.notify_all()
-        return not dropped
+        return kept
 
     def clear(self, key: Key) -> int:
         """Discard camera `key`'s queued frames (not one being stepped); returns how many."""
         with self._cond:
-            lane = self._lanes[key]
-            count = len(lane.queue)
-            lane.queue.clear()
+            count = self._lanes[key].clear()
             self._cond.notify_all()
             return count
 

@@ -47,11 +47,6 @@ class TfBroadcaster:
         elif self._tf2 is None:
             self._pub = node.create_publisher(TFMessage, "/tf", TF_QOS)
 
-    @property
-    def uses_tf2_ros(self) -> bool:
-        """True when the real tf2_ros broadcaster is in use."""
-        return self._tf2 is not None
-
     def send(self, transforms: TransformStamped | Sequence[TransformStamped]) -> None:
         """Publish one transform or several at once (one TFMessage)."""
         batch = [transforms] if isinstance(transforms, TransformStamped) else list(transforms)

@@ -70,13 +70,6 @@ class TfBuffer:
         with self._lock:
             return {child: edge.parent for child, edge in self._edges.items()}
 
-    def can_transform(self, target: str, source: str, stamp_s: float) -> bool:
-        try:
-            self.lookup(target, source, stamp_s)
-        except TransformUnavailable:
-            return False
-        return True
-
     def lookup(self, target: str, source: str, stamp_s: float) -> np.ndarray:
         """`T_target_source` [4, 4] at `stamp_s` (0: latest).
 

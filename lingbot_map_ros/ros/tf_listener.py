@@ -73,10 +73,6 @@ class TfLookup:
                                      callback_group=group),
         ]
 
-    @property
-    def uses_tf2_ros(self) -> bool:
-        return self._tf2 is not None
-
     def _on_tf(self, msg: TFMessage) -> None:
         self._store(msg, static=False)
 

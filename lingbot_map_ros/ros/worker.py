@@ -41,6 +41,53 @@ class WorkerStats:
     in_flight: int
 
 
+class Lane(Generic[Item]):
+    """A drop-oldest bounded queue and its counters (`WorkerStats`); the owner guards it with its condition.
+
+    `InferenceWorker` has one; `StreamScheduler` (scheduler.py) one per camera.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"queue_size must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.queue: deque[Item] = deque()
+        self.busy = False
+        self.submitted = self.processed = self.dropped = self.failed = self.max_queued = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.queue) >= self.capacity
+
+    def push(self, item: Item) -> bool:
+        """Append `item`; False when the oldest queued item was dropped for it."""
+        dropped = self.full
+        if dropped:
+            self.queue.popleft()
+            self.dropped += 1
+        self.queue.append(item)
+        self.submitted += 1
+        self.max_queued = max(self.max_queued, len(self.queue))
+        return not dropped
+
+    def clear(self) -> int:
+        """Discard the queued items (not one in flight); returns how many."""
+        count = len(self.queue)
+        self.queue.clear()
+        return count
+
+    def stats(self) -> WorkerStats:
+        return WorkerStats(
+            submitted=self.submitted,
+            processed=self.processed,
+            dropped=self.dropped,
+            failed=self.failed,
+            queued=len(self.queue),
+            max_queued=self.max_queued,
+            in_flight=int(self.busy),
+        )
+
+
 class InferenceWorker(Generic[Item]):
     """Drop-oldest bounded queue feeding one processing thread.
 
@@ -58,16 +105,11 @@ class InferenceWorker(Generic[Item]):
         on_error: Callable[[Item, Exception], None],
         name: str = "lingbot_map_inference",
     ) -> None:
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._lane: Lane[Item] = Lane(queue_size)
         self._process = process
         self._on_error = on_error
-        self._queue: deque[Item] = deque()
-        self._capacity = queue_size
         self._cond = threading.Condition()
         self._stopping = False
-        self._busy = False
-        self._submitted = self._processed = self._dropped = self._failed = self._max_queued = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -81,25 +123,18 @@ class InferenceWorker(Generic[Item]):
             WorkerStopped (a RuntimeError): the worker is stopped (also when it stops while `block` waits).
         """
         with self._cond:
-            while block and len(self._queue) >= self._capacity and not self._stopping:
+            while block and self._lane.full and not self._stopping:
                 self._cond.wait()
             if self._stopping:
                 raise WorkerStopped("InferenceWorker is stopped")
-            dropped = len(self._queue) >= self._capacity
-            if dropped:
-                self._queue.popleft()
-                self._dropped += 1
-            self._queue.append(item)
-            self._submitted += 1
-            self._max_queued = max(self._max_queued, len(self._queue))
+            kept = self._lane.push(item)
             self._cond.notify_all()
-        return not dropped
+        return kept
 
     def clear(self) -> int:
         """Discard queued frames (not the one being processed); returns how many were discarded."""
         with self._cond:
-            count = len(self._queue)
-            self._queue.clear()
+            count = self._lane.clear()
             self._cond.notify_all()
             return count
 
@@ -107,7 +142,7 @@ class InferenceWorker(Generic[Item]):
         """Block until the queue is empty and no frame is being processed; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._busy:
+            while self._lane.queue or self._lane.busy:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -122,21 +157,13 @@ class InferenceWorker(Generic[Item]):
     def stats(self) -> WorkerStats:
         """A consistent snapshot of the counters."""
         with self._cond:
-            return WorkerStats(
-                submitted=self._submitted,
-                processed=self._processed,
-                dropped=self._dropped,
-                failed=self._failed,
-                queued=len(self._queue),
-                max_queued=self._max_queued,
-                in_flight=int(self._busy),
-            )
+            return self._lane.stats()
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Drop queued frames, let the current one finish and join the thread; False if it did not end."""
         with self._cond:
             self._stopping = True
-            self._queue.clear()
+            self._lane.clear()
             self._cond.notify_all()
         self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -144,21 +171,21 @@ class InferenceWorker(Generic[Item]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
+                while not self._lane.queue and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
                     return
-                item = self._queue.popleft()
-                self._busy = True
+                item = self._lane.queue.popleft()
+                self._lane.busy = True
                 self._cond.notify_all()  # a blocked submit may go on
             try:
                 self._process(item)
             except Exception as exc:  # noqa: BLE001 - a failed frame must not kill the node
                 with self._cond:
-                    self._failed += 1
+                    self._lane.failed += 1
                 self._on_error(item, exc)
             finally:
                 with self._cond:
-                    self._processed += 1
-                    self._busy = False
+                    self._lane.processed += 1
+                    self._lane.busy = False
                     self._cond.notify_all()

@@ -149,7 +149,8 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
         monitor = MappingMonitor(client.node, f"/{NODE_NAME}/odometry")
         cleanup.callback(monitor.close)
         started = time.monotonic()
-        node = NodeProcess(node_parameters(config, run_dir, compressed), remaps, env, run_dir / "node.log")
+        node = NodeProcess.start(run_dir / "node.log", node_parameters(config, run_dir, compressed), remaps,
+                                 env=env)
         cleanup.callback(node.stop)
         print(f"[demo] node started (pid {node.proc.pid}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}, "
               f"log {node.log_path})")

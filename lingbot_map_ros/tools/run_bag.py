@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
@@ -40,6 +41,9 @@ from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.session import StreamingSession
 
 
 @dataclass(frozen=True)
@@ -103,22 +107,22 @@ class RunResult:
         return self.frames / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def build_session(config: RunConfig) -> object:
-    """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights)."""
+def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
+    """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights), or over
+    ``model`` (an already built one: several cameras of one run share it)."""
     import torch
 
+    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
     from lingbot_map_ros.engine.config import SessionConfig
-    from lingbot_map_ros.engine.session import StreamingSession
-    from lingbot_map_ros.model import ModelConfig, build_model
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
-    model = build_model(ModelConfig.preset(config.preset), config.checkpoint, config.device)
-    return StreamingSession(model, SessionConfig(
-        scale_frames=config.scale_frames, sliding_window=config.sliding_window,
-        max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
-        image_width=config.image_width, backend="auto"))
+    return build_engine(EngineSpec(
+        preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
+        session=SessionConfig(
+            scale_frames=config.scale_frames, sliding_window=config.sliding_window,
+            max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
+            image_width=config.image_width, backend="auto")), model)
 
 
 def run_bag(config: RunConfig) -> RunResult:
@@ -154,7 +158,7 @@ def run_bag(config: RunConfig) -> RunResult:
     result = RunResult(frames=frames, stamps_s=np.array(stamps), poses=np.array(poses).reshape(-1, 4, 4),
                        latency_ms=np.array(latency), keyframe=np.array(keyframe, bool),
                        dropped=frames - len(stamps), wall_s=wall_s, map_points=len(mapper.voxels),
-                       session_stats=session.stats())
+                       session_stats=session.stats().as_dict())
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved, _ = persistence.save(config.save_session, session, mapper, config.compat(), int)
@@ -200,7 +204,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
     p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
     p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument("--sliding-window", type=int, default=64)
+    p.add_argument("--sliding-window", type=_sliding_window, default=64,
+                   help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)")
     p.add_argument("--keyframe-interval", type=int, default=1)
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
@@ -216,6 +221,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--save", type=Path, default=None, metavar="SESSION",
                    help="save the session to this new folder at the end (node: session.load_path loads it)")
     p.set_defaults(func=main_args)
+
+
+def _sliding_window(text: str) -> int:
+    """`--sliding-window`: the CLI boundary where the window's range is checked."""
+    from lingbot_map_ros.cache.config import check_sliding_window
+    from lingbot_map_ros.engine.config import ROPE_TABLE_FRAMES
+
+    try:
+        return check_sliding_window(int(text), ROPE_TABLE_FRAMES)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main_args(args: argparse.Namespace) -> int:

@@ -83,7 +83,7 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
     first = build_session(config)
     cameras = {}
     for i, (name, topic) in enumerate(zip(camera_names(topics), topics, strict=True)):
-        session = first if i == 0 else type(first)(first.model, first.config)  # one model, a pool each
+        session = first if i == 0 else build_session(config, first.model)  # one model, a pool each
         cameras[topic] = CameraRun(name, topic, session, Mapper(config.mapper_config()))
     start = time.perf_counter()
     for frame in tqdm(
@@ -152,6 +152,6 @@ def _write_camera(config: RunConfig, camera: CameraRun) -> dict[str, object]:
         "dropped": camera.frames - len(poses),
         "latency_ms": latency_summary(latency),
         "map_points": len(camera.mapper.voxels),
-        "session": camera.session.stats(),
+        "session": camera.session.stats().as_dict(),
         "files": {k: str(v) for k, v in files.items()},
     }

@@ -1,9 +1,10 @@
-"""Test-only fault injection between `StreamingSession` and the model (docs/reliability.md).
+"""Fault injection between `StreamingSession` and the model, for tests only (docs/reliability.md).
 
 Reliability tests must make a running node meet the faults a robot meets (CUDA out-of-memory in a step, a
 model that emits NaN, a step that takes seconds) without patching production code inside the node process.
-The node reads the environment variable `LINGBOT_MAP_FAULTS` at configure; when it is set, the model is
-wrapped in a `FaultInjectingModel` (with a loud warning) and nothing else changes. Unset, nothing is wrapped.
+The test harness starts `test/fault_node.py` instead of the node when `LINGBOT_MAP_FAULTS` is set: the same
+node, whose configure step wraps the session's model in a `FaultInjectingModel` (with a loud warning).
+Nothing in `lingbot_map_ros/` reads the variable.
 
 Spec grammar: comma-separated `KIND@CALLS[:SECONDS]`.
 
@@ -19,12 +20,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import torch
 
-#: Environment variable read by the node at configure.
+from lingbot_map_ros.cache.shared_pool import SharedKVPool
+from lingbot_map_ros.engine.session import StreamingModel
+from lingbot_map_ros.model import StreamConfig, StreamState
+
+#: Environment variable read by test/fault_node.py at configure.
 FAULTS_ENV = "LINGBOT_MAP_FAULTS"
 FAULT_KINDS = ("oom", "error", "nan", "delay")
 
@@ -87,19 +91,20 @@ class FaultInjectingModel:
         calls: `model.step` calls so far; `injected`: faults fired so far, by kind.
     """
 
-    def __init__(self, model: torch.nn.Module, faults: tuple[Fault, ...]) -> None:
+    def __init__(self, model: StreamingModel, faults: tuple[Fault, ...]) -> None:
         self.model = model
         self.faults = faults
-        self.config = getattr(model, "config", None)
+        self.config = model.config
         self.calls = 0
         self.injected: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def parameters(self) -> Iterator[torch.nn.Parameter]:
-        return self.model.parameters()
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
 
-    def new_stream(self, *args: object, **kwargs: object) -> object:
-        return self.model.new_stream(*args, **kwargs)
+    def new_stream(self, config: StreamConfig | None = None, pool: SharedKVPool | None = None) -> StreamState:
+        return self.model.new_stream(config, pool)
 
     def new_pool(self, *args: object, **kwargs: object) -> object:
         return self.model.new_pool(*args, **kwargs)

@@ -1,0 +1,89 @@
+"""`build_engine(EngineSpec)`: the one place where a model and its session are made.
+
+One camera: a `StreamingSession`; named cameras (`EngineSpec.cameras`): a `MultiStreamSession`, their
+sessions over one model and one shared KV pool (engine/multi_stream.py).
+
+The node (`ros/pipeline.py`), `lingbot-map-ros run` (`tools/run_bag.py`) and the benchmarks describe what they
+want as an `EngineSpec` (weights, device, precision, streaming policy) and call `build_engine` once; the model
+is `session.model`. `test/test_tools_layering.py` keeps it that way (one call site per tool, no direct
+`StreamingSession(...)` or `build_model(...)` outside this module and the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, build_model
+
+from .config import SessionConfig
+from .multi_stream import BatchConfig, MultiStreamSession
+from .session import StreamingModel, StreamingSession
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Model and streaming policy of one session.
+
+    Attributes:
+        preset: `ModelConfig.preset` name ("lingbot-map", "tiny").
+        checkpoint: weights file (.pt / .safetensors); None: synthetic weights seeded with ``seed``.
+        device: torch device of the model.
+        precision: compute dtypes; None: ``PrecisionPolicy.for_device(device)`` (bf16 aggregator on CUDA).
+        seed: ``torch.manual_seed`` before the synthetic weights are drawn (None: the global RNG as it is).
+        init_on_device: draw synthetic weights directly on ``device`` (fast for the released preset on a GPU;
+            other values than the default CPU draw of the same seed). Ignored with a checkpoint.
+        session: the streaming policy (anchors, window, keyframes, backend, CUDA graphs, ...).
+        cameras: names of several cameras (one `MultiStreamSession`); empty: one camera (`StreamingSession`).
+        batch: how the cameras' streaming frames are batched (with ``cameras`` only).
+    """
+
+    preset: str = "lingbot-map"
+    checkpoint: Path | None = None
+    device: torch.device | str = "cpu"
+    precision: PrecisionPolicy | None = None
+    seed: int | None = 0
+    init_on_device: bool = False
+    session: SessionConfig = field(default_factory=SessionConfig)
+    cameras: tuple[str, ...] = ()
+    batch: BatchConfig = field(default_factory=BatchConfig)
+
+    @property
+    def synthetic(self) -> bool:
+        """No checkpoint: the weights are random (outputs are not meaningful)."""
+        return self.checkpoint is None
+
+
+def build_engine(
+    spec: EngineSpec, model: StreamingModel | None = None
+) -> StreamingSession | MultiStreamSession:
+    """A `StreamingSession` over the model of ``spec`` (``session.model``), or with ``spec.cameras`` a
+    `MultiStreamSession` of those cameras.
+
+    Args:
+        spec: what to build.
+        model: an already built model to stream through instead (one model, several sessions: benchmarks);
+            the weight fields of ``spec`` are then unused.
+    Raises:
+        CheckpointError, OSError: unreadable or mismatching checkpoint.
+        ValueError: a streaming policy the model cannot run (e.g. more stored frames than its RoPE table).
+    """
+    if model is None:
+        model = _build_model(spec)
+    if spec.cameras:
+        return MultiStreamSession(model, spec.session, spec.cameras, spec.batch)
+    return StreamingSession(model, spec.session)
+
+
+def _build_model(spec: EngineSpec) -> LingBotMap:
+    device = torch.device(spec.device)
+    config = ModelConfig.preset(spec.preset)
+    if spec.synthetic and spec.seed is not None:
+        torch.manual_seed(spec.seed)  # the same synthetic weights in every process
+    if spec.synthetic and spec.init_on_device:
+        with device:
+            model = LingBotMap(config)
+        return model.eval().set_precision(spec.precision or PrecisionPolicy.for_device(device))
+    return build_model(config, spec.checkpoint, device=device, precision=spec.precision)
