@@ -1,23 +1,26 @@
 """Per-frame cost of the ROS node beyond the model, on the CPU (no GPU, no model): real rclpy / Fast DDS.
 
-What the node does for every frame besides `StreamingSession.push` (ros/node.py), each timed separately on
-synthetic 518x378 frames with the node's default parameters:
+Since issue 13 the node has two paths per frame (ros/outputs.py, ros/map_worker.py), timed separately on
+synthetic 518x378 frames with the node's default parameters, fed at a camera rate (``--rate``, default 30 Hz):
 
-* ``image_to_rgb``: sensor_msgs/Image (rgb8 / bgr8) -> [H, W, 3] uint8 (the subscription callback);
-* ``queue handoff x2``: `InferenceWorker.submit` -> the worker thread picks the frame up, twice (callback ->
-  inference thread -> publish thread), as in the node;
-* ``publish``: `MappingOutputs.publish` on real publishers: pose -> TF + odometry + camera_info, depth image,
-  point decoding (``FrameResult.points``), PointCloud2 packing, path, voxel-map insert on keyframes.
-  Parts of it are also timed alone (indented rows): the points with their PointCloud2, the depth image
-  message, building the Path message (the outputs' private pose history is read for this only) and
-  publishing it on a second topic, and the voxel-map insert of a keyframe's points into a second map.
+* the **pose path** (image -> pose outputs sent), on the threads that carry it in the node:
+  ``image_to_rgb`` (the subscription callback), ``queue handoff x2`` (`InferenceWorker.submit` -> the worker
+  thread picks it up, twice: callback -> inference thread -> publish thread) and ``publish: pose outputs``
+  (`MappingOutputs.publish`: TF lookup, `Mapper.locate`, TF + odometry + camera_pose + camera_info + depth
+  image on real publishers, the map work queued). Indented: the depth image message alone.
+* the **map thread** of the camera, per work (`MapWorker`: `Mapper.integrate` = the frame's points, voxel-map
+  and grid insert of a keyframe, then ``~/frame_cloud`` packed and published), running concurrently;
+  its queue's drops are counted.
+* the **timers** (`~/path` at `path.publish_rate` with `path.max_length` poses, `~/map_cloud`, `~/grid`), on
+  a timer thread as in the node.
 
 ``--subscribers`` adds a subscriber node (same process, own thread) on every output so DDS delivers each
 message (as with RViz attached); it competes for the GIL, so those numbers are an upper bound.
-The session's own host stages (pre-processing, decoding to the original resolution) are part of the
-end-to-end numbers of benchmarks/e2e.py, not of this script. Usage::
+``--switch-interval`` is Python's GIL switch interval (default: the node's on CUDA, ros/pipeline.py; Python's
+own default is 5 ms). The session's own host stages (pre-processing, decoding) are part of
+benchmarks/e2e.py, not of this script. Usage::
 
-    .venv/bin/python benchmarks/node_overhead.py --frames 300 [--subscribers] [--encoding bgr8]
+    .venv/bin/python benchmarks/node_overhead.py --frames 300 [--rate 30] [--subscribers] [--encoding bgr8]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import dataclasses
 import os
 import random
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -42,25 +46,20 @@ os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fa
 
 import rclpy  # noqa: E402  (after the DDS environment above)
 from builtin_interfaces.msg import Time  # noqa: E402
-from nav_msgs.msg import Path as PathMsg  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
-from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose  # noqa: E402
-from lingbot_map_ros.engine.mapping import VoxelMap  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
-from lingbot_map_ros.ros.conversions import (  # noqa: E402
-    depth_to_image,
-    image_to_rgb,
-    points_to_cloud,
-    rgb_to_image,
-)
-from lingbot_map_ros.ros.outputs import FRAME_QOS, MappingOutputs, OutputConfig  # noqa: E402
+from lingbot_map_ros.ros.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
+from lingbot_map_ros.ros.output_config import FRAME_QOS, OutputConfig  # noqa: E402
+from lingbot_map_ros.ros.outputs import MappingOutputs  # noqa: E402
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters  # noqa: E402
+from lingbot_map_ros.ros.pipeline import GIL_SWITCH_INTERVAL_S  # noqa: E402
 from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
 from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
 
 HW = (378, 518)
+PUBLISH = "publish: pose outputs (+ map work queued)"
 
 
 def synthetic_result(index: int, rgb: np.ndarray, rng: np.random.Generator, keyframe: bool) -> FrameResult:
@@ -74,8 +73,16 @@ def synthetic_result(index: int, rgb: np.ndarray, rng: np.random.Generator, keyf
     focal = 0.8 * width
     intrinsics = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
     return FrameResult(
-        index=index, meta=None, is_keyframe=keyframe, phase=PHASE_STREAMING, pose_c2w=pose,
-        intrinsics=intrinsics, depth=depth, depth_conf=conf, rgb=rgb, pose_enc=np.zeros(9, np.float32),
+        index=index,
+        meta=None,
+        is_keyframe=keyframe,
+        phase=PHASE_STREAMING,
+        pose_c2w=pose,
+        intrinsics=intrinsics,
+        depth=depth,
+        depth_conf=conf,
+        rgb=rgb,
+        pose_enc=np.zeros(9, np.float32),
     )
 
 
@@ -110,6 +117,38 @@ class Handoff:
         self._publish.stop()
 
 
+class TimerThread:
+    """The node's output timers on one thread (the node's timers share one callback group): `~/path`,
+    `~/map_cloud` and `~/grid` at their rates; records how long each call that published took (ms)."""
+
+    def __init__(self, outputs: MappingOutputs, rates: dict[str, float]) -> None:
+        self.samples: dict[str, list[float]] = {name: [] for name in rates}
+        now = self._now = time.monotonic()
+        self._calls = {
+            "path": outputs.publish_path,
+            "map_cloud": lambda: outputs.publish_map(outputs.last_stamp or Time()) >= 0,
+            "grid": outputs.publish_grid,
+        }
+        self._periods = {name: 1.0 / rate for name, rate in rates.items()}
+        self._due = {name: now + period for name, period in self._periods.items()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="timers", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(0.0, min(self._due.values()) - time.monotonic())):
+            for name, due in self._due.items():
+                if time.monotonic() >= due:
+                    start = time.perf_counter()
+                    if self._calls[name]():
+                        self.samples[name].append(1e3 * (time.perf_counter() - start))
+                    self._due[name] = due + self._periods[name]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def subscribe_all(
     node_name: str, outputs_node: str
 ) -> tuple[object, SingleThreadedExecutor, threading.Thread]:
@@ -120,8 +159,13 @@ def subscribe_all(
     from tf2_msgs.msg import TFMessage
 
     node = rclpy.create_node(node_name)
-    topics = {"odometry": Odometry, "path": PathMsg, "depth": Image, "camera_info": CameraInfo,
-              "frame_cloud": PointCloud2}
+    topics = {
+        "odometry": Odometry,
+        "path": PathMsg,
+        "depth": Image,
+        "camera_info": CameraInfo,
+        "frame_cloud": PointCloud2,
+    }
     for topic, kind in topics.items():
         node.create_subscription(kind, f"/{outputs_node}/{topic}", lambda msg: None, FRAME_QOS)
     node.create_subscription(TFMessage, "/tf", lambda msg: None, 100)
@@ -144,16 +188,18 @@ def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
     return dataclasses.replace(config, **changes)
 
 
-def path_message(outputs: MappingOutputs, header: Header) -> object:
-    """The nav_msgs/Path that `publish` builds each frame from its pose history (serialised by rclpy)."""
-    return PathMsg(header=header, poses=outputs.path_poses())
-
-
 def timed(samples: dict[str, list[float]], name: str, fn, *args):
     start = time.perf_counter()
     out = fn(*args)
     samples.setdefault(name, []).append(1e3 * (time.perf_counter() - start))
     return out
+
+
+def row(name: str, values: list[float]) -> str:
+    if not values:
+        return f"| {name} | – | – | – |"
+    q = np.percentile(values, [50, 90, 99])
+    return f"| {name} | {q[0]:.3f} | {q[1]:.3f} | {q[2]:.3f} |"
 
 
 def main() -> None:
@@ -164,9 +210,11 @@ def main() -> None:
     parser.add_argument(
         "--warmup", type=int, default=1000, help="untimed frames first (default: the path reaches its 1,000)"
     )
+    parser.add_argument("--rate", type=float, default=30.0, help="frames per second fed (0: back to back)")
     parser.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
     parser.add_argument("--subscribers", action="store_true")
     parser.add_argument("--keyframe-interval", type=int, default=1)
+    parser.add_argument("--switch-interval", type=float, default=GIL_SWITCH_INTERVAL_S, help="seconds")
     parser.add_argument(
         "--set",
         action="append",
@@ -175,6 +223,7 @@ def main() -> None:
         help="override an output option (OutputConfig field, e.g. path_max_length=100, map_stride=4)",
     )
     args = parser.parse_args()
+    sys.setswitchinterval(args.switch_interval)
 
     rclpy.init()
     node = rclpy.create_node("lingbot_map_overhead")
@@ -185,62 +234,83 @@ def main() -> None:
     subscriber = subscribe_all("overhead_subscriber", node.get_name()) if args.subscribers else None
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()
-    path_publisher = node.create_publisher(PathMsg, "~/path_timing", FRAME_QOS)  # a copy, timed alone
-    voxel_map = VoxelMap(config.voxel_map_config())
+    rates = {"path": params.path_publish_rate, "map_cloud": params.map_publish_rate, "grid": params.grid_rate}
+    timers = TimerThread(outputs, rates)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, size=(*HW, 3), dtype=np.uint8) for _ in range(8)]
     samples: dict[str, list[float]] = {}
+    pose_path: list[float] = []
+    period = 1.0 / args.rate if args.rate > 0 else 0.0
+    next_frame = time.monotonic()
     try:
         for index in range(args.warmup + args.frames):
             if index == args.warmup:
                 samples.clear()
                 handoff.samples.clear()
+                outputs.map.drain(30.0)
+                before = outputs.map.stats()
+                for values in timers.samples.values():
+                    values.clear()
             rgb_in = images[index % len(images)]
             header = Header(stamp=Time(sec=index // 30, nanosec=(index % 30) * 33_000_000), frame_id="camera")
             encoded = rgb_in if args.encoding == "rgb8" else np.ascontiguousarray(rgb_in[..., ::-1])
             msg = rgb_to_image(encoded, header, args.encoding)
+            result = synthetic_result(index, encoded, rng, keyframe=index % args.keyframe_interval == 0)
+            time.sleep(max(0.0, next_frame - time.monotonic()))  # the camera's rate
+            next_frame = max(next_frame + period, time.monotonic() - period)
+            start = len(handoff.samples)
             rgb = timed(samples, "image_to_rgb", image_to_rgb, msg)
             handoff.run_once()
-            result = synthetic_result(index, rgb, rng, keyframe=index % args.keyframe_interval == 0)
-            start = time.perf_counter()
-            xyz, colors = result.points(config.map_conf_threshold, config.map_stride)
-            points_to_cloud(FrameChain(np.eye(4), camera_rest_pose()).world_points(xyz), colors, header)
-            samples.setdefault("  points + PointCloud2 packing (part)", []).append(
-                1e3 * (time.perf_counter() - start)
-            )
-            timed(samples, "  depth image message (part)", depth_to_image, result.depth, header)
-            path = timed(samples, "  path message (part)", path_message, outputs, header)
-            timed(samples, "  path publish (part)", path_publisher.publish, path)
-            if result.is_keyframe:
-                timed(samples, "  voxel-map insert, keyframes (part)", voxel_map.insert, xyz, colors)
-            timed(samples, "publish (all outputs)", outputs.publish, result, header)
+            result = dataclasses.replace(result, rgb=rgb)
+            timed(samples, PUBLISH, outputs.publish, result, header)
+            if index >= args.warmup:
+                parts = (samples["image_to_rgb"][-1], *handoff.samples[start:], samples[PUBLISH][-1])
+                pose_path.append(sum(parts))
+                timed(samples, "  depth image message (part)", depth_to_image, result.depth, header)
         samples["queue handoff x2"] = handoff.samples
+        drained = outputs.map.drain(60.0)
     finally:
+        timers.stop()
         handoff.stop()
         if subscriber is not None:
             subscriber[1].shutdown()
             subscriber[2].join(timeout=5.0)
             subscriber[0].destroy_node()
+        after = outputs.map.stats()
+        keyframe_ms, other_ms = outputs.map.recent_ms(True), outputs.map.recent_ms(False)
         outputs.destroy()
         node.destroy_node()
         rclpy.shutdown()
 
     print(
-        f"\n## node overhead, {HW[1]}x{HW[0]} {args.encoding}, {args.frames} frames, keyframe interval "
-        f"{args.keyframe_interval}, subscribers: {'yes' if args.subscribers else 'no'}, map_stride "
-        f"{config.map_stride}, path_max_length {config.path_max_length}, publish_depth "
-        f"{config.publish_depth}, frame_cloud {config.publish_frame_cloud}"
+        f"\n## node overhead, {HW[1]}x{HW[0]} {args.encoding}, {args.frames} frames at "
+        f"{f'{args.rate:g} Hz' if period else 'full speed'}, keyframe interval {args.keyframe_interval}, "
+        f"subscribers: {'yes' if args.subscribers else 'no'}, GIL switch interval "
+        f"{1e3 * args.switch_interval:g} ms, map_stride {config.map_stride}, path_max_length "
+        f"{config.path_max_length}, path.publish_rate "
+        f"{params.path_publish_rate:g} Hz, publish_depth {config.publish_depth}, frame_cloud "
+        f"{config.publish_frame_cloud}"
     )
     print("\n| stage | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|")
-    for name, values in samples.items():
-        q = np.percentile(values, [50, 90, 99])
-        print(f"| {name} | {q[0]:.3f} | {q[1]:.3f} | {q[2]:.3f} |")
-    parts = ("image_to_rgb", "queue handoff x2", "publish (all outputs)")
-    per_frame = [sum(values) for values in zip(*(samples[p] for p in parts), strict=True)]
-    q = np.percentile(per_frame, [50, 90, 99])
-    print(f"| **total per frame** (convert + handoffs + publish) | {q[0]:.3f} | {q[1]:.3f} | {q[2]:.3f} |")
-    print(f"\nmean total {statistics.fmean(per_frame):.3f} ms; target <= 3 ms: "
-          f"{'met' if q[0] <= 3.0 else 'NOT met'} at p50")
+    for name in ("image_to_rgb", "queue handoff x2", PUBLISH, "  depth image message (part)"):
+        print(row(name, samples[name]))
+    print(row("**pose path per frame** (image -> pose outputs sent)", pose_path))
+    print(row(f"map thread per keyframe (integrate + frame cloud), last {len(keyframe_ms)}", keyframe_ms))
+    if other_ms:
+        print(row(f"map thread per other frame (frame cloud), last {len(other_ms)}", other_ms))
+    for name, values in timers.samples.items():
+        print(row(f"timer: ~/{name} publish ({len(values)} calls)", values))
+    submitted = after["map_worker.submitted"] - before["map_worker.submitted"]
+    dropped = after["map_worker.dropped"] - before["map_worker.dropped"]
+    print(
+        f"\nmap thread: {submitted} works queued, {dropped} dropped (queue of {config.map_queue_size}), "
+        f"drained at the end: {drained}"
+    )
+    q50 = float(np.percentile(pose_path, 50))
+    print(
+        f"pose path mean {statistics.fmean(pose_path):.3f} ms; target <= 3 ms: "
+        f"{'met' if q50 <= 3.0 else 'NOT met'} at p50 ({q50:.3f} ms)"
+    )
 
 
 if __name__ == "__main__":

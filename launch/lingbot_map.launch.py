@@ -54,6 +54,7 @@ KNOBS = {
     "session_dir": "session.dir",
     "session_load_path": "session.load_path",
     "mapping_enabled": "mapping.enabled",
+    "path_publish_rate": "path.publish_rate",
     "cameras": "cameras",
 }
 KNOB_HELP = {
@@ -70,6 +71,7 @@ KNOB_HELP = {
     "session_dir": "directory of saved sessions (docs/session.md)",
     "session_load_path": "saved session to continue (a folder below session_dir)",
     "mapping_enabled": "false: localisation mode (the map is not extended)",
+    "path_publish_rate": "rate of ~/path in Hz (default 2; never on the pose outputs' thread)",
     "cameras": "several cameras in one node, e.g. [front,rear]: <camera>/<name>/image_raw each",
 }
 

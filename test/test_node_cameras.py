@@ -123,8 +123,12 @@ def test_two_cameras_map_side_by_side_and_reset_alone(ros_client: RosClient, tmp
             assert {m.header.frame_id for m in odometry} == {f"map_{name}"}  # its own map frame
             assert {m.child_frame_id for m in odometry} == {cam.frame_id}
 
-        # Reset the front camera only: its path starts over, the rear one goes on growing.
-        rear_poses = len(cams["rear"].path.messages[-1].poses)
+        # Reset the front camera only: its path starts over, the rear one goes on growing. ~/path comes at
+        # path.publish_rate (issue 13): wait for the message of each camera's last frame.
+        def path_to(stamp: tuple[int, int]) -> object:
+            return lambda m: m and pairs(m[-1:]) == [stamp]
+
+        rear_poses = len(cams["rear"].path.wait_for(path_to(sent["rear"][-1]), timeout=30)[-1].poses)
         answer = ros_client.call(Trigger, f"{NODE}/front/reset")
         assert answer.success and "front" in answer.message, answer.message
         time.sleep(0.3)
@@ -135,7 +139,8 @@ def test_two_cameras_map_side_by_side_and_reset_alone(ros_client: RosClient, tmp
         for name, cam in cams.items():
             assert pairs(cam.odometry.wait_for(len(sent[name]), timeout=60)) == sent[name], name
         cams["front"].path.wait_for(lambda m: len(m) and len(m[-1].poses) == SCALE_FRAMES + 2, timeout=30)
-        assert len(cams["rear"].path.messages[-1].poses) == rear_poses + SCALE_FRAMES + 2
+        rear_path = cams["rear"].path.wait_for(path_to(sent["rear"][-1]), timeout=30)[-1]
+        assert len(rear_path.poses) == rear_poses + SCALE_FRAMES + 2
 
         # /diagnostics: a status per camera with its own counters.
         def per_camera(msgs: list[DiagnosticArray]) -> bool:

@@ -55,8 +55,10 @@ def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
         ["benchmarks/node_overhead.py", "--frames", "8", "--warmup", "2", "--set", "map_stride=4"], dds_env
     )
     assert "map_stride 4" in out
-    for stage in ("image_to_rgb", "queue handoff x2", "publish (all outputs)", "total per frame"):
+    for stage in ("image_to_rgb", "queue handoff x2", "publish: pose outputs", "pose path per frame",
+                  "map thread per keyframe", "timer: ~/path publish"):
         assert stage in out
+    assert "8 works queued, 0 dropped" in out and "drained at the end: True" in out  # every timed keyframe
 
 
 def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:

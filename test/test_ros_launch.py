@@ -36,6 +36,7 @@ EXPECTED_ARGS = {
     "session_dir",
     "session_load_path",
     "mapping_enabled",
+    "path_publish_rate",
     "cameras",
     "scale_source",
     "scale_factor",

@@ -164,7 +164,7 @@ def _private_uses(path: Path) -> list[str]:
 
 
 def test_no_benchmark_touches_a_private_member() -> None:
-    """Benchmarks measure through public seams (`StreamState.stage_hook`, `MappingOutputs.path_poses`)."""
+    """Benchmarks measure through public seams (`StreamState.stage_hook`, `MappingOutputs.map.recent_ms`)."""
     files = sorted(BENCHMARKS.glob("*.py"))
     assert files, f"no benchmarks under {BENCHMARKS}"
     offenders = [use for path in files for use in _private_uses(path)]

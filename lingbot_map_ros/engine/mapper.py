@@ -10,10 +10,17 @@ Outputs are held or marked until the scale has converged (`scale.min_samples`): 
 are published at once with the provisional scale and a pose covariance grown by `unscaled_factor`; keyframe
 points are held (at most `MAX_HELD_KEYFRAMES`, in model units) and enter the voxel map and the grid with the
 converged scale, so the map never mixes two scales of the start-up.
+
+`process` = `locate` (pose side: chain, scale, poses, twist, trajectory -> `PosedFrame`) then `integrate` (map
+side: the frame's points, voxel map, grid, held keyframes -> `FrameCloud`) of the `MapWork` that `locate`
+captured. The node runs them on two threads (pose outputs never wait for map work: ros/map_worker.py); `run`
+calls `process`. The sides share no state: `locate` bumps the serial of a new epoch and `integrate` clears the
+map when a work's serial differs from the map's, so a dropped work never leaves an old epoch's map behind.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -75,8 +82,8 @@ class RobotSample:
 
 
 @dataclass
-class MappedFrame:
-    """One frame's outputs, all in metres (model units with `scale.source: none`).
+class PosedFrame:
+    """One frame's pose outputs (`Mapper.locate`), all in metres (model units with `scale.source: none`).
 
     Attributes:
         stamp_s: image stamp.
@@ -87,9 +94,7 @@ class MappedFrame:
         map_odom: [4, 4] T_map_odom (map_to_odom only).
         twist: [6] (vx, vy, vz, wx, wy, wz) of the body frame in the body frame.
         pose_covariance / twist_covariance: [6, 6] (x, y, z, rot x, rot y, rot z), row-major in messages.
-        depth: [H, W] float32 metric z-depth; intrinsics [3, 3]; points [N, 3] float32 map-frame frame cloud
-            (confident pixels, `voxel.pixel_stride`); colors [N, 3] uint8.
-        map_changed: the voxel map / grid changed with this frame.
+        depth: [H, W] float32 metric z-depth; intrinsics [3, 3].
         scale: the scale estimate after this frame.
     """
 
@@ -107,10 +112,48 @@ class MappedFrame:
     twist_covariance: np.ndarray
     depth: np.ndarray
     intrinsics: np.ndarray
+    scale: ScaleState
+
+
+@dataclass(frozen=True)
+class MapWork:
+    """What `Mapper.integrate` needs of one located frame, as the pose side was at that frame: `serial` of its
+    epoch (another than the map's: the map is cleared first), `is_keyframe`, `pose_c2w` [4, 4] (model world),
+    `camera_pose` [4, 4] T_map_cam, metric `depth` [H, W] float32, `depth_conf` [H, W], `intrinsics` [3, 3],
+    `rgb` [H, W, 3] uint8, `voxel` (threshold and stride then: live parameters), a copy of the frame `chain`
+    (its scale), `scale_converged` and `mapping_enabled` then."""
+
+    serial: int
+    is_keyframe: bool
+    pose_c2w: np.ndarray
+    camera_pose: np.ndarray
+    depth: np.ndarray
+    depth_conf: np.ndarray
+    intrinsics: np.ndarray
+    rgb: np.ndarray
+    voxel: VoxelMapConfig
+    chain: FrameChain
+    scale_converged: bool
+    mapping_enabled: bool
+
+
+@dataclass
+class FrameCloud:
+    """The map side of one frame (`integrate`): `points` [N, 3] float32 in the map frame (confident pixels,
+    `voxel.pixel_stride`), `colors` [N, 3] uint8, `map_changed` (the voxel map / grid changed)."""
+
     points: np.ndarray
     colors: np.ndarray
     map_changed: bool
-    scale: ScaleState
+
+
+@dataclass
+class MappedFrame(PosedFrame):
+    """`PosedFrame` with its `FrameCloud` fields (`Mapper.process`)."""
+
+    points: np.ndarray
+    colors: np.ndarray
+    map_changed: bool
 
 
 def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> np.ndarray:
@@ -125,7 +168,8 @@ def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> np.ndarray
 class Mapper:
     """Frame chain, scale, voxel map, grid, trajectory, twist and epochs of one stream (module doc).
 
-    Not thread-safe: callers serialise `process` with readers of the map (the node's publish lock)."""
+    Not thread-safe: callers serialise `locate` with readers of the pose side (chain, scale, trajectory) and
+    `integrate` with readers of the map side (voxels, grid, held keyframes); the two may run at once."""
 
     def __init__(self, config: MapperConfig) -> None:
         self.config = config
@@ -134,29 +178,35 @@ class Mapper:
         self.scale = ScaleEstimator(config.scale)
         self.trajectory = Trajectory(config.path_max_length, keep_full_history=True,
                                      max_history=config.trajectory_max_poses)
-        self.stamps_backwards = 0
-        self.stamps_duplicate = 0
-        self.held_dropped = 0
+        self.stamps_backwards = self.stamps_duplicate = self.held_dropped = 0
+        self._serial = self._map_serial = 0  # epoch serial of the pose side / of the map's contents
         #: False = localisation mode (`mapping.enabled`): poses go on, the voxel map and the grid stay as
         #: they are (keyframes are neither integrated nor held).
         self.mapping_enabled = True
-        self._clear_stream()
+        self.clear()
 
     # ------------------------------------------------------------------------------------------------
     def clear(self) -> None:
-        """Forget the stream (reset): map, grid, trajectory, scale, chain; the next frame starts an epoch."""
-        self.voxels.clear()
-        self.grid.clear()
-        self.trajectory.clear()
-        self.scale.reset()
+        """Forget the stream (reset): map, grid, trajectory, scale, chain; the next frame starts an epoch.
+        Both sides: no `integrate` may run meanwhile."""
         self._clear_stream()
+        self._clear_map()
+        self._map_serial = self._serial
 
     def _clear_stream(self) -> None:
+        """The pose side of a new epoch (the map follows at the next `integrate`: new serial)."""
+        self.trajectory.clear()
+        self.scale.reset()
         self.chain: FrameChain | None = None
         self.mode: str | None = None
         self._epoch: int | None = None
         self._segment = 0
         self._prev: tuple[float, np.ndarray] | None = None
+        self._serial += 1
+
+    def _clear_map(self) -> None:
+        self.voxels.clear()
+        self.grid.clear()
         self._held: deque[tuple[np.ndarray, np.ndarray, np.ndarray]] = deque()
 
     @property
@@ -170,12 +220,20 @@ class Mapper:
 
     def process(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
                 sensor_depth: np.ndarray | None = None) -> MappedFrame:
-        """Map one frame (module doc). `robot` carries the TF looked up at `stamp_s`; `sensor_depth` [H, W]
-        metres registered to the image (for `scale.source: depth`)."""
+        """Map one frame (module doc): `locate`, then `integrate` its work. `robot`: TF at `stamp_s`;
+        `sensor_depth` [H, W] metres registered to the image (for `scale.source: depth`)."""
+        frame, work = self.locate(result, stamp_s, robot, sensor_depth)
+        cloud = self.integrate(work)
+        return MappedFrame(**vars(frame), **vars(cloud))
+
+    def locate(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
+               sensor_depth: np.ndarray | None = None) -> tuple[PosedFrame, MapWork]:
+        """The pose side of `process`: poses, twist, metric depth (the trajectory appended) and the frame's
+        `MapWork`. Touches no map state."""
         robot = robot or RobotSample()
         new_epoch = self.needs_new_epoch(result)
         if new_epoch:
-            self.clear()
+            self._clear_stream()
             self._start_epoch(result, robot)
         elif result.segment != self._segment:  # re-anchor: same map frame, re-estimate the scale
             self._segment = result.segment
@@ -190,21 +248,33 @@ class Mapper:
         if self.mode == "map_to_odom":
             map_odom = body_pose @ invert_rigid(robot.odom_base)
         depth = (result.depth * np.float32(self.scale.value)).astype(np.float32)
-        mask = result.depth_conf > self.config.voxel.conf_threshold
-        cam_xyz, flat = camera_points(depth, result.intrinsics, mask, self.config.voxel.pixel_stride)
-        points = transform_points(camera_pose, cam_xyz)
-        colors = result.rgb.reshape(-1, 3)[flat]
-        map_changed = False
-        if result.is_keyframe:
-            map_changed = self._integrate(result, points, colors, camera_pose, cam_xyz)
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
-        return MappedFrame(
+        frame = PosedFrame(
             stamp_s=stamp_s, index=result.index, epoch=result.epoch, is_keyframe=result.is_keyframe,
             new_epoch=new_epoch, mode=self.mode, camera_pose=camera_pose, body_pose=body_pose,
             map_odom=map_odom, twist=twist, pose_covariance=self._pose_covariance(),
-            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, points=points,
-            colors=colors, map_changed=map_changed, scale=self.scale.state())
+            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, scale=self.scale.state())
+        work = MapWork(
+            serial=self._serial, is_keyframe=result.is_keyframe,
+            pose_c2w=np.asarray(result.pose_c2w, np.float64), camera_pose=camera_pose, depth=depth,
+            depth_conf=result.depth_conf, intrinsics=result.intrinsics,
+            rgb=result.rgb, voxel=self.config.voxel, chain=copy.copy(self.chain),
+            scale_converged=self.scale.converged, mapping_enabled=self.mapping_enabled)
+        return frame, work
+
+    def integrate(self, work: MapWork) -> FrameCloud:
+        """The map side of `process`: the frame's points in the map frame; a keyframe enters the voxel map and
+        the grid (or is held until the scale converged). A work of another epoch clears the map first."""
+        if work.serial != self._map_serial:
+            self._clear_map()
+            self._map_serial = work.serial
+        mask = work.depth_conf > work.voxel.conf_threshold
+        cam_xyz, flat = camera_points(work.depth, work.intrinsics, mask, work.voxel.pixel_stride)
+        points = transform_points(work.camera_pose, cam_xyz)
+        colors = work.rgb.reshape(-1, 3)[flat]
+        map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
+        return FrameCloud(points=points, colors=colors, map_changed=map_changed)
 
     def state(self) -> dict[str, object]:
         """JSON-able state of the epoch for a saved session (docs/session.md): TF mode, frame chain, scale.
@@ -280,23 +350,22 @@ class Mapper:
         elif source == "depth" and sensor_depth is not None:
             self.scale.add_depth(result.depth, result.depth_conf, sensor_depth, stamp_s)
 
-    def _integrate(self, result: FrameResult, points: np.ndarray, colors: np.ndarray,
-                   camera_pose: np.ndarray, cam_xyz: np.ndarray) -> bool:
+    def _integrate(self, work: MapWork, points: np.ndarray, colors: np.ndarray, cam_xyz: np.ndarray) -> bool:
         """Add a keyframe to the voxel map and the grid, or hold it until the scale converged."""
-        if not self.mapping_enabled:
+        if not work.mapping_enabled:
             return False
-        if not self.scale.converged:
-            unscaled = cam_xyz / max(self.scale.value, 1e-12)
-            self._held.append((np.asarray(result.pose_c2w, np.float64), unscaled.astype(np.float32), colors))
+        scale = work.chain.scale
+        if not work.scale_converged:
+            self._held.append((work.pose_c2w, (cam_xyz / max(scale, 1e-12)).astype(np.float32), colors))
             if len(self._held) > MAX_HELD_KEYFRAMES:
                 self._held.popleft()
                 self.held_dropped += 1
             return False
         while self._held:  # the scale just converged: the held keyframes first, at the converged scale
             pose_c2w, unscaled, held_colors = self._held.popleft()
-            pose = self.chain.camera_pose(pose_c2w)
-            self._add_points(transform_points(pose, unscaled * self.scale.value), held_colors, pose)
-        self._add_points(points, colors, camera_pose)
+            pose = work.chain.camera_pose(pose_c2w)
+            self._add_points(transform_points(pose, unscaled * scale), held_colors, pose)
+        self._add_points(points, colors, work.camera_pose)
         return True
 
     def _add_points(self, points: np.ndarray, colors: np.ndarray, camera_pose: np.ndarray) -> None:

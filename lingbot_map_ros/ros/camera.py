@@ -34,7 +34,8 @@ from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
 from .entities import NodeFacade
 from .intake import FrameIntake, InputFrame
-from .outputs import MappingOutputs, OutputConfig
+from .output_config import OutputConfig
+from .outputs import MappingOutputs
 from .params import NodeParams
 from .services import SERVICE_QOS
 from .session_files import SessionFiles
@@ -169,6 +170,7 @@ class CameraStream:
                 self.causes.rejected,
                 topic_prefix=self.output_prefix,
                 robot_map=self._robot_map,
+                on_map_error=lambda exc: self.causes.callback_failed("map_worker", exc),
             )
         subscriptions = self.intake.subscribe(self._host.facade, params, self._host.input_group)
         return subscriptions[0].topic_name

@@ -23,7 +23,8 @@ from ..engine.grid import Grid, write_nav2_map
 from ..engine.mapping import write_ply
 from .conversions import points_to_cloud
 from .geometry import grid_msg
-from .outputs import MAP_QOS, MappingOutputs
+from .output_config import MAP_QOS
+from .outputs import MappingOutputs
 
 
 class FusedMap:
@@ -62,7 +63,7 @@ class FusedMap:
             return None
         clouds, grids = [], []
         for _, outputs in cameras:
-            with outputs.lock:
+            with outputs.map.lock:
                 if in_robot_map(outputs.mapper):
                     clouds.append(outputs.mapper.voxels.points())
                     grids.append(outputs.mapper.grid.counts())
@@ -110,6 +111,9 @@ class FusedMap:
 
     def republish_map_odom(self) -> None:
         """Nothing: the cameras publish the robot TF themselves (only the first one does)."""
+
+    def publish_path(self) -> None:
+        """Nothing: each camera publishes its own path."""
 
     def save(self, out_dir: pathlib.Path, tag: str) -> str:
         """Each camera's `save` with `<tag>_<name>`, then the fused `map_<tag>.ply` and Nav2 map; the report.

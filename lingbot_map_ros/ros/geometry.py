@@ -26,18 +26,19 @@ def pose_msg(pose: np.ndarray) -> Pose:
     return out
 
 
-def transform_msg(pose: np.ndarray, stamp: object, parent: str, child: str) -> TransformStamped:
-    """`TransformStamped` parent -> child from the child's pose in the parent frame `[4, 4]`."""
-    p = pose_msg(pose)
+def transform_msg(pose: np.ndarray | Pose, stamp: object, parent: str, child: str) -> TransformStamped:
+    """`TransformStamped` parent -> child from the child's pose in the parent frame (`[4, 4]`, or its `Pose`
+    message when one was already made: one quaternion per pose and frame)."""
+    p = _as_pose(pose)
     tf = Transform(
         translation=Vector3(x=p.position.x, y=p.position.y, z=p.position.z), rotation=p.orientation
     )
     return TransformStamped(header=Header(stamp=stamp, frame_id=parent), child_frame_id=child, transform=tf)
 
 
-def pose_stamped_msg(pose: np.ndarray, header: Header) -> PoseStamped:
-    """`PoseStamped` of a `[4, 4]` pose in `header.frame_id`."""
-    return PoseStamped(header=header, pose=pose_msg(pose))
+def pose_stamped_msg(pose: np.ndarray | Pose, header: Header) -> PoseStamped:
+    """`PoseStamped` of a `[4, 4]` pose (or its `Pose`) in `header.frame_id`."""
+    return PoseStamped(header=header, pose=_as_pose(pose))
 
 
 def twist_msg(twist: np.ndarray) -> Twist:
@@ -46,15 +47,15 @@ def twist_msg(twist: np.ndarray) -> Twist:
     return Twist(linear=Vector3(x=v[0], y=v[1], z=v[2]), angular=Vector3(x=v[3], y=v[4], z=v[5]))
 
 
-def odometry_msg(pose: np.ndarray, twist: np.ndarray, header: Header, child_frame: str,
+def odometry_msg(pose: np.ndarray | Pose, twist: np.ndarray, header: Header, child_frame: str,
                  pose_covariance: np.ndarray, twist_covariance: np.ndarray) -> Odometry:
-    """`nav_msgs/Odometry`: pose `[4, 4]` in `header.frame_id` (map), twist `[6]` in `child_frame`, both
-    covariances `[6, 6]` (x, y, z, rotation about x, y, z), row-major."""
+    """`nav_msgs/Odometry`: pose `[4, 4]` (or its `Pose`) in `header.frame_id` (map), twist `[6]` in
+    `child_frame`, both covariances `[6, 6]` (x, y, z, rotation about x, y, z), row-major."""
     out = Odometry(header=header, child_frame_id=child_frame)
-    out.pose.pose = pose_msg(pose)
-    out.pose.covariance = [float(x) for x in np.asarray(pose_covariance, np.float64).reshape(36)]
+    out.pose.pose = _as_pose(pose)
+    out.pose.covariance = np.asarray(pose_covariance, np.float64).reshape(36).tolist()
     out.twist.twist = twist_msg(twist)
-    out.twist.covariance = [float(x) for x in np.asarray(twist_covariance, np.float64).reshape(36)]
+    out.twist.covariance = np.asarray(twist_covariance, np.float64).reshape(36).tolist()
     return out
 
 
@@ -75,6 +76,10 @@ def camera_info_msg(intrinsics: np.ndarray, width: int, height: int, header: Hea
         r=np.eye(3).reshape(-1).tolist(),
         p=proj.reshape(-1).tolist(),
     )
+
+
+def _as_pose(pose: np.ndarray | Pose) -> Pose:
+    return pose if isinstance(pose, Pose) else pose_msg(pose)
 
 
 def _check_pose(pose: np.ndarray) -> np.ndarray:

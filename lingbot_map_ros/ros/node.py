@@ -245,6 +245,8 @@ class LingBotMapNode(LifecycleNode):
             self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
             stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
             self._publisher = None
+        for _, outputs in self._camera_outputs():  # the map work of what was published, and the last path
+            outputs.flush(PUBLISH_DRAIN_S, publish_path=self.context.ok())
         return stopped
 
     def _release_configured(self) -> None:

@@ -1,12 +1,14 @@
 """Publishers of the node's outputs: conversion and publishing only; the geometry is the mapper's.
 
-`MappingOutputs.publish` looks up the robot's TF at the image stamp (robot_tf.py), hands the `FrameResult` to
-the engine's `Mapper` (frame chain, metric scale, voxel map, grid, trajectory, twist) and publishes its
-`MappedFrame`: the TF mode's single edge (`map -> odom`, `map -> base_frame` or `map -> camera`), `~/odometry`
-(the base frame in the robot modes, with covariances), `~/camera_pose`, `~/path`, `~/depth` (metres),
-`~/camera_info`, `~/frame_cloud`, all stamped with the image stamp; `~/map_cloud` and `~/grid` on timers.
-A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published.
-Driven from the publish thread (publish), the timers and the services; `lock` guards the mapper.
+`MappingOutputs.publish` (the publish thread) looks up the robot's TF at the image stamp (robot_tf.py), hands
+the `FrameResult` to the engine's `Mapper.locate` (frame chain, metric scale, trajectory, twist) and publishes
+the pose outputs of its `PosedFrame` at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
+`map -> camera`), `~/odometry` (the base frame in the robot modes, with covariances), `~/camera_pose`,
+`~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map work (points, voxel
+map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never delays them; `~/path`
+(`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers. A frame whose transforms
+are missing is dropped (`tf_unavailable`) before anything is published. `lock` guards the pose side (mapper
+pose state, path, T_map_odom), `map.lock` the map side; where both are needed, `map.lock` is taken first.
 """
 
 from __future__ import annotations
@@ -14,121 +16,36 @@ from __future__ import annotations
 import pathlib
 import threading
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Pose, PoseStamped
 from nav_msgs.msg import OccupancyGrid, Odometry, Path
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine import persistence
-from ..engine.grid import GridConfig, write_nav2_map
-from ..engine.mapper import CovarianceConfig, MappedFrame, Mapper, MapperConfig
-from ..engine.mapping import VoxelMapConfig, write_ply, write_tum
+from ..engine.grid import write_nav2_map
+from ..engine.mapper import Mapper, PosedFrame
+from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
-from ..engine.scale import ScaleConfig
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionSnapshot
-from .conversions import depth_to_image, points_to_cloud
+from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, grid_msg, odometry_msg, pose_stamped_msg, transform_msg
-from .params import NodeParams
+from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, transform_msg
+from .map_worker import MapItem, MapWorker
+from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
 from .robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
 from .tf import TfBroadcaster
 from .tf_listener import TfLookup
 
-#: ~/map_cloud and ~/grid: latched for late subscribers (RViz, Nav2 started after the node).
-MAP_QOS = QoSProfile(
-    depth=1,
-    history=HistoryPolicy.KEEP_LAST,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-#: Per-frame outputs: reliable, a few frames deep (the anchor phase publishes its frames back to back).
-FRAME_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Frames and options of the outputs (from `NodeParams`)."""
-
-    map_frame: str
-    camera_frame: str  # empty: the input header's frame_id
-    path_max_length: int
-    trajectory_max_poses: int
-    map_conf_threshold: float
-    map_stride: int
-    map_voxel_size: float
-    map_max_points: int
-    publish_depth: bool
-    publish_frame_cloud: bool
-    odom_frame: str = "odom"
-    base_frame: str = "base_link"
-    tf_mode: str = "map_to_camera"
-    tf_timeout: float = 0.2
-    tf_transform_tolerance: float = 0.1
-    tf_publish_rate: float = 20.0
-    scale: ScaleConfig = ScaleConfig()
-    grid: GridConfig = GridConfig()
-    grid_rate: float = 0.5
-    covariance: CovarianceConfig = CovarianceConfig()
-    mapping_enabled: bool = True
-    #: Several cameras (docs/node.md): the map frame of this camera while it is mapped without the robot
-    #: (map_to_camera), e.g. `map_front`; empty: `map_frame` always.
-    camera_map_frame: str = ""
-    #: Whether this camera publishes the robot TF edge (map -> odom / map -> base): only one camera may.
-    publish_robot_tf: bool = True
-
-    @staticmethod
-    def from_params(p: NodeParams) -> OutputConfig:
-        return OutputConfig(
-            map_frame=p.map_frame,
-            camera_frame=p.camera_frame,
-            path_max_length=p.path_max_length,
-            trajectory_max_poses=p.trajectory_max_poses,
-            map_conf_threshold=p.map_conf_threshold,
-            map_stride=p.map_stride,
-            map_voxel_size=p.map_voxel_size,
-            map_max_points=p.map_max_points,
-            publish_depth=p.publish_depth,
-            publish_frame_cloud=p.publish_frame_cloud,
-            odom_frame=p.odom_frame,
-            base_frame=p.base_frame,
-            tf_mode=p.tf_mode,
-            tf_timeout=p.tf_timeout,
-            tf_transform_tolerance=p.tf_transform_tolerance,
-            tf_publish_rate=p.tf_publish_rate,
-            scale=ScaleConfig(source=p.scale_source, factor=p.scale_factor, min_baseline=p.scale_min_baseline,
-                              min_samples=p.scale_min_samples, window=p.scale_window,
-                              min_conf=p.map_conf_threshold),
-            grid=GridConfig(resolution=p.grid_resolution, min_height=p.grid_min_height,
-                            max_height=p.grid_max_height),
-            grid_rate=p.grid_rate,
-            covariance=CovarianceConfig(position_std=p.covariance_position_std,
-                                        orientation_std=p.covariance_orientation_std,
-                                        unscaled_factor=p.covariance_unscaled_factor,
-                                        twist_min_dt=p.twist_min_dt),
-            mapping_enabled=p.mapping_enabled,
-        )
-
-    def voxel_map_config(self) -> VoxelMapConfig:
-        """The accumulated map's settings (voxel size, confidence threshold, pixel stride, point budget)."""
-        return VoxelMapConfig(
-            voxel_size=self.map_voxel_size,
-            conf_threshold=self.map_conf_threshold,
-            pixel_stride=self.map_stride,
-            max_points=self.map_max_points,
-        )
-
-    def mapper_config(self) -> MapperConfig:
-        return MapperConfig(voxel=self.voxel_map_config(), scale=self.scale, grid=self.grid,
-                            covariance=self.covariance, path_max_length=self.path_max_length,
-                            trajectory_max_poses=self.trajectory_max_poses)
+#: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
+MAP_DRAIN_S = 5.0
 
 
 def stamp_seconds(stamp: Time) -> float:
@@ -146,7 +63,8 @@ class MappingOutputs:
     """Create the output publishers on `node` and publish `FrameResult`s through the mapper.
 
     Subscriptions and timers are the node's (created once and kept, entities.py): the TF `lookup` and the
-    `depth_input` are passed in, and the node's timers call `republish_map_odom` and `publish_grid`.
+    `depth_input` are passed in, and the node's timers call `republish_map_odom`, `publish_path`,
+    `publish_map` and `publish_grid`. The map thread (`map`) lives until `destroy`.
 
     Args:
         node: the (activated) lifecycle node, or its `NodeFacade`; publishers live in its private namespace.
@@ -157,12 +75,14 @@ class MappingOutputs:
         topic_prefix: where the publishers live (`~/`, or `~/<camera>/` with several cameras).
         robot_map: T_map_odom [4, 4] of the camera that drives the robot TF (None: none yet), for a camera
             that does not: its new streams in map_to_odom start in that camera's map frame (one map).
+        on_map_error: `(exception)` of a map work that failed on the map thread (counted by the node).
     """
 
     def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
                  depth_input: DepthInput | None = None,
                  on_drop: Callable[[str, str], None] | None = None, topic_prefix: str = "~/",
-                 robot_map: Callable[[], np.ndarray | None] | None = None) -> None:
+                 robot_map: Callable[[], np.ndarray | None] | None = None,
+                 on_map_error: Callable[[Exception], None] | None = None) -> None:
         self._node = node
         self._robot_map = robot_map
         self.config = config
@@ -181,9 +101,11 @@ class MappingOutputs:
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper = Mapper(config.mapper_config())
         self.mapper.mapping_enabled = config.mapping_enabled
+        map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
+        self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
-        self._map_dirty = False
-        self._grid_dirty = False
+        self._path_header: Header | None = None  # the last frame's map header: ~/path to publish (None: sent)
+        self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
         # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
         self._map_odom: tuple[np.ndarray, float, float] | None = None
         self.mode_reason = ""
@@ -236,7 +158,7 @@ class MappingOutputs:
         sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
         with self.lock:
             bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
-            frame = self.mapper.process(result, stamp_s, robot, sensor)
+            frame, work = self.mapper.locate(result, stamp_s, robot, sensor)
             if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
                 self._node.get_logger().warning(
                     f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
@@ -246,20 +168,24 @@ class MappingOutputs:
                 self._path.clear()
                 self._map_odom = None
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
-            self._path.append(pose_stamped_msg(frame.body_pose, map_header))
-            path = Path(header=map_header, poses=list(self._path))
-            self._map_dirty |= frame.map_changed or frame.new_epoch
-            self._grid_dirty |= frame.map_changed or frame.new_epoch
+            body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
+            self._path.append(pose_stamped_msg(body, map_header))
+            self._path_header = map_header
             if frame.map_odom is not None:
                 self._map_odom = (frame.map_odom, stamp_s, self._now_s())
-        self._publish_frame(frame, header, camera)
-        self._pubs["path"].publish(path)
+            frame_cloud = self.config.publish_frame_cloud
+        self._publish_frame(frame, body, header, camera)
+        if work.is_keyframe or frame_cloud or frame.new_epoch:  # else it has nothing to do on the map thread
+            self.map.submit(MapItem(work, map_header, frame_cloud))
         self.frames_published += 1
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(self, frame: MappedFrame, header: Header, camera: str) -> None:
+    def _publish_frame(self, frame: PosedFrame, body: Pose, header: Header, camera: str) -> None:
+        """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
+        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera)."""
         cfg = self.config
+        cam = body if frame.camera_pose is frame.body_pose else pose_msg(frame.camera_pose)
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
@@ -267,19 +193,17 @@ class MappingOutputs:
             stamp = seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance)
             self._tf.send(transform_msg(frame.map_odom, stamp, map_frame, cfg.odom_frame))
         elif frame.mode == "map_to_base" and cfg.publish_robot_tf:
-            self._tf.send(transform_msg(frame.body_pose, header.stamp, map_frame, cfg.base_frame))
+            self._tf.send(transform_msg(body, header.stamp, map_frame, cfg.base_frame))
         elif frame.mode == "map_to_camera":
-            self._tf.send(transform_msg(frame.camera_pose, header.stamp, map_frame, camera))
+            self._tf.send(transform_msg(cam, header.stamp, map_frame, camera))
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
-        self._pubs["odometry"].publish(odometry_msg(frame.body_pose, frame.twist, map_header, child,
+        self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
                                                     frame.pose_covariance, frame.twist_covariance))
-        self._pubs["camera_pose"].publish(pose_stamped_msg(frame.camera_pose, map_header))
+        self._pubs["camera_pose"].publish(pose_stamped_msg(cam, map_header))
         height, width = frame.depth.shape
         self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
         if cfg.publish_depth:
             self._pubs["depth"].publish(depth_to_image(frame.depth, cam_header))
-        if cfg.publish_frame_cloud:
-            self._pubs["frame_cloud"].publish(points_to_cloud(frame.points, frame.colors, map_header))
 
     def _now_s(self) -> float:
         return self._node.get_clock().now().nanoseconds * 1e-9
@@ -297,27 +221,44 @@ class MappingOutputs:
         stamp = seconds_stamp(image_s + elapsed + self.config.tf_transform_tolerance)
         self._tf.send(transform_msg(map_odom, stamp, self.config.map_frame, self.config.odom_frame))
 
+    def publish_path(self) -> bool:
+        """Timer (`path.publish_rate`): `~/path` if a frame was published since the last call; stamped with
+        the last frame's stamp, as the message of that frame would have been."""
+        with self._path_lock:
+            with self.lock:
+                if self._path_header is None:
+                    return False
+                path = Path(header=self._path_header, poses=list(self._path))
+                self._path_header = None
+            self._pubs["path"].publish(path)
+        return True
+
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
-        with self.lock:
-            if not (self._map_dirty or force):
-                return -1
-            xyz, rgb = self.mapper.voxels.points()
-            self._map_dirty = False
-        header = Header(stamp=stamp, frame_id=self.map_frame)
-        self._pubs["map_cloud"].publish(points_to_cloud(xyz, rgb, header))
-        return len(xyz)
+        return self.map.publish_map(stamp, self.map_frame, force)
 
     def publish_grid(self, force: bool = False) -> bool:
         """Publish ~/grid if it changed since the last call (or `force`)."""
-        with self.lock:
-            if not (self._grid_dirty or force):
-                return False
-            grid = self.mapper.grid.grid()
-            self._grid_dirty = False
         stamp = self.last_stamp or self._node.get_clock().now().to_msg()
-        self._pubs["grid"].publish(grid_msg(grid, Header(stamp=stamp, frame_id=self.map_frame)))
-        return True
+        return self.map.publish_grid(stamp, self.map_frame, force)
+
+    def flush(self, timeout: float, publish_path: bool = True) -> bool:
+        """Deactivate, shutdown: integrate the queued map works (False: not within `timeout`), then publish
+        `~/path` if it changed."""
+        drained = self.map.drain(timeout)
+        if publish_path:
+            self.publish_path()
+        return drained
+
+    @contextmanager
+    def both_sides(self, drain: bool = True) -> Iterator[None]:
+        """Hold `map.lock`, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
+        if drain:
+            self.map.drain(MAP_DRAIN_S)
+        else:
+            self.map.discard()
+        with self.map.lock, self.lock:
+            yield
 
     def publish_cleared(self, stamp: Time) -> None:
         """After `clear`: publish an empty path, map and grid so viewers drop the old ones."""
@@ -333,8 +274,10 @@ class MappingOutputs:
             `(xyz [N, 3] float32, rgb [N, 3] uint8, stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw,
             poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
-        with self.lock:
+        self.map.drain(MAP_DRAIN_S)  # every keyframe published so far is in the map
+        with self.map.lock:
             xyz, rgb = self.mapper.voxels.points()
+        with self.lock:
             stamps, rows = self.mapper.trajectory.full_history()
             dropped = self.mapper.trajectory.history_dropped
         return xyz, rgb, stamps, rows, dropped
@@ -347,7 +290,7 @@ class MappingOutputs:
             OSError: the directory cannot be created or written.
         """
         xyz, rgb, stamps, rows, dropped = self.snapshot()
-        with self.lock:
+        with self.map.lock:
             grid = self.mapper.grid.grid()
         out_dir.mkdir(parents=True, exist_ok=True)
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
@@ -379,8 +322,9 @@ class MappingOutputs:
         Raises:
             SessionError: the snapshot does not fit (see `persistence.restore`).
         """
-        with self.lock:
+        with self.both_sides(drain=False):
             persistence.restore(session, self.mapper, snapshot)
+            self.map.mark_changed()
             stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
             self._path.clear()
             for stamp, pose in zip(stamps, poses, strict=True):
@@ -391,9 +335,8 @@ class MappingOutputs:
             self._map_odom = None
             if saved is not None and self.mapper.mode == "map_to_odom" and len(stamps):
                 self._map_odom = (saved, float(stamps[-1]), self._now_s())
-            path = Path(header=Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame),
-                        poses=list(self._path))
-        self._pubs["path"].publish(path)
+            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
+        self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)
 
@@ -404,19 +347,14 @@ class MappingOutputs:
         return last[0] if last is not None and self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
-        with self.lock:
+        with self.map.lock:
             return len(self.mapper.voxels)
-
-    def path_poses(self) -> list[PoseStamped]:
-        """The poses of `~/path` now (oldest first, at most `path.max_length`)."""
-        with self.lock:
-            return list(self._path)
 
     def trajectory_stats(self) -> dict[str, object]:
         """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
         last reset, beyond `trajectory.max_poses`), and the mapper's TF mode, scale (value, spread, source,
-        samples, converged, age in seconds of image time) and stamp counters."""
-        with self.lock:
+        samples, converged, age in seconds of image time), stamp counters and the map thread's counters."""
+        with self.map.lock, self.lock:  # held keyframes and grid rays are the map side's
             stats = self.mapper.stats()
             out: dict[str, object] = {
                 "trajectory_poses": self.mapper.trajectory.history_length,
@@ -427,21 +365,24 @@ class MappingOutputs:
         stats["scale_age_s"] = round(last - updated, 3) if last is not None and updated >= 0 else -1.0
         stats["tf_mode_reason"] = self.mode_reason
         out.update(stats)
+        out.update(self.map.stats())
         return out
 
     def clear(self) -> None:
-        """Forget path, map, grid, trajectory, scale and TF mode (reset); the next publish_map sends an
-        empty cloud."""
-        with self.lock:
+        """Forget path, map, grid, trajectory, scale and TF mode (reset; the queued map works are dropped);
+        the next publish_map sends an empty cloud."""
+        with self._path_lock, self.both_sides(drain=False):
             self._path.clear()
+            self._path_header = None
             self.mapper.clear()
-            self._map_dirty = self._grid_dirty = True
+            self.map.mark_changed()
             self._map_odom = None
             self._logged_mode = None  # a new stream logs its TF mode again
             self.last_stamp = None
 
     def destroy(self) -> None:
-        """Release the publishers (deactivate; no-ops through the node's `NodeFacade`)."""
+        """End the map thread and release the publishers (cleanup; no-ops through the node's `NodeFacade`)."""
+        self.map.stop()
         self._tf.destroy()
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)

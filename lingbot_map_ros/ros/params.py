@@ -248,9 +248,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "path.max_length",
         1000,
-        "Poses kept in ~/path (oldest dropped; ~9 ms per 1000 poses to publish, every frame).",
+        "Poses kept in ~/path (oldest dropped; ~3-9 ms per 1000 poses to publish, at path.publish_rate).",
         live=True,
         int_range=(1, 100_000),
+    ),
+    ParamSpec(
+        "path.publish_rate",
+        2.0,
+        "Rate of ~/path in Hz (when a frame was posed since; never on the pose outputs' thread).",
+        float_range=(0.01, 100.0),
     ),
     ParamSpec(
         "trajectory.max_poses",

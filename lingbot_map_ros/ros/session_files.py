@@ -50,9 +50,10 @@ class SessionFiles:
         return dict(self._compat[1])
 
     def capture(self, p: NodeParams, session: StreamingSession, outputs: MappingOutputs) -> SessionSnapshot:
-        """Copies of everything a session holds (call under the node's session and publish locks)."""
+        """Copies of everything a session holds (call under the node's session and publish locks; the map
+        thread's queued works are integrated first)."""
         compat, node_state = self.compat(p), outputs.session_state()
-        with outputs.lock:
+        with outputs.both_sides():
             return persistence.capture(session, outputs.mapper, compat, stamp_ns, node_state)
 
     def write(self, p: NodeParams, snapshot: SessionSnapshot) -> str:

@@ -1,4 +1,4 @@
-"""The node's periodic work: `/diagnostics`, `~/map_cloud`, `~/grid` and the `map -> odom` republish.
+"""The node's periodic work: `/diagnostics`, `~/path`, `~/map_cloud`, `~/grid`, the `map -> odom` republish.
 
 The timers are created once with the node and kept (entities.py: never destroyed while the executor may wait
 on them), run on the steady clock (so they go on under `use_sim_time` without `/clock`, or when `/clock`
@@ -51,6 +51,7 @@ class NodeTimers:
             "map_timer": self._publish_map,
             "map_odom_timer": lambda: self._each(lambda outputs: outputs.republish_map_odom()),
             "grid_timer": lambda: self._each(lambda outputs: outputs.publish_grid()),
+            "path_timer": lambda: self._each(lambda outputs: outputs.publish_path()),
         }
         self._timers = {
             name: node.create_timer(1.0, self._guarded(name, body), callback_group=group, clock=steady)
@@ -65,6 +66,7 @@ class NodeTimers:
             "map_timer": p.map_publish_rate,
             "map_odom_timer": p.tf_publish_rate,
             "grid_timer": p.grid_rate,
+            "path_timer": p.path_publish_rate,
         }
         for name, rate in rates.items():
             self._timers[name].timer_period_ns = int(1e9 / rate)
