@@ -182,17 +182,19 @@ def published(outputs: MappingOutputs, name: str) -> list[object]:
     return outputs._pubs[name].publish.__self__.messages
 
 
-def slow_integrate(outputs: MappingOutputs) -> threading.Event:
-    """The map thread's integration waits for the returned event (set it to let it go on)."""
-    go = threading.Event()
+def slow_integrate(outputs: MappingOutputs) -> tuple[threading.Event, threading.Event]:
+    """The map thread's integration waits for the returned `go` event (set it to let it go on); `started` is
+    set once the map thread is inside its first integration."""
+    go, started = threading.Event(), threading.Event()
     integrate = outputs.mapper.integrate
 
     def wait_then_integrate(work: object) -> object:
+        started.set()
         assert go.wait(10.0)
         return integrate(work)
 
     outputs.mapper.integrate = wait_then_integrate
-    return go
+    return go, started
 
 
 def header(i: int) -> Header:
@@ -200,7 +202,7 @@ def header(i: int) -> Header:
 
 
 def test_pose_outputs_do_not_wait_for_map_work_and_save_sees_every_keyframe(outputs: MappingOutputs) -> None:
-    go = slow_integrate(outputs)
+    go, _ = slow_integrate(outputs)
     for i in range(5):
         assert outputs.publish(result(i), header(i))  # returns while the map thread is stuck
     assert published(outputs, "frame_cloud") == [] and outputs.mapper.trajectory.history_length == 5
@@ -214,9 +216,10 @@ def test_pose_outputs_do_not_wait_for_map_work_and_save_sees_every_keyframe(outp
 
 
 def test_reset_drops_the_queued_map_works_and_leaves_an_empty_map(outputs: MappingOutputs) -> None:
-    go = slow_integrate(outputs)
+    go, started = slow_integrate(outputs)
     for i in range(5):
         outputs.publish(result(i), header(i))
+    assert started.wait(5.0)  # the map thread holds the first work (under load it may not have taken it yet)
     threading.Timer(0.3, go.set).start()  # the work in progress finishes, then the reset clears
     outputs.clear()
     assert outputs.map.drain(5.0)
