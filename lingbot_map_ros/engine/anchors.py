@@ -77,12 +77,20 @@ class StreamAnchors:
         """Keep a decoded keyframe for a later re-anchor (the last S0 only)."""
         self.records.append(record)
 
-    def can_recover(self) -> bool:
-        """Whether a failed step can be recovered in this epoch: streaming, not already recovering, S0 kept
-        keyframes to re-anchor on."""
-        return (
-            not self.anchoring and not self.needs_reanchor and len(self.records) == self.config.scale_frames
+    def recover_on_keyframes(self, error: str) -> bool:
+        """After a failed step (``error``), whose caches the session resets: True when the next frame
+        re-anchors on the kept keyframes (the epoch, its map frame and trajectory carry on); False in the
+        anchor phase, when this recovery itself failed, or short of S0 kept keyframes (the session resets)."""
+        if self.anchoring or self.needs_reanchor or len(self.records) < self.config.scale_frames:
+            return False
+        self.needs_reanchor = True
+        _LOG.error(
+            "StreamingSession caches reset after a model error (%s); the next frame re-anchors on the "
+            "last %d keyframes, the map frame is kept",
+            error,
+            len(self.records),
         )
+        return True
 
     def state(self, source_hw: tuple[int, int] | None) -> AnchorState | None:
         """The model stream's anchors and alignment; None during the anchor phase or before a re-anchor."""

@@ -55,15 +55,13 @@ class StreamingSession:
     def __init__(
         self, model: StreamingModel, config: SessionConfig | None = None, kv_pool: SharedKVPool | None = None
     ) -> None:
-        self.config = config or SessionConfig()
-        cfg = self.config
+        self.config = cfg = config or SessionConfig()
         max_frame_num = model.config.max_frame_num
         if cfg.max_stored_frames > max_frame_num:
             raise ValueError(
                 f"SessionConfig.max_stored_frames={cfg.max_stored_frames} exceeds the model's RoPE table "
                 f"(max_frame_num={max_frame_num})"
             )
-        self.model = model
         self.device = torch.device(cfg.device) if cfg.device else model.device
         state = model.new_stream(cfg.stream_config(), kv_pool)
         self._steps = ModelSteps(model, state, self.device, cfg.dtype)
@@ -72,6 +70,15 @@ class StreamingSession:
         self._epoch = -1
         self._counters = SessionCounters()
         self._clear(reason=None)
+
+    @property
+    def model(self) -> StreamingModel:
+        """The model stepped (from the next step on when replaced, e.g. by test/fault_injection.py)."""
+        return self._steps.model
+
+    @model.setter
+    def model(self, model: StreamingModel) -> None:
+        self._steps.model = model
 
     # ------------------------------------------------------------------ public API
 
@@ -282,12 +289,13 @@ class StreamingSession:
         """A new frame, under the lock: the frame in flight completed first (when ``sync``), then ``rgb``'s
         geometry (a new resolution resets the stream) and network input, counted in ``frames_total``."""
         done = self._complete_in_flight() if sync else []
-        geometry = self._decoder.geometry
-        if geometry is None or rgb.shape[:2] != geometry.source_hw:
+        current = self._decoder.geometry
+        geometry = current
+        if current is None or rgb.shape[:2] != current.source_hw:
             # Validated (ValueError for an unusable size) before the stream is touched.
             geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
-        if self._decoder.geometry is not None and geometry is not self._decoder.geometry:
-            old, new = self._decoder.geometry.source_hw, rgb.shape[:2]
+        if current is not None and geometry is not current:
+            old, new = current.source_hw, rgb.shape[:2]
             reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
             _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
             self._clear(reason)
@@ -359,19 +367,12 @@ class StreamingSession:
         """
         error = f"{type(exc).__name__}: {exc}"
         self._counters.last_error = error
-        if not self._anchors.can_recover():
+        if self._anchors.recover_on_keyframes(error):
+            self._steps.state.reset()
+            self._counters.recoveries_total += 1
+        else:
             _LOG.error("StreamingSession reset after a model error: %s", error)
             self._clear(f"model error: {error}")
-        else:
-            self._steps.state.reset()
-            self._anchors.needs_reanchor = True
-            self._counters.recoveries_total += 1
-            _LOG.error(
-                "StreamingSession caches reset after a model error (%s); the next frame re-anchors on the "
-                "last %d keyframes, the map frame is kept",
-                error,
-                len(self._anchors.records),
-            )
         self._steps.release_failed_step()
 
     def _run_anchor_phase(self, pending: list[tuple[np.ndarray, object, np.ndarray]]) -> list[FrameResult]:
