@@ -5,11 +5,11 @@ together (anchor phase, bidirectional attention) and their S0 results are return
 is one ``model.step`` with S = 1. Streaming frame j (0-based since the last (re-)anchor) is a keyframe iff
 ``j % keyframe_interval == 0``; non-keyframes attend and are rolled back. A change of input resolution resets
 the session (logged, reported in the results and ``stats()``); once ``max_stored_frames`` are cached the
-stream is re-anchored (`reanchor.py`). A failed step (an exception from the model, e.g. CUDA out-of-memory,
-or non-finite outputs) drops that frame and resets the caches; while streaming, the next frame re-anchors on
-the kept keyframes so the map frame and the trajectory carry on (docs/reliability.md); a failure during the
-anchor phase or during that recovery starts a new epoch. Publish-and-drop: the session keeps only the S0
-frames of a pending anchor phase and the last S0 keyframes for a re-anchor, never per-frame history.
+stream is re-anchored (`anchors.py`, `reanchor.py`). A failed step (an exception from the model, e.g. CUDA
+out-of-memory, or non-finite outputs) drops that frame and resets the caches; while streaming, the next frame
+re-anchors on the kept keyframes so the map frame and the trajectory carry on (docs/reliability.md); a failure
+during the anchor phase or during that recovery starts a new epoch. Publish-and-drop: the session keeps only
+the S0 frames of a pending anchor phase and the last S0 keyframes for a re-anchor, never per-frame history.
 
 Thread safety: every public method takes one lock, so a ROS worker can ``push`` while a timer reads
 ``stats()``.
