@@ -8,6 +8,7 @@ import torch
 
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.cache.config import check_sliding_window
+from lingbot_map_ros.model import StreamConfig
 from lingbot_map_ros.model.config import PATCH_SIZE
 
 #: Length of the released model's 3D-RoPE table: the temporal index of a step must stay below it.
@@ -92,3 +93,17 @@ class SessionConfig:
     @property
     def effective_camera_history(self) -> int:
         return self.max_stored_frames if self.camera_history is None else self.camera_history
+
+    def stream_config(self) -> StreamConfig:
+        """The model stream's configuration: the window, the cache's specials (every frame stored until a
+        re-anchor, at least the anchors and a full window), camera history, backend, graphs, compilation."""
+        return StreamConfig(
+            scale_frames=self.scale_frames,
+            sliding_window=self.sliding_window,
+            max_window=self.max_window,
+            max_special_frames=max(self.max_stored_frames, self.scale_frames + self.max_window),
+            camera_history=self.effective_camera_history,
+            backend=self.backend,
+            cuda_graphs=self.cuda_graphs,
+            compile_blocks=self.compile_blocks,
+        )

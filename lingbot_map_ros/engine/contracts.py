@@ -38,6 +38,18 @@ class StreamingModel(Protocol):
         """Run ``images`` ``[S, 3, H, W]`` (float in [0, 1]) through the stream ``state``."""
 
 
+@dataclass
+class SessionCounters:
+    """A session's counters over all its epochs (the `SessionStats` fields of the same names)."""
+
+    frames_total: int = 0
+    reanchors_total: int = 0
+    resets_total: int = 0
+    last_reset_reason: str | None = None
+    recoveries_total: int = 0
+    last_error: str | None = None
+
+
 @dataclass(frozen=True)
 class SessionStats:
     """`StreamingSession.stats()`: counters, stream state and per-stage timings, for diagnostics and reports.

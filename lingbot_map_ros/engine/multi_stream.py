@@ -29,7 +29,8 @@ import torch
 from .config import SessionConfig
 from .contracts import SessionStats
 from .result import FrameResult
-from .session import StreamingFrame, StreamingSession
+from .session import StreamingSession
+from .step_frames import StreamingFrame
 
 
 @dataclass(frozen=True)

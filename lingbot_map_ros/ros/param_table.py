@@ -1,0 +1,297 @@
+"""`PARAMETERS`: every ROS parameter of the node, once, with its default, range or choices, description and
+whether it applies live (docs/node.md has the same table; `config/lingbot_map.yaml` is generated from it)."""
+
+from __future__ import annotations
+
+from ..cache.backends import BACKENDS
+from ..model.config import PATCH_SIZE
+from .param_spec import ParamSpec
+
+PARAMETERS: tuple[ParamSpec, ...] = (
+    ParamSpec("autostart", True, "Configure and activate on start-up, so a plain `ros2 run` maps at once."),
+    ParamSpec(
+        "model.checkpoint", "", "Checkpoint (.pt / .safetensors). Empty: synthetic weights of the preset."
+    ),
+    ParamSpec("model.preset", "lingbot-map", "Architecture preset.", choices=("lingbot-map", "tiny")),
+    ParamSpec("model.device", "auto", "Torch device: auto (cuda if available), cpu, cuda, cuda:N."),
+    ParamSpec(
+        "model.dtype",
+        "auto",
+        "Aggregator compute dtype (auto: bf16 on cuda, fp32 on cpu).",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),
+    ParamSpec(
+        "model.synthetic_seed",
+        0,
+        "Seed of the synthetic weights used when model.checkpoint is empty (the same seed gives the same "
+        "weights in every process, as `lingbot-map-ros run --seed`).",
+        int_range=(0, 2**31 - 1),
+    ),
+    ParamSpec(
+        "model.image_width",
+        518,
+        f"Network input width in pixels (multiple of {PATCH_SIZE}; 518 as released).",
+        int_range=(28, 1036),
+    ),
+    ParamSpec(
+        "model.cuda_graphs",
+        True,
+        "On CUDA, replay streaming steps as CUDA graphs around the attention (same outputs, faster).",
+    ),
+    ParamSpec(
+        "model.compile_blocks",
+        True,
+        "With model.cuda_graphs, torch.compile the blocks inside the graphs (~24% faster on the H200). "
+        "Compiled during configure by the warm-up (about a minute the first time, seconds with the compile "
+        "cache); false: no compiler at all.",
+    ),
+    ParamSpec(
+        "model.compile_cache_dir",
+        "",
+        "Persistent torch.compile cache (TORCHINDUCTOR_CACHE_DIR). Empty: "
+        "$XDG_CACHE_HOME/lingbot_map_ros/torch_compile (~/.cache/... without XDG_CACHE_HOME), unless "
+        "TORCHINDUCTOR_CACHE_DIR is set.",
+    ),
+    ParamSpec(
+        "model.warmup_image_size",
+        "518x378",
+        "Camera image size WxH for the warm-up during configure on CUDA (captures the CUDA graphs and "
+        "compiles at the network resolution this size maps to, so no frame waits); other sizes at run time "
+        "capture/compile on their first frame. Empty: no warm-up.",
+    ),
+    ParamSpec("attention.backend", "auto", "Global-attention backend.", choices=BACKENDS),
+    ParamSpec(
+        "kv_cache.sliding_window",
+        64,
+        "Non-anchor frames kept in the KV cache.",
+        live=True,
+        int_range=(1, 1024),
+    ),
+    ParamSpec(
+        "kv_cache.max_window",
+        128,
+        "Cache pool capacity: upper bound of kv_cache.sliding_window.",
+        int_range=(1, 1024),
+    ),
+    ParamSpec("kv_cache.scale_frames", 8, "Anchor frames (phase 1), never evicted.", int_range=(1, 64)),
+    ParamSpec(
+        "keyframe.interval", 1, "Every N-th streaming frame is stored in the cache.", int_range=(1, 1000)
+    ),
+    ParamSpec("map_frame", "map", "Fixed frame of TF, odometry, path, grid and map cloud (REP-105)."),
+    ParamSpec("odom_frame", "odom", "Odometry frame of the robot (REP-105); parent of base_frame in TF."),
+    ParamSpec("base_frame", "base_link", "Robot body frame (REP-105); odometry child in the robot modes."),
+    ParamSpec("camera_frame", "", "Camera optical frame; empty: the input image header's frame_id."),
+    ParamSpec(
+        "tf.mode",
+        "auto",
+        "The single TF edge published: map_to_odom (odom -> base and base -> camera from TF), map_to_base "
+        "(base -> camera from TF), map_to_camera (bare camera), auto (the first whose chain is in TF, chosen "
+        "when a stream starts).",
+        choices=("auto", "map_to_odom", "map_to_base", "map_to_camera"),
+    ),
+    ParamSpec(
+        "tf.timeout",
+        0.2,
+        "Seconds to wait for a transform at the image stamp; then the frame is dropped (tf_unavailable).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "tf.transform_tolerance",
+        0.1,
+        "map -> odom is stamped this many seconds after the image (also when republished).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "tf.publish_rate", 20.0, "Rate in Hz of republishing the last map -> odom.", float_range=(0.1, 1000.0)
+    ),
+    ParamSpec(
+        "scale.source",
+        "none",
+        "Metric scale: odometry (odom -> base via TF), depth (depth_image topic), fixed (scale.factor), "
+        "none (model units).",
+        choices=("none", "fixed", "odometry", "depth"),
+    ),
+    ParamSpec("scale.factor", 1.0, "Metres per model unit with scale.source fixed.", float_range=(1e-6, 1e6)),
+    ParamSpec(
+        "scale.min_baseline",
+        0.1,
+        "Metres the camera must move (odometry) between the two keyframes of a scale sample.",
+        float_range=(0.0, 100.0),
+    ),
+    ParamSpec(
+        "scale.min_samples",
+        10,
+        "Samples before the scale counts as converged (map points are held until then).",
+        int_range=(1, 1000),
+    ),
+    ParamSpec("scale.window", 50, "Samples of the robust (median) estimate.", int_range=(1, 10000)),
+    ParamSpec("grid.resolution", 0.05, "Cell size of ~/grid in metres.", float_range=(0.005, 10.0)),
+    ParamSpec(
+        "grid.min_height",
+        0.1,
+        "Points above this height (m, from the base frame's ground) are obstacles; below: floor (free).",
+        float_range=(-10.0, 10.0),
+    ),
+    ParamSpec(
+        "grid.max_height", 1.5, "Points above this height (m) are ignored.", float_range=(-10.0, 100.0)
+    ),
+    ParamSpec("grid.rate", 0.5, "Rate of ~/grid in Hz (when it changed).", float_range=(0.01, 30.0)),
+    ParamSpec(
+        "covariance.position_std",
+        0.05,
+        "Odometry pose standard deviation per axis in metres (the model predicts none).",
+        float_range=(1e-6, 1e3),
+    ),
+    ParamSpec(
+        "covariance.orientation_std",
+        0.02,
+        "Odometry orientation standard deviation per axis in radians.",
+        float_range=(1e-6, 10.0),
+    ),
+    ParamSpec(
+        "covariance.unscaled_factor",
+        100.0,
+        "Variances are multiplied by this while the metric scale has not converged.",
+        float_range=(1.0, 1e9),
+    ),
+    ParamSpec(
+        "twist.min_dt",
+        0.005,
+        "Seconds; frames closer than this (or with a stamp going backwards) give no twist (covariance 1e6).",
+        float_range=(0.0, 10.0),
+    ),
+    ParamSpec(
+        "map.voxel_size",
+        0.02,
+        "Voxel edge of the map in metres (model units with scale.source none).",
+        float_range=(1e-4, 100.0),
+    ),
+    ParamSpec(
+        "map.conf_threshold",
+        1.5,
+        "Keep pixels with depth confidence above this (confidence >= 1).",
+        live=True,
+        float_range=(0.0, 1e6),
+    ),
+    ParamSpec("map.max_points", 500000, "Point budget of the map cloud.", int_range=(1000, 50_000_000)),
+    ParamSpec("map.stride", 2, "Pixel stride when unprojecting a frame.", live=True, int_range=(1, 64)),
+    ParamSpec("map_publish_rate", 1.0, "Rate of ~/map_cloud in Hz.", float_range=(0.01, 30.0)),
+    ParamSpec(
+        "path.max_length",
+        1000,
+        "Poses kept in ~/path (oldest dropped; ~3-9 ms per 1000 poses to publish, at path.publish_rate).",
+        live=True,
+        int_range=(1, 100_000),
+    ),
+    ParamSpec(
+        "path.publish_rate",
+        2.0,
+        "Rate of ~/path in Hz (when a frame was posed since; never on the pose outputs' thread).",
+        float_range=(0.01, 100.0),
+    ),
+    ParamSpec(
+        "trajectory.max_poses",
+        1_000_000,
+        "Poses of the trajectory kept for ~/save_map since the last reset (64 B each: 64 MB at 1,000,000, "
+        "~9 h at 30 Hz); beyond it the oldest are dropped and counted (/diagnostics trajectory_dropped).",
+        int_range=(1, 50_000_000),
+    ),
+    ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
+    ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
+    ParamSpec(
+        "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
+    ),
+    ParamSpec(
+        "output_dir",
+        "~/.ros/lingbot_map",
+        "Directory of ~/save_map (PLY map + TUM trajectory); must be absolute after expanding '~' "
+        "(empty, relative or unexpandable values are rejected).",
+        live=True,
+    ),
+    ParamSpec(
+        "session.dir",
+        "~/.ros/lingbot_map/sessions",
+        "Directory of saved sessions (~/save_session writes below it; session.load_path and "
+        "~/load_session read only below it); absolute after expanding '~'.",
+        live=True,
+    ),
+    ParamSpec(
+        "session.load_path",
+        "",
+        "Saved session (a folder name below session.dir) to continue: loaded when the node activates after "
+        "configure, and by ~/load_session. Empty: start a new map.",
+        live=True,
+    ),
+    ParamSpec(
+        "session.save_with_map",
+        False,
+        "~/save_map also saves a session (as ~/save_session does).",
+        live=True,
+    ),
+    ParamSpec(
+        "mapping.enabled",
+        True,
+        "false = localisation mode: poses, TF and odometry go on, the map and the grid are not extended.",
+        live=True,
+    ),
+    ParamSpec(
+        "max_input_pixels",
+        16_777_216,
+        "Largest input image (width x height, from the Image or PNG/JPEG header) accepted; larger ones are "
+        "rejected before decoding (rejected_oversized_image). 16,777,216 = 4096 x 4096.",
+        live=True,
+        int_range=(196, 268_435_456),
+    ),
+    ParamSpec(
+        "max_aspect_ratio",
+        8.0,
+        "Largest long side / short side of an input image; flatter ones are rejected before decoding "
+        "(rejected_unsupported_aspect_ratio), which bounds the resized intermediate to 518 x 8 rows.",
+        live=True,
+        float_range=(1.0, 1000.0),
+    ),
+    ParamSpec(
+        "stream.change_confirm_frames",
+        3,
+        "Consecutive frames of a new size or frame_id needed to restart the stream (a new map); fewer "
+        "are rejected (rejected_unconfirmed_stream_change). 1: restart at the first one.",
+        live=True,
+        int_range=(1, 100),
+    ),
+    ParamSpec(
+        "image_transport",
+        "raw",
+        "raw: subscribe `image`; compressed: `image/compressed`.",
+        choices=("raw", "compressed"),
+    ),
+    ParamSpec(
+        "qos.reliability",
+        "best_effort",
+        "Image subscription reliability (best_effort = sensor data).",
+        choices=("best_effort", "reliable"),
+    ),
+    ParamSpec("qos.depth", 5, "Image subscription history depth.", int_range=(1, 1000)),
+    ParamSpec("diagnostics_rate", 1.0, "Rate of /diagnostics in Hz.", float_range=(0.1, 100.0)),
+    ParamSpec(
+        "batch.max_wait_ms",
+        5.0,
+        "Several cameras: once one camera has a frame, wait at most this long for the others' frames before "
+        "stepping them together (one batched model step); a slow camera never stalls a fast one by more.",
+        float_range=(0.0, 1000.0),
+    ),
+    ParamSpec(
+        "batch.max_batch",
+        8,
+        "Several cameras: most streaming frames in one batched model step.",
+        int_range=(1, 64),
+    ),
+    ParamSpec(
+        "cameras",
+        [""],
+        "Camera names, e.g. [front, rear]: camera <name> is subscribed on <name>/image (or "
+        "<name>/image/compressed) and <name>/camera_info and publishes under ~/<name>/ (docs/node.md, "
+        "\"Several cameras\"). [''] (default): one unnamed camera on image and camera_info, outputs "
+        "under ~/.",
+        startup=True,
+    ),
+)
