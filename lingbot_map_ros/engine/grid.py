@@ -88,7 +88,10 @@ class OccupancyGridBuilder:
         `max_samples` samples per keyframe (rays subsampled evenly beyond that)."""
         cfg = self.config
         xyz = np.asarray(xyz)
-        keep = np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2].astype(np.float64) <= cfg.max_height)
+        keep = xyz[:, 2].astype(np.float64) <= cfg.max_height
+        finite = np.isfinite(xyz)
+        if not finite.all():
+            keep &= np.all(finite, axis=1)
         xyz = xyz.take(np.flatnonzero(keep), axis=0).astype(np.float64)  # float64 only for the rows kept
         cam3 = np.asarray(camera_xyz, np.float64)
         cam = cam3[:2]
