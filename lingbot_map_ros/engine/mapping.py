@@ -155,8 +155,8 @@ class VoxelMap:
 
     def points(self, min_weight: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """The map: (xyz [M, 3] float32, rgb [M, 3] uint8), one point per voxel of weight ≥ ``min_weight``."""
-        keep = self._occupied & (self._weight >= min_weight)
-        mean = self._mean[keep]
+        keep = np.flatnonzero(self._occupied & (self._weight >= min_weight))
+        mean = self._mean.take(keep, axis=0)
         return mean[:, :3].copy(), np.clip(np.rint(mean[:, 3:]), 0, 255).astype(np.uint8)
 
     def stats(self) -> dict[str, float]:
