@@ -15,6 +15,7 @@ from lingbot_map_ros.engine.mapping import (
     VoxelMapConfig,
     read_ply,
     read_tum,
+    voxel_groups,
     write_ply,
     write_tum,
 )
@@ -54,6 +55,19 @@ def test_index_finds_voxels_across_merges_and_ignores_non_finite() -> None:
     assert len(vm) == n and vm.dropped_out_of_range == 2
     with pytest.raises(ValueError, match="uint8"):
         vm.insert(xyz[:2], rgb[:2].astype(np.float32))
+
+
+@pytest.mark.parametrize("spread", [3, 200, (1 << 21) - 1])
+def test_voxel_groups_equal_np_unique_of_the_voxel_keys(spread: int) -> None:
+    rng = np.random.default_rng(spread)
+    for n in (1, 2, 5000):
+        cells = rng.integers(0, spread + 1, size=(3, n), dtype=np.int64)
+        keys = (cells[0] << 42) | (cells[1] << 21) | cells[2]
+        expected = np.unique(keys, return_inverse=True, return_counts=True)
+        got = voxel_groups(cells)
+        for a, b in zip(got, expected, strict=True):
+            assert a.dtype == np.int64
+            np.testing.assert_array_equal(a, b)
 
 
 def test_budget_evicts_least_recently_observed() -> None:

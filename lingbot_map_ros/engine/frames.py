@@ -90,10 +90,14 @@ def camera_points(
     """
     d = np.asarray(depth)[::stride, ::stride].astype(np.float64)
     keep = np.isfinite(d) & (d > 0) & mask[::stride, ::stride]
-    rows, cols = np.nonzero(keep)
+    index = np.flatnonzero(keep)  # row-major, as np.nonzero
+    rows, cols = np.divmod(index, d.shape[1])
     v, u = rows * stride, cols * stride
+    z = d.reshape(-1).take(index)
     k_inv = np.linalg.inv(np.asarray(intrinsics, np.float64))
-    cam = (u[:, None] * k_inv[:, 0] + v[:, None] * k_inv[:, 1] + k_inv[:, 2]) * d[rows, cols, None]
+    cam = np.empty((index.size, 3), np.float64)
+    for j in range(3):  # K⁻¹ (u, v, 1) · z, per axis (the same float operations as a broadcast)
+        cam[:, j] = (u * k_inv[j, 0] + v * k_inv[j, 1] + k_inv[j, 2]) * z
     return cam, (v * depth.shape[1] + u).astype(np.int64)
 
 

@@ -87,23 +87,29 @@ class OccupancyGridBuilder:
         Cost: only the part of a floor ray below `min_height` is sampled (every half cell), at most
         `max_samples` samples per keyframe (rays subsampled evenly beyond that)."""
         cfg = self.config
-        xyz = np.asarray(xyz, np.float64)
-        xyz = xyz[np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] <= cfg.max_height)]
+        xyz = np.asarray(xyz)
+        keep = xyz[:, 2].astype(np.float64) <= cfg.max_height
+        finite = np.isfinite(xyz)
+        if not finite.all():
+            keep &= np.all(finite, axis=1)
+        xyz = xyz.take(np.flatnonzero(keep), axis=0).astype(np.float64)  # float64 only for the rows kept
         cam3 = np.asarray(camera_xyz, np.float64)
         cam = cam3[:2]
-        xyz = xyz[np.linalg.norm(xyz[:, :2] - cam, axis=1) <= cfg.max_range]
+        xyz = xyz.take(np.flatnonzero(np.linalg.norm(xyz[:, :2] - cam, axis=1) <= cfg.max_range), axis=0)
         if len(xyz) > cfg.max_rays:  # deterministic subset
-            xyz = xyz[np.linspace(0, len(xyz) - 1, cfg.max_rays).astype(np.int64)]
+            xyz = xyz.take(np.linspace(0, len(xyz) - 1, cfg.max_rays).astype(np.int64), axis=0)
         if len(xyz) == 0:
             return
         end = np.floor(xyz[:, :2] / cfg.resolution).astype(np.int64)
         start = np.floor(cam / cfg.resolution).astype(np.int64)
         if not self._cover(np.vstack([end, start[None]])):
             return
+        end_flat = self._flat(end[:, 0], end[:, 1])
         obstacle = xyz[:, 2] >= cfg.min_height
-        self._add(self._hits, end[obstacle])
-        self._add(self._passes, end[~obstacle])
-        self._cast_floor_rays(xyz[~obstacle], end[~obstacle], cam3)
+        floor = np.flatnonzero(~obstacle)
+        self._add(self._hits, end_flat[obstacle])
+        self._add(self._passes, end_flat.take(floor))
+        self._cast_floor_rays(xyz.take(floor, axis=0), end_flat.take(floor), cam3)
         self.rays_total += len(xyz)
 
     def counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -124,8 +130,15 @@ class OccupancyGridBuilder:
         self._hits, self._passes = hits.copy(), passes.copy()
         self._origin = np.asarray(origin, np.int64).copy()
 
-    def _cast_floor_rays(self, floor: np.ndarray, end: np.ndarray, cam3: np.ndarray) -> None:
-        """Passes for the cells where the rays to floor points run below `min_height` (end cells excluded)."""
+    def _cast_floor_rays(self, floor: np.ndarray, end_flat: np.ndarray, cam3: np.ndarray) -> None:
+        """Passes for the cells where the rays to floor points run below `min_height` (end cells excluded).
+
+        Args:
+            floor: [F, 3] float64 floor points (map frame).
+            end_flat: [F] int64 flat index (`_flat`) of each point's cell.
+            cam3: [3] float64 camera position.
+        Samples every half cell from where the ray dips below `min_height` to its end; one flat int64 index
+        per sample (rays concatenated, no per-sample ray index)."""
         cfg = self.config
         if len(floor) == 0:
             return
@@ -141,20 +154,25 @@ class OccupancyGridBuilder:
         if total > cfg.max_samples:
             count = max(1, len(floor) * cfg.max_samples // total)
             keep = np.linspace(0, len(floor) - 1, count).astype(np.int64)
-            floor, end, first, delta, steps = floor[keep], end[keep], first[keep], delta[keep], steps[keep]
-        live = steps > 0
-        if not live.any():
+            end_flat, first, delta, steps = end_flat[keep], first[keep], delta[keep], steps[keep]
+        live = np.flatnonzero(steps > 0)
+        if live.size == 0:
             return
-        end, first, delta, steps = end[live], first[live], delta[live], steps[live]
-        ray = np.repeat(np.arange(len(steps)), steps)
-        offsets = np.arange(ray.size) - np.repeat(np.cumsum(steps) - steps, steps)
-        frac = first[ray] + (1.0 - first[ray]) * offsets / steps[ray]
-        cells = np.floor((cam + frac[:, None] * delta[ray]) / cfg.resolution).astype(np.int64)
+        end_flat, first, steps = end_flat[live], first[live], steps[live]
+        dx, dy = delta[live, 0], delta[live, 1]
+        starts = np.cumsum(steps) - steps
+        offsets = np.arange(int(steps.sum())) - np.repeat(starts, steps)
+        first_s = np.repeat(first, steps)
+        frac = first_s + (1.0 - first_s) * offsets / np.repeat(steps, steps)
+        cx = np.floor((cam[0] + frac * np.repeat(dx, steps)) / cfg.resolution).astype(np.int64)
+        cy = np.floor((cam[1] + frac * np.repeat(dy, steps)) / cfg.resolution).astype(np.int64)
+        cells = self._flat(cx, cy)
         # one pass per (ray, cell): a ray's samples are in order and a straight ray never comes back to a cell
-        new = np.ones(len(ray), bool)
-        new[1:] = (ray[1:] != ray[:-1]) | np.any(cells[1:] != cells[:-1], axis=1)
-        keep = new & np.any(cells != end[ray], axis=1)
-        self._add(self._passes, cells[keep])
+        new = np.ones(len(cells), bool)
+        np.not_equal(cells[1:], cells[:-1], out=new[1:])
+        new[starts] = True
+        new &= cells != np.repeat(end_flat, steps)
+        self._add(self._passes, cells[new])
 
     def grid(self) -> Grid:
         """The current grid (copies)."""
@@ -168,13 +186,23 @@ class OccupancyGridBuilder:
         res = self.config.resolution
         return Grid(data.T.copy(), res, (float(self._origin[0] * res), float(self._origin[1] * res)))
 
-    def _add(self, counts: np.ndarray, cells: np.ndarray) -> None:
-        """Saturating += 1 per occurrence of each cell (no full-size temporary)."""
-        if len(cells) == 0:
+    def _flat(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """[N] int64 flat index into the [X, Y] count arrays of the cells (x, y) [N] int64 (covered)."""
+        return (x - self._origin[0]) * self._hits.shape[1] + (y - self._origin[1])
+
+    def _add(self, counts: np.ndarray, flat: np.ndarray) -> None:
+        """Saturating += 1 per occurrence of each flat cell index [N] int64 (`_flat`): a bincount over the
+        span of the indices when it is small, else a sort (no full-size temporary)."""
+        if len(flat) == 0:
             return
-        idx = cells - self._origin
-        flat = idx[:, 0] * counts.shape[1] + idx[:, 1]
-        where, n = np.unique(flat, return_counts=True)
+        lo, hi = int(flat.min()), int(flat.max())
+        if hi - lo < 4 * len(flat) + 65_536:
+            n = np.bincount(flat - lo)
+            where = np.flatnonzero(n)
+            n = n[where]
+            where += lo
+        else:
+            where, n = np.unique(flat, return_counts=True)
         view = counts.reshape(-1)
         view[where] = np.minimum(view[where].astype(np.int64) + n, np.iinfo(np.uint16).max)
 

@@ -272,7 +272,7 @@ class Mapper:
         mask = work.depth_conf > work.voxel.conf_threshold
         cam_xyz, flat = camera_points(work.depth, work.intrinsics, mask, work.voxel.pixel_stride)
         points = transform_points(work.camera_pose, cam_xyz)
-        colors = work.rgb.reshape(-1, 3)[flat]
+        colors = work.rgb.reshape(-1, 3).take(flat, axis=0)
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
         return FrameCloud(points=points, colors=colors, map_changed=map_changed)
 
