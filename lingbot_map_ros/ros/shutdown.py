@@ -11,9 +11,11 @@ writes one line and ends the process with `os._exit(0)` (issue 19). The executor
 thread so that the main thread, which runs Python signal handlers, is never blocked in rcl's wait and reacts
 within `POLL_S`.
 
-Shutdown order: the node releases its threads (inference, publish, map) while every publisher is still valid,
-then the context shuts down (ending the spin and destroying the entities). The other order let the map thread
-publish on a destroyed publisher (`map_worker failed (InvalidHandle)`, ~1 stop in 15 while frames flowed).
+Shutdown order: the executor stops dispatching the node's callbacks (a timer would publish /diagnostics of a
+half-released node), the node releases its threads (inference, publish, map) while every publisher is still
+valid, then the context shuts down (ending the spin, destroying the entities). The other order let the map
+thread publish on a destroyed publisher (`map_worker failed (InvalidHandle)`, ~1 stop in 15 while frames
+flowed).
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def run_node(
     finally:
         if latch.event.is_set() and exit_process:
             latch.arm_grace()
+        executor.remove_node(node)  # no new callback (a timer's /diagnostics of a half-released node)
         node.on_shutdown(None)  # the node's threads end while every publisher is valid (module doc)
         rclpy.try_shutdown()  # ends the spin and destroys the node's entities
         if spin is not None and not spin.join(step_wait_s):
