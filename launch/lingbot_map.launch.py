@@ -20,17 +20,25 @@ The node gets the shipped Fast DDS profile (16 MiB shared memory, for camera ima
 `FASTDDS_DEFAULT_PROFILES_FILE` is not already set; either way the profile in use is logged. RViz is optional:
 when rviz2 is not installed the launch warns and runs the node alone; an RViz that fails (non-zero exit) shuts
 the whole launch down, and so does the node exiting, so nothing is left running orphaned.
+
+A node that exits non-zero (it cannot configure: bad parameters, a missing checkpoint, ...) shuts the launch
+down with its reason (exit code and the node's last error line) and makes `ros2 launch` exit non-zero:
+launch returns non-zero only when an action raises, so the exit handler adds one that raises `NodeFailed`
+(launch logs "Caught exception in launch ...: <reason>" and returns 1). A node stopped by Ctrl-C exits 0:
+launch returns 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from collections import deque
 from pathlib import Path
 
 from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
 from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, RegisterEventHandler, Shutdown
-from launch.event_handlers import OnProcessExit
+from launch.event_handlers import OnProcessExit, OnProcessIO
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -74,6 +82,30 @@ KNOB_HELP = {
     "path_publish_rate": "rate of ~/path in Hz (default 2; never on the pose outputs' thread)",
     "cameras": "several cameras in one node, e.g. [front,rear]: <camera>/<name>/image_raw each",
 }
+
+
+#: What the node's exit codes mean (lingbot_map_ros.ros.shutdown.run_node).
+EXIT_CODE_MEANINGS = {
+    1: "configure or activate failed, or its executor stopped",
+    2: "invalid parameters",
+}
+#: ANSI colour escapes (an emulated tty's coloured log lines) stripped from the reason.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class NodeFailed(RuntimeError):
+    """Raised by the node's exit handler so that `ros2 launch` exits non-zero (module doc)."""
+
+
+def node_exit_reason(code: int, output_lines: list[str]) -> str:
+    """Why the node exited with `code` (non-zero), from its last ERROR / FATAL line or else its last output
+    line (bad parameters are printed on stderr), without terminal colours."""
+    lines = [ANSI_ESCAPE.sub("", line).strip() for line in output_lines]
+    lines = [line for line in lines if line and "autostart failed (see the error above)" not in line]
+    errors = [line for line in lines if "[ERROR]" in line or "[FATAL]" in line]
+    meaning = EXIT_CODE_MEANINGS.get(code, "killed by a signal" if code < 0 else "see its output above")
+    detail = (errors or lines or [""])[-1]
+    return f"lingbot_map exited with code {code} ({meaning})" + (f": {detail}" if detail else "")
 
 
 def image_topic_for(camera: str, image_topic: str) -> str:
@@ -195,12 +227,35 @@ def _node(context: LaunchContext) -> list:
         arguments=["--ros-args", "--log-level", arg("log_level")],
         output="screen",
         emulate_tty=True,
-        on_exit=Shutdown(reason="lingbot_map exited"),
     )
-    actions.append(node)
+    actions += [node, *_node_exit_handlers(node)]
     if arg("rviz").lower() in ("true", "1"):
         actions += _rviz(share, names)
     return actions
+
+
+def _node_exit_handlers(node: Node) -> list:
+    """The node exiting shuts the launch down; a non-zero exit also makes `ros2 launch` exit non-zero with the
+    reason (module doc). Its last output lines are kept for that reason."""
+    output_lines: deque[str] = deque(maxlen=20)
+
+    def on_output(event: object) -> None:
+        output_lines.extend(event.text.decode(errors="replace").splitlines())
+
+    def fail(context: LaunchContext, reason: str) -> None:
+        raise NodeFailed(reason)
+
+    def on_exit(event: object, context: LaunchContext) -> list:
+        code = getattr(event, "returncode", 0) or 0
+        if code == 0:
+            return [Shutdown(reason="lingbot_map exited")]
+        reason = node_exit_reason(code, list(output_lines))
+        return [Shutdown(reason=reason), OpaqueFunction(function=fail, args=[reason])]
+
+    return [
+        RegisterEventHandler(OnProcessIO(target_action=node, on_stdout=on_output, on_stderr=on_output)),
+        RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_exit)),
+    ]
 
 
 def _rviz(share: Path, names: list[str]) -> list:

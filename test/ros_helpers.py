@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-import random
 import sys
 import tempfile
 import threading
@@ -27,6 +25,7 @@ from fault_injection import FAULTS_ENV
 
 from lingbot_map_ros.ros.client import ClientNode
 from lingbot_map_ros.tools import node_process
+from lingbot_map_ros.tools.dds import allocate_domain_id
 
 REPO = Path(__file__).resolve().parents[1]
 FAULT_NODE = Path(__file__).with_name("fault_node.py")  # the node with LINGBOT_MAP_FAULTS injected
@@ -53,28 +52,6 @@ PYTHON = (
     if (REPO / ".venv" / "bin" / "python").exists()
     else Path(sys.executable)
 )
-_DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "lingbot_ros_domains"
-_domain_lock_file = None  # kept open for the whole test session: holds the domain id
-
-
-def allocate_domain_id(low: int = 1, high: int = 100) -> int:
-    """A ROS_DOMAIN_ID in [low, high] that no other live process allocated (flock on a per-id file)."""
-    global _domain_lock_file
-    _DOMAIN_LOCK_DIR.mkdir(exist_ok=True)
-    ids = list(range(low, high + 1))
-    random.shuffle(ids)
-    for domain in ids:
-        handle = open(_DOMAIN_LOCK_DIR / f"{domain}.lock", "w")  # noqa: SIM115 - held until exit
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        _domain_lock_file = handle
-        return domain
-    raise RuntimeError(f"every ROS_DOMAIN_ID in [{low}, {high}] is held by another test session")
-
-
 def configure_dds_environment() -> dict[str, str]:
     """Set the DDS variables in os.environ (children inherit them); returns what was set.
 

@@ -29,6 +29,7 @@ from std_srvs.srv import Trigger
 from lingbot_map_ros.engine.mapping import read_tum
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.shutdown import SHUTDOWN_GRACE_S
 
 pytestmark = pytest.mark.dds
 
@@ -345,7 +346,7 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
 
 # --------------------------------------------------------------------------------------------- SIGINT
 @pytest.mark.parametrize(("faults", "abandons"), [("delay@*:0.5", False), ("delay@1:20", True)])
-def test_sigint_during_a_step_exits_cleanly_within_2s(
+def test_sigint_during_a_step_exits_cleanly_within_the_grace_period(
     ros_client: RosClient, tmp_path: Path, frames: list[np.ndarray], faults: str, abandons: bool
 ) -> None:
     name = "sigint_" + ("long" if abandons else "short")
@@ -369,7 +370,10 @@ def test_sigint_during_a_step_exits_cleanly_within_2s(
     code = proc.stop(timeout=10)
     elapsed = time.monotonic() - t0
     out = proc.output()
-    assert code == 0 and elapsed < 2.0, f"exit {code} after {elapsed:.2f} s:\n{out}"
+    # the clean shutdown ends within the grace period (no fast exit); since issue 19 it publishes what was
+    # inferred and drains the map before the context goes (1.4-2.1 s here, was 0.6-0.8 s when it did not)
+    assert code == 0 and elapsed < SHUTDOWN_GRACE_S + 1.0, f"exit {code} after {elapsed:.2f} s:\n{out}"
+    assert "clean shutdown complete" in out and "exiting now" not in out, out
     assert "Traceback" not in out
     assert ("exiting without waiting" in out) == abandons
     print(f"\nSIGINT during a step ({faults}): exit 0 after {elapsed:.2f} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -110,10 +111,11 @@ def _launch_helpers() -> dict[str, object]:
         for node in tree.body
         if (isinstance(node, ast.FunctionDef) and node.name in ("image_topic_for", "camera_info_for",
                                                                  "parameter_value", "camera_remappings",
-                                                                 "rviz_config_for"))
-        or (isinstance(node, ast.Assign) and node.targets[0].id in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE"))
+                                                                 "rviz_config_for", "node_exit_reason"))
+        or (isinstance(node, ast.Assign) and node.targets[0].id in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE",
+                                                                    "EXIT_CODE_MEANINGS", "ANSI_ESCAPE"))
     ]
-    namespace: dict[str, object] = {}
+    namespace: dict[str, object] = {"re": re}
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(LAUNCH_FILE), "exec"), namespace)  # noqa: S102
     return namespace
 
@@ -128,6 +130,23 @@ def test_launch_topics_follow_the_image_transport_convention() -> None:
     assert h["camera_info_for"]("/usb_cam/image_raw", "/info") == "/info"
     texts = ("518", "0.37", "tiny", "false", "True")
     assert [h["parameter_value"](v) for v in texts] == [518, 0.37, "tiny", False, True]
+
+
+def test_launch_gives_the_reason_a_node_exited_non_zero() -> None:
+    """The reason `ros2 launch` logs (and exits 1 with) when the node cannot configure (issue 19)."""
+    reason = _launch_helpers()["node_exit_reason"]
+    bad_params = ["[lingbot_map] invalid parameters: model.image_width must be a multiple of 14, got 57"]
+    assert reason(2, bad_params) == f"lingbot_map exited with code 2 (invalid parameters): {bad_params[0]}"
+    configure = [
+        "\x1b[0m[INFO] [1.0] [lingbot_map]: model loading\x1b[0m",
+        "\x1b[31m[ERROR] [1.1] [lingbot_map]: configure failed: cannot load model.checkpoint '/x.pt'\x1b[0m",
+        "\x1b[31m[FATAL] [1.2] [lingbot_map]: autostart failed (see the error above); exiting\x1b[0m",
+    ]
+    assert reason(1, configure) == (
+        "lingbot_map exited with code 1 (configure or activate failed, or its executor stopped): "
+        "[ERROR] [1.1] [lingbot_map]: configure failed: cannot load model.checkpoint '/x.pt'"
+    )
+    assert reason(-9, []) == "lingbot_map exited with code -9 (killed by a signal)"
 
 
 def test_launch_cameras_argument_remaps_each_camera_and_shows_each_path() -> None:

@@ -3,12 +3,14 @@ classes (ros.message_types)."""
 
 from __future__ import annotations
 
+import fcntl
+
 import pytest
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from lingbot_map_ros.ros.message_types import message_class
 from lingbot_map_ros.ros.qos import matching_subscription_qos, publisher_qos
-from lingbot_map_ros.tools.dds import fastdds_profile, isolated_dds_env
+from lingbot_map_ros.tools.dds import DOMAIN_LOCK_DIR, fastdds_profile, isolated_dds_env
 
 
 def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> None:
@@ -20,8 +22,10 @@ def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> Non
     assert profile is not None and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile)
     assert "<segment_size>16777216</segment_size>" in profile.read_text()
     assert env["ROS_LOG_DIR"]
-    domains = {int(isolated_dds_env({"ROS_LOG_DIR": "/tmp"})["ROS_DOMAIN_ID"]) for _ in range(50)}
-    assert all(1 <= d <= 100 for d in domains) and len(domains) > 1
+    first, second = (int(isolated_dds_env({"ROS_LOG_DIR": "/tmp"})["ROS_DOMAIN_ID"]) for _ in range(2))
+    assert 1 <= first <= 100 and 1 <= second <= 100 and first != second  # each held: never handed out twice
+    with open(DOMAIN_LOCK_DIR / f"{first}.lock") as other, pytest.raises(OSError):  # held for life
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def test_subscription_qos_matches_every_offered_publisher() -> None:

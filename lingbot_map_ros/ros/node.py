@@ -216,8 +216,12 @@ class LingBotMapNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Release everything; a step still running after `SHUTDOWN_STEP_WAIT_S` is left to the exit."""
-        if not self._release_active(SHUTDOWN_STEP_WAIT_S):
+        """Release everything; a step still running after `SHUTDOWN_STEP_WAIT_S` is left to the exit. The map
+        threads end here in either case: the context's shutdown destroys the publishers they use."""
+        stopped = self._release_active(SHUTDOWN_STEP_WAIT_S)
+        for _, outputs in self._camera_outputs():
+            outputs.map.stop()
+        if not stopped:
             self.get_logger().warning(
                 f"shutdown: an inference step is still running after {SHUTDOWN_STEP_WAIT_S} s; "
                 "exiting without waiting for it"

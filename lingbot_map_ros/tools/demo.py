@@ -64,6 +64,9 @@ class DemoConfig:
     timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
+        # The node refuses a relative output_dir (its working directory is not the caller's): folders given
+        # relative are the caller's, so they are resolved here, against this process's working directory.
+        object.__setattr__(self, "output_dir", absolute_path(self.output_dir))
         if self.bag is not None and self.images is not None:
             raise ValueError("give at most one of --bag and --images")
         if self.replay_rate <= 0 or self.rate_hz <= 0:
@@ -119,13 +122,20 @@ def node_parameters(config: DemoConfig, run_dir: Path, compressed: bool) -> dict
     counts them)."""
     params: dict[str, object] = {
         "model.preset": config.preset, "model.device": config.device, "model.image_width": config.image_width,
-        "output_dir": str(run_dir), "queue_size": config.queue_size, "qos.reliability": "reliable",
+        "output_dir": str(absolute_path(run_dir)), "queue_size": config.queue_size,
+        "qos.reliability": "reliable",
         "qos.depth": DDS_HISTORY_DEPTH, "diagnostics_rate": 4.0,
         "image_transport": "compressed" if compressed else "raw",
     }
     if config.checkpoint is not None:
-        params["model.checkpoint"] = str(config.checkpoint.expanduser().resolve())
+        params["model.checkpoint"] = str(absolute_path(config.checkpoint))
     return params
+
+
+def absolute_path(path: Path) -> Path:
+    """`path` with '~' expanded and, when relative, joined to the current working directory (the caller's:
+    the folders given on the command line are meant relative to where the command was typed)."""
+    return path.expanduser().absolute()
 
 
 def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
