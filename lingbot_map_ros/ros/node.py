@@ -169,6 +169,8 @@ class LingBotMapNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._periodic.set_rates(self.params)
         self._load_on_activate = bool(self.params.session_load_path.strip())
+        if stale := self._sessions.clean(self.params):
+            self.get_logger().warning(stale)
         cameras = f", cameras {list(self.cameras)}" if self._named else ""
         self.get_logger().info(f"configured: {self._pipeline.description}{cameras}")
         return TransitionCallbackReturn.SUCCESS
@@ -185,7 +187,8 @@ class LingBotMapNode(LifecycleNode):
         p = self.params
         # Publishers and subscriptions come from the kept set: the same ones on every activation.
         if p.scale_source == "depth" and self._depth_input is None:
-            self._depth_input = DepthInput(self._facade)  # kept, like every subscription
+            self._depth_input = DepthInput(  # kept, like every subscription
+                self._facade, lambda: self.params.max_input_pixels, self._causes.rejected)
         self._scheduler = StreamScheduler(
             list(self.cameras), self._step, p.queue_size, self._on_inference_error,
             max_wait_s=p.batch_max_wait_ms / 1e3,
@@ -326,10 +329,12 @@ class LingBotMapNode(LifecycleNode):
         """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
         current map is kept on any error), then start a new stream generation in its map frame."""
         camera = self._single()
-        name, snapshot = self._sessions.read(self.params)
-        scheduler = self._scheduler
-        if scheduler is None:
+        p = self.params
+        name, snapshot = self._sessions.read(p)
+        scheduler, session, outputs = self._scheduler, camera.session, camera.outputs
+        if scheduler is None or session is None or outputs is None:
             raise SessionError("not active")
+        self._sessions.check(p, snapshot, session, outputs)  # a refused load touches nothing
         camera.restore(snapshot, scheduler.clear)
         poses = len(snapshot.trajectory_stamps_ns)
         return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "

@@ -205,21 +205,22 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "output_dir",
         "~/.ros/lingbot_map",
         "Directory of ~/save_map (PLY map + TUM trajectory); must be absolute after expanding '~' "
-        "(empty, relative or unexpandable values are rejected).",
-        live=True,
+        "(empty, relative or unexpandable values are rejected). Fixed while configured: a live change over "
+        "DDS could make the node write anywhere.",
     ),
     ParamSpec(
         "session.dir",
         "~/.ros/lingbot_map/sessions",
         "Directory of saved sessions (~/save_session writes below it; session.load_path and "
-        "~/load_session read only below it); absolute after expanding '~'.",
-        live=True,
+        "~/load_session read only below it); absolute after expanding '~'. Fixed while configured (stale "
+        "temporaries of interrupted saves are removed below it at configure).",
     ),
     ParamSpec(
         "session.load_path",
         "",
         "Saved session (a folder name below session.dir) to continue: loaded when the node activates after "
-        "configure, and by ~/load_session. Empty: start a new map.",
+        "configure, and by ~/load_session: one folder name (letters, digits, '_', '-', '.'; no '/', not "
+        "starting with '.'). Empty: start a new map.",
         live=True,
     ),
     ParamSpec(

@@ -12,8 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import persistence
+from ..engine.grid import GridConfig
 from ..engine.session import StreamingSession
-from ..engine.session_store import SessionError, SessionSnapshot, load_session, resolve_under, save_session
+from ..engine.session_check import check_loadable
+from ..engine.session_npz import bounded_names
+from ..engine.session_store import (
+    SessionError,
+    SessionLimits,
+    SessionSnapshot,
+    clean_stale_temporaries,
+    load_session,
+    resolve_under,
+    save_session,
+)
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
@@ -67,7 +78,8 @@ class SessionFiles:
                 f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it")
 
     def read(self, p: NodeParams) -> tuple[str, SessionSnapshot]:
-        """The session named by `session.load_path`, validated against the configured model.
+        """The session named by `session.load_path`, validated against the configured model, with limits
+        from the node's own configuration (`limits`).
 
         Raises:
             SessionError: no name set, a path outside `session.dir`, or any check of `load_session`.
@@ -79,4 +91,36 @@ class SessionFiles:
             base = resolve_directory(p.session_dir, "session.dir")
         except ValueError as exc:
             raise SessionError(str(exc)) from None
-        return name, load_session(resolve_under(base, name), self.compat(p))
+        return name, load_session(resolve_under(base, name), self.compat(p), limits(p))
+
+    @staticmethod
+    def check(
+        p: NodeParams, snapshot: SessionSnapshot, session: StreamingSession, outputs: MappingOutputs
+    ) -> None:
+        """Raise `SessionError` unless `snapshot` fits this camera's session and mapper, the node's `tf.mode`
+        and frame ids (`session_check.check_loadable`): before anything live is touched."""
+        frames = {"map_frame": p.map_frame, "odom_frame": p.odom_frame, "base_frame": p.base_frame}
+        check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
+
+    @staticmethod
+    def clean(p: NodeParams) -> str:
+        """Remove the temporaries of saves interrupted in an earlier run below `session.dir` (configure);
+        returns the log line ('' when there were none)."""
+        try:
+            stale = clean_stale_temporaries(resolve_directory(p.session_dir, "session.dir"))
+        except (OSError, ValueError) as exc:
+            return f"session.dir: stale temporaries not cleaned: {exc}"
+        return f"removed {len(stale)} unfinished session save(s): {bounded_names(stale)}" if stale else ""
+
+
+def limits(p: NodeParams) -> SessionLimits:
+    """What a session may hold for this node: S0 anchors of at most `model.image_width` a side, the node's
+    `map.max_points`, `trajectory.max_poses` and grid size. A 1.6 MB file whose anchors inflate to 32 x 4096²
+    x 3 is refused from the manifest, before anything is inflated."""
+    return SessionLimits(
+        max_anchor_frames=p.kv_cache_scale_frames,
+        max_image_side=p.model_image_width,
+        max_points=p.map_max_points,
+        max_poses=p.trajectory_max_poses,
+        max_grid_cells=GridConfig.max_cells**2,
+    )
