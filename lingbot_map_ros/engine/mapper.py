@@ -325,6 +325,8 @@ class Mapper:
             "held_keyframes": len(self._held), "held_dropped": self.held_dropped,
             "stamps_backwards": self.stamps_backwards, "stamps_duplicate": self.stamps_duplicate,
             "grid_rays": self.grid.rays_total,
+            "map.points_out_of_range": self.voxels.dropped_out_of_range,
+            "scale_rejected": self.scale.rejected,
         }
 
     # ------------------------------------------------------------------------------------------------

@@ -129,16 +129,20 @@ def read_npz(
                     f"{name} holds {len(names)} members ({bounded_names(names)}), expected {sorted(expected)}"
                 )
             for key, (dtype, _) in SCHEMA[name].items():
-                with archive.open(members[f"{key}.npy"]) as f:
-                    out[key] = _read_member(f, name, key, np.dtype(dtype), shapes[key])
+                info = members[f"{key}.npy"]
+                with archive.open(info) as f:
+                    out[key] = _read_member(f, name, key, np.dtype(dtype), shapes[key], info.file_size)
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
         raise SessionError(f"{name} is not a readable npz archive ({exc})") from None
     return out
 
 
-def _read_member(f: IO[bytes], name: str, key: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """An .npy member whose header must declare ``dtype`` and exactly the manifest's ``shape``; then exactly
-    its bytes are read (inflated) and copied, never more."""
+def _read_member(
+    f: IO[bytes], name: str, key: str, dtype: np.dtype, shape: tuple[int, ...], member_size: int
+) -> np.ndarray:
+    """An .npy member whose header must declare ``dtype`` and exactly the manifest's ``shape``, and whose zip
+    entry (``member_size`` inflated bytes) holds nothing more; then exactly its bytes are read (inflated) and
+    copied, never more."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(f)
@@ -156,6 +160,11 @@ def _read_member(f: IO[bytes], name: str, key: str, dtype: np.dtype, shape: tupl
             f"(the manifest declares {list(shape)})"
         )
     n_bytes = math.prod(shape) * dtype.itemsize
+    if member_size != f.tell() + n_bytes:
+        raise SessionError(
+            f"{name}/{key}: the zip entry inflates to {member_size} bytes, its array to "
+            f"{f.tell() + n_bytes} (padded or truncated)"
+        )
     data = f.read(n_bytes)
     if len(data) != n_bytes:
         raise SessionError(f"{name}/{key}: data is truncated")

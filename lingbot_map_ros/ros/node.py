@@ -23,6 +23,7 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import replace
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -85,6 +86,7 @@ class LingBotMapNode(LifecycleNode):
         self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
         self._clock_watch = SimClockWatch(self.get_logger())
         self._service_group = MutuallyExclusiveCallbackGroup()
+        self._stream_change = threading.Lock()  # resets and loads (services in their own callback groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
@@ -100,7 +102,7 @@ class LingBotMapNode(LifecycleNode):
             self.get_logger(), lambda: self.params, self._save_target, self.reset_stream,
             self.save_session, self.load_session, self._causes.callback_failed,
         )
-        self._triggers.create(self, self._service_group)
+        self._triggers.create(self)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
             self, self._timer_group, self.params, self._active_outputs,
@@ -300,7 +302,8 @@ class LingBotMapNode(LifecycleNode):
         scheduler = self._scheduler
         if self._pipeline is None or scheduler is None:
             return None
-        return self.cameras[name].reset(scheduler.clear)
+        with self._stream_change:
+            return self.cameras[name].reset(scheduler.clear)
 
     def reset_stream(self) -> int | None:
         """`~/reset`: a new stream for every camera (camera.py `reset`); the queued frames discarded, None
@@ -334,8 +337,9 @@ class LingBotMapNode(LifecycleNode):
         scheduler, session, outputs = self._scheduler, camera.session, camera.outputs
         if scheduler is None or session is None or outputs is None:
             raise SessionError("not active")
-        self._sessions.check(p, snapshot, session, outputs)  # a refused load touches nothing
-        camera.restore(snapshot, scheduler.clear)
+        with self._stream_change:  # a reset and a load never interleave their generations
+            self._sessions.check(p, snapshot, session, outputs)  # a refused load touches nothing
+            camera.restore(snapshot, scheduler.clear)
         poses = len(snapshot.trajectory_stamps_ns)
         return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
                 f"{camera.outputs.mapper.mode}; new frames continue its map frame")
