@@ -22,6 +22,12 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 
 from __future__ import annotations
 
+# ruff: noqa: E402 - the start-up signal handlers come before the imports below (about 2 s: torch, rclpy)
+if __name__ == "__main__":
+    from lingbot_map_ros.ros.startup_signals import exit_quietly_on_signals
+
+    exit_quietly_on_signals()
+
 import sys
 import threading
 from dataclasses import replace
