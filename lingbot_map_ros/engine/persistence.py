@@ -98,6 +98,19 @@ def save(
     return save_session(target, snapshot), snapshot
 
 
+def session_limits(session: StreamingSession, mapper: Mapper) -> SessionLimits:
+    """What a session may hold to be continued here: S0 anchors at most ``image_width`` a side, the mapper's
+    point, pose and grid budgets. A 1.6 MB file whose anchors inflate to 32 x 4096² x 3 is refused from its
+    manifest, before anything is inflated (issue 20)."""
+    return SessionLimits(
+        max_anchor_frames=session.config.scale_frames,
+        max_image_side=session.config.image_width,
+        max_points=mapper.config.voxel.max_points,
+        max_poses=mapper.config.trajectory_max_poses,
+        max_grid_cells=mapper.config.grid.max_cells**2,
+    )
+
+
 def load_target(
     session: StreamingSession, mapper: Mapper, tf_mode: str = "auto", node_state: dict[str, Any] | None = None
 ) -> LoadTarget:
@@ -154,6 +167,7 @@ def load(
     compat: dict[str, Any],
     limits: SessionLimits | None = None,
 ) -> tuple[SessionSnapshot, list[FrameResult]]:
-    """`load_session` (validated against ``compat``) then `restore`."""
-    snapshot = load_session(folder, compat, limits)
+    """`load_session` (validated against ``compat``, within ``limits``, default `session_limits`) then
+    `restore`."""
+    snapshot = load_session(folder, compat, limits or session_limits(session, mapper))
     return snapshot, restore(session, mapper, snapshot)

@@ -38,6 +38,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
+from ..engine import persistence
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
 from .camera import CameraHost, CameraStream, StepResults
@@ -337,12 +338,11 @@ class LingBotMapNode(LifecycleNode):
     def load_session(self) -> str:
         """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
         current map is kept on any error), then start a new stream generation in its map frame."""
-        camera = self._single()
-        p = self.params
-        name, snapshot = self._sessions.read(p)
+        camera, p = self._single(), self.params
         scheduler, session, outputs = self._scheduler, camera.session, camera.outputs
         if scheduler is None or session is None or outputs is None:
             raise SessionError("not active")
+        name, snapshot = self._sessions.read(p, persistence.session_limits(session, outputs.mapper))
         with self._stream_change:  # a reset and a load never interleave their generations
             self._sessions.check(p, snapshot, session, outputs)  # a refused load touches nothing
             camera.restore(snapshot, scheduler.clear)

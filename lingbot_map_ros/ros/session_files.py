@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import persistence
-from ..engine.grid import GridConfig
 from ..engine.session import StreamingSession
 from ..engine.session_check import check_loadable
 from ..engine.session_npz import bounded_names
@@ -77,9 +76,9 @@ class SessionFiles:
         return (f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
                 f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it")
 
-    def read(self, p: NodeParams) -> tuple[str, SessionSnapshot]:
-        """The session named by `session.load_path`, validated against the configured model, with limits
-        from the node's own configuration (`limits`).
+    def read(self, p: NodeParams, limits: SessionLimits) -> tuple[str, SessionSnapshot]:
+        """The session named by `session.load_path`, validated against the configured model, within
+        `limits` (`persistence.session_limits` of the camera that would continue it).
 
         Raises:
             SessionError: no name set, a path outside `session.dir`, or any check of `load_session`.
@@ -91,7 +90,7 @@ class SessionFiles:
             base = resolve_directory(p.session_dir, "session.dir")
         except ValueError as exc:
             raise SessionError(str(exc)) from None
-        return name, load_session(resolve_under(base, name), self.compat(p), limits(p))
+        return name, load_session(resolve_under(base, name), self.compat(p), limits)
 
     @staticmethod
     def check(
@@ -112,15 +111,3 @@ class SessionFiles:
             return f"session.dir: stale temporaries not cleaned: {exc}"
         return f"removed {len(stale)} unfinished session save(s): {bounded_names(stale)}" if stale else ""
 
-
-def limits(p: NodeParams) -> SessionLimits:
-    """What a session may hold for this node: S0 anchors of at most `model.image_width` a side, the node's
-    `map.max_points`, `trajectory.max_poses` and grid size. A 1.6 MB file whose anchors inflate to 32 x 4096²
-    x 3 is refused from the manifest, before anything is inflated."""
-    return SessionLimits(
-        max_anchor_frames=p.kv_cache_scale_frames,
-        max_image_side=p.model_image_width,
-        max_points=p.map_max_points,
-        max_poses=p.trajectory_max_poses,
-        max_grid_cells=GridConfig.max_cells**2,
-    )
