@@ -38,7 +38,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from ..engine import persistence
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
 from .camera import CameraHost, CameraStream, StepResults
@@ -336,19 +335,12 @@ class LingBotMapNode(LifecycleNode):
         return self._sessions.write(self.params, camera.capture(self._sessions, self.params))
 
     def load_session(self) -> str:
-        """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
-        current map is kept on any error), then start a new stream generation in its map frame."""
-        camera, p = self._single(), self.params
-        scheduler, session, outputs = self._scheduler, camera.session, camera.outputs
-        if scheduler is None or session is None or outputs is None:
+        """`~/load_session` (and `session.load_path` at activate): read and check the session first (a refused
+        load touches nothing), then start a new stream generation in its map frame (session_files.py)."""
+        camera, scheduler = self._single(), self._scheduler
+        if scheduler is None:
             raise SessionError("not active")
-        name, snapshot = self._sessions.read(p, persistence.session_limits(session, outputs.mapper))
-        with self._stream_change:  # a reset and a load never interleave their generations
-            self._sessions.check(p, snapshot, session, outputs)  # a refused load touches nothing
-            camera.restore(snapshot, scheduler.clear)
-        poses = len(snapshot.trajectory_stamps_ns)
-        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
-                f"{camera.outputs.mapper.mode}; new frames continue its map frame")
+        return self._sessions.load(self.params, camera, scheduler.clear, self._stream_change)
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change): one status for the

@@ -8,8 +8,10 @@ writes the folder outside them (`write`); `~/load_session` and `session.load_pat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import persistence
 from ..engine.session import StreamingSession
@@ -27,6 +29,9 @@ from ..engine.session_store import (
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
+
+if TYPE_CHECKING:  # camera.py imports this module
+    from .camera import CameraStream
 
 
 def stamp_ns(meta: object) -> int:
@@ -92,14 +97,23 @@ class SessionFiles:
             raise SessionError(str(exc)) from None
         return name, load_session(resolve_under(base, name), self.compat(p), limits)
 
-    @staticmethod
-    def check(
-        p: NodeParams, snapshot: SessionSnapshot, session: StreamingSession, outputs: MappingOutputs
-    ) -> None:
-        """Raise `SessionError` unless `snapshot` fits this camera's session and mapper, the node's `tf.mode`
-        and frame ids (`session_check.check_loadable`): before anything live is touched."""
+    def load(self, p: NodeParams, camera: CameraStream, clear_queue: Callable[[str], int],
+             stream_change: AbstractContextManager) -> str:
+        """`~/load_session` for `camera`: read and validate the session within the camera's budgets, then
+        under `stream_change` (the lock resets take) check it against the camera's session and mapper, the
+        node's `tf.mode` and frame ids (`session_check.check_loadable`: a refused load touches nothing), and
+        only then start a new stream generation in its map frame. Returns the report line."""
+        session, outputs = camera.session, camera.outputs
+        if session is None or outputs is None:
+            raise SessionError("not active")
+        name, snapshot = self.read(p, persistence.session_limits(session, outputs.mapper))
         frames = {"map_frame": p.map_frame, "odom_frame": p.odom_frame, "base_frame": p.base_frame}
-        check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
+        with stream_change:
+            check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
+            camera.restore(snapshot, clear_queue)
+        poses = len(snapshot.trajectory_stamps_ns)
+        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
+                f"{outputs.mapper.mode}; new frames continue its map frame")
 
     @staticmethod
     def clean(p: NodeParams) -> str:
