@@ -26,7 +26,7 @@ setup(
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            "lingbot_map_node = lingbot_map_ros.ros.node:main",
+            "lingbot_map_node = lingbot_map_ros.ros.startup_signals:main",
             "lingbot-map-ros = lingbot_map_ros.tools.cli:main",
         ],
     },

@@ -85,7 +85,11 @@ def write_params_file(path: Path, params: dict[str, Any], node: str = "/**") -> 
 class NodeProcess(node_process.NodeProcess):
     """`tools/node_process.NodeProcess` with the tests' defaults: a log file per start in `log_dir`, the
     venv's python, test/fault_node.py while `LINGBOT_MAP_FAULTS` is set, and failures as AssertionError (a
-    node that dies before it is ready, or ignores SIGINT, fails the test)."""
+    node that dies before it is ready, or ignores SIGINT, fails the test). Each node runs in its own process
+    group and is listed in `STARTED`: conftest's session fixture kills (SIGKILL, the whole group) and reports
+    any still alive when the session ends, so no node outlives the suite (issue 20)."""
+
+    STARTED: list[NodeProcess] = []
 
     @classmethod
     def start(  # type: ignore[override] - a log folder instead of a log file
@@ -101,7 +105,7 @@ class NodeProcess(node_process.NodeProcess):
         """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`)."""
         faults = module == node_process.NODE_MODULE and bool(os.environ.get(FAULTS_ENV))
         log_path = log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log"
-        return super().start(
+        proc = super().start(
             log_path,
             params,
             remaps,
@@ -112,7 +116,10 @@ class NodeProcess(node_process.NodeProcess):
             script=FAULT_NODE if faults else None,
             python=PYTHON,
             env=os.environ.copy(),
+            new_session=True,
         )
+        cls.STARTED.append(proc)
+        return proc
 
     def wait_ready(self, client: RosClient, services: Iterable[str], timeout: float = 60.0) -> None:
         """Wait until every (std_srvs/Trigger) service is available; fail fast if the process dies."""

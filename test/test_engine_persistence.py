@@ -99,9 +99,8 @@ def test_nothing_to_save_during_the_anchor_phase(model: LingBotMap, tmp_path: Pa
     assert not (tmp_path / "early").exists()
 
 
-def test_malformed_mapper_state_is_one_error_and_leaves_a_clean_reset(
-    model: LingBotMap, tmp_path: Path
-) -> None:
+def test_malformed_mapper_state_is_one_error_and_touches_nothing(model: LingBotMap, tmp_path: Path) -> None:
+    """Refused before the session or the mapper is touched (test_session_transaction.py has every reason)."""
     session_a, mapper_a = pipeline(model)
     feed(session_a, mapper_a, frames(S0 + 1))
     snapshot = persistence.capture(session_a, mapper_a, COMPAT, int)
@@ -110,4 +109,4 @@ def test_malformed_mapper_state_is_one_error_and_leaves_a_clean_reset(
     with pytest.raises(SessionError, match="map_cam0 is not a rigid transform"):
         persistence.restore(session_b, mapper_b, snapshot)
     assert len(mapper_b.voxels) == 0 and mapper_b.chain is None
-    assert session_b.stats().phase == 1  # waiting for a new anchor phase
+    assert session_b.stats().phase == 1 and session_b.stats().epoch == 0  # no reset: never touched

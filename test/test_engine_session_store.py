@@ -162,6 +162,7 @@ def test_save_is_atomic_and_never_overwrites(folder: Path) -> None:
         "anchors.npz",
         "grid.npz",
         "manifest.json",
+        "manifest.sha256",
         "map.npz",
         "trajectory.npz",
     ]
@@ -182,10 +183,15 @@ def test_incompatible_session_names_the_field(folder: Path, field: str, value: o
 
 
 def _edit_manifest(folder: Path, edit) -> None:  # noqa: ANN001 - test helper
+    """Edit the manifest and rewrite its hash (a careful attacker: the hash detects corruption, it does not
+    authenticate)."""
+    import hashlib
+
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text())
     edit(manifest)
     path.write_text(json.dumps(manifest))
+    (folder / "manifest.sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def test_newer_format_version_is_refused(folder: Path) -> None:
@@ -226,7 +232,16 @@ def _replace_array_file(
         else:
             np.savez(f, **arrays)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    _edit_manifest(folder, lambda m: m["files"][name].update(bytes=path.stat().st_size, sha256=digest))
+    declared = {k: {"dtype": a.dtype.str, "shape": list(a.shape)} for k, a in arrays.items()}
+    if allow_pickle:
+        declared = None
+
+    def edit(m: dict) -> None:
+        m["files"][name].update(bytes=path.stat().st_size, sha256=digest)
+        if declared is not None:
+            m["files"][name]["arrays"] = declared
+
+    _edit_manifest(folder, edit)
 
 
 class _Boom:
@@ -277,11 +292,18 @@ def test_non_finite_values_are_refused(folder: Path) -> None:
         load_session(folder, COMPAT)
 
 
+def _write_manifest(folder: Path, text: str) -> None:
+    import hashlib
+
+    (folder / "manifest.json").write_text(text)
+    (folder / "manifest.sha256").write_text(hashlib.sha256(text.encode()).hexdigest())
+
+
 def test_malformed_manifest_is_refused(folder: Path) -> None:
-    (folder / "manifest.json").write_text('{"format": "lingbot_map_session", "version": NaN}')
+    _write_manifest(folder, '{"format": "lingbot_map_session", "version": NaN}')
     with pytest.raises(SessionError, match="not valid JSON"):
         load_session(folder, COMPAT)
-    (folder / "manifest.json").write_text("[1, 2]")
+    _write_manifest(folder, "[1, 2]")
     with pytest.raises(SessionError, match="not a lingbot_map_session manifest"):
         load_session(folder, COMPAT)
 

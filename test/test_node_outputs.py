@@ -354,21 +354,20 @@ def test_save_map_drops_the_oldest_poses_beyond_the_cap(
 def test_save_map_into_an_unwritable_place_fails_with_the_reason(
     ros_client: RosClient, node: NodeProcess, tmp_path: Path
 ) -> None:
-    blocker = tmp_path / "not_a_dir"
-    blocker.write_text("a file where the output directory should be")
-    (ok,) = ros_client.set_parameters(NODE, {"output_dir": str(blocker / "maps")})  # live parameter
-    assert ok.successful, ok.reason
+    # The node's output_dir (fixed while configured, issue 20): a file takes its place.
+    maps = Path(ros_client.get_parameters(NODE, ["output_dir"])["output_dir"])
+    kept = tmp_path / "maps_kept"
+    maps.mkdir(parents=True, exist_ok=True)
+    maps.rename(kept)
+    maps.write_text("a file where the output directory should be")
     try:
         response = ros_client.call(Trigger, f"{NODE}/save_map")
-        assert (
-            not response.success
-            and "save_map failed" in response.message
-            and str(blocker) in response.message
-        )
+        assert not response.success and "save_map failed" in response.message, response.message
+        assert str(maps) in response.message
         assert node.alive()
     finally:
-        (ok,) = ros_client.set_parameters(NODE, {"output_dir": str(tmp_path / "maps")})
-        assert ok.successful
+        maps.unlink()
+        kept.rename(maps)
 
 
 def test_bad_frames_are_counted_logged_once_and_skipped(

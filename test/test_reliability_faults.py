@@ -324,10 +324,13 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
         stop.set()
         for t in threads[:2]:
             t.join(10)
-        assert len(responses) == 48 and all(ok for _, ok, _ in responses), [r for r in responses if not r[1]]
+        # a save_map right after a reset finds 0 points: answered false with that reason, nothing written
+        empty = [r for r in responses if r[0] == "save_map" and not r[1] and "the map has 0 points" in r[2]]
+        failed = [r for r in responses if not r[1] and r not in empty]
+        assert len(responses) == 48 and not failed, failed
         assert len(windows) == 12 and all(ok for _, ok in windows), windows
         assert not problems, problems
-        saved = [r[2] for r in responses if r[0] == "save_map"]
+        saved = [r[2] for r in responses if r[0] == "save_map" and r[1]]
         assert len(seen) == 2 * (len(saved) + 1) and all(size > 0 for size in seen.values())
         assert not list(out_dir.glob(".*.tmp"))  # no temp file left behind
         print(

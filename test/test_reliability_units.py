@@ -209,6 +209,9 @@ class _Params:
 
 
 class _Outputs:
+    def map_size(self) -> int:
+        return 1
+
     def save(self, out_dir: Path, tag: str) -> str:
         raise RuntimeError("Could not determine home directory.")
 

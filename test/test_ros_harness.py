@@ -54,8 +54,8 @@ def test_node_subprocess_receives_image_and_answers_trigger(
         diagnostics.wait_for(received, timeout=20)
         response = ros_client.call(Trigger, f"{ns}/lingbot_map/reset")
         assert response.success and "anchor phase" in response.message
-        saved = ros_client.call(Trigger, f"{ns}/lingbot_map/save_map")
-        assert saved.success and str(tmp_path / "out") in saved.message
+        saved = ros_client.call(Trigger, f"{ns}/lingbot_map/save_map")  # right after a reset: nothing to save
+        assert not saved.success and "the map has 0 points" in saved.message, saved.message
     finally:
         code = node.stop()
     assert code == 0, node.output()

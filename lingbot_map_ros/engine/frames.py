@@ -104,3 +104,13 @@ def camera_points(
 def transform_points(pose: np.ndarray, xyz: np.ndarray) -> np.ndarray:
     """[N, 3] points in the child frame of `pose` [4, 4] -> [N, 3] float32 in its parent frame."""
     return (np.asarray(xyz, np.float64) @ pose[:3, :3].T + pose[:3, 3]).astype(np.float32)
+
+
+def saved_rigid(value: object, name: str) -> np.ndarray:
+    """A saved [4, 4] rigid transform (finite, orthonormal rotation, last row 0 0 0 1) or ValueError."""
+    m = np.asarray(value, dtype=np.float64)
+    if m.shape != (4, 4) or not np.isfinite(m).all():
+        raise ValueError(f"saved {name} must be a finite 4x4 matrix")
+    if not (np.allclose(m[:3, :3] @ m[:3, :3].T, np.eye(3), atol=1e-6) and np.allclose(m[3], [0, 0, 0, 1])):
+        raise ValueError(f"saved {name} is not a rigid transform")
+    return m

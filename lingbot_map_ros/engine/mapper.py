@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .frames import FrameChain, camera_points, camera_rest_pose, transform_points
+from .frames import FrameChain, camera_points, camera_rest_pose, saved_rigid, transform_points
 from .geometry import invert_rigid, rotation_vector
 from .grid import GridConfig, OccupancyGridBuilder
 from .mapping import Trajectory, VoxelMap, VoxelMapConfig
@@ -287,6 +287,7 @@ class Mapper:
             "chain": {"world_cam0": self.chain.world_cam0.tolist(), "map_cam0": self.chain.map_cam0.tolist(),
                       "scale": float(self.chain.scale)},
             "scale": self.scale.export(),
+            "grid_resolution": self.config.grid.resolution,
         }
 
     def restore(self, state: dict[str, object], epoch: int, segment: int) -> None:
@@ -300,8 +301,8 @@ class Mapper:
             if mode not in ("map_to_odom", "map_to_base", "map_to_camera"):
                 raise ValueError(f"saved TF mode must be a concrete mode, got {mode!r}")
             chain = state["chain"]
-            world_cam0 = _rigid_4x4(chain["world_cam0"], "world_cam0")  # type: ignore[index]
-            map_cam0 = _rigid_4x4(chain["map_cam0"], "map_cam0")  # type: ignore[index]
+            world_cam0 = saved_rigid(chain["world_cam0"], "world_cam0")  # type: ignore[index]
+            map_cam0 = saved_rigid(chain["map_cam0"], "map_cam0")  # type: ignore[index]
             self.scale.restore(state["scale"])  # type: ignore[arg-type]
         except (KeyError, TypeError) as exc:
             self.clear()
@@ -324,6 +325,8 @@ class Mapper:
             "held_keyframes": len(self._held), "held_dropped": self.held_dropped,
             "stamps_backwards": self.stamps_backwards, "stamps_duplicate": self.stamps_duplicate,
             "grid_rays": self.grid.rays_total,
+            "map.points_out_of_range": self.voxels.dropped_out_of_range,
+            "scale_rejected": self.scale.rejected,
         }
 
     # ------------------------------------------------------------------------------------------------
@@ -396,12 +399,3 @@ class Mapper:
         factor = 1.0 if self.scale.converged else cov.unscaled_factor
         return np.diag(factor * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3))
 
-
-def _rigid_4x4(value: object, name: str) -> np.ndarray:
-    """A saved [4, 4] rigid transform (finite, orthonormal rotation, last row 0 0 0 1) or ValueError."""
-    m = np.asarray(value, dtype=np.float64)
-    if m.shape != (4, 4) or not np.isfinite(m).all():
-        raise ValueError(f"saved {name} must be a finite 4x4 matrix")
-    if not (np.allclose(m[:3, :3] @ m[:3, :3].T, np.eye(3), atol=1e-6) and np.allclose(m[3], [0, 0, 0, 1])):
-        raise ValueError(f"saved {name} is not a rigid transform")
-    return m

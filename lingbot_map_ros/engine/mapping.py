@@ -6,24 +6,27 @@ older model-world path for direct users of `FrameResult`. numpy only.
 
 `VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
 (weight capped at ``max_weight`` so a voxel follows later, better-constrained observations). Voxels live in
-preallocated slot arrays of size ``max_points``; a two-level sorted index (a large ``main`` run plus a
+slot arrays that grow (doubling) up to ``max_points``, so an unused budget costs no memory; a two-level sorted
+index (a large ``main`` run plus a
 small ``pending`` run merged into it when it grows past ``merge_threshold``) finds a voxel's slot with
 ``searchsorted``, so an insert costs O(n log n) in the frame's points plus an amortised linear merge. When
 every slot is taken the least-recently-observed ``evict_fraction`` of the voxels is dropped at once (budget
 policy: evict oldest, the map shows the most recently seen region at full resolution; the voxel size never
-changes).
+changes). Voxel keys hold 21 bits a cell axis (about ±21 km at 2 cm): an empty map whose first points lie
+outside that range re-centres its key origin on them (an extrinsic at x = 1e6 m still maps); points beyond the
+range of a non-empty map are counted (`dropped_out_of_range`) and logged once per map, never silently lost.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import pose_from_quat
 from .result import FrameResult
-from .writers import read_ply, read_tum, tum_rows, write_ply, write_tum
+from .trajectory import Trajectory
+from .writers import read_ply, read_tum, write_ply, write_tum
 
 __all__ = [
     "Trajectory",
@@ -38,6 +41,9 @@ __all__ = [
 _KEY_BITS = 21
 _KEY_OFFSET = 1 << (_KEY_BITS - 1)
 _KEY_MASK = (1 << _KEY_BITS) - 1
+#: Slots allocated at first (the arrays double from here up to ``max_points``).
+_INITIAL_SLOTS = 1 << 16
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,19 +86,19 @@ class VoxelMap:
 
     def __init__(self, config: VoxelMapConfig | None = None) -> None:
         self.config = config or VoxelMapConfig()
-        cap = self.config.max_points
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop every voxel (e.g. after a session reset: the map frame changes) and the memory they held."""
+        cap = min(self.config.max_points, _INITIAL_SLOTS)
         self._mean = np.zeros((cap, 6), np.float32)  # x, y, z, r, g, b running means per slot
         self._weight = np.zeros(cap, np.float32)
         self._stamp = np.zeros(cap, np.int64)
         self._key = np.zeros(cap, np.int64)
         self._occupied = np.zeros(cap, bool)
-        self.clear()
-
-    def clear(self) -> None:
-        """Drop every voxel (e.g. after a session reset: the map frame changes)."""
-        self._occupied[:] = False
-        self._free = np.arange(self.config.max_points - 1, -1, -1, dtype=np.int64)  # stack, pop from the end
-        self._num_free = self.config.max_points
+        self._free = np.arange(cap - 1, -1, -1, dtype=np.int64)  # stack, pop from the end
+        self._num_free = cap
+        self._origin = np.zeros(3, np.float32)  # cell of key 0 (re-centred by an empty map's first points)
         self._main_keys = np.zeros(0, np.int64)
         self._main_slots = np.zeros(0, np.int64)
         self._pending_keys = np.zeros(0, np.int64)
@@ -102,7 +108,7 @@ class VoxelMap:
         self.dropped_out_of_range = 0
 
     def __len__(self) -> int:
-        return self.config.max_points - self._num_free
+        return self._weight.shape[0] - self._num_free
 
     def integrate(self, result: FrameResult) -> int:
         """Add a frame's points above ``conf_threshold`` on the ``pixel_stride`` grid; returns N added."""
@@ -122,10 +128,11 @@ class VoxelMap:
                 f"expected xyz [N, 3] and rgb [N, 3] uint8, got {xyz.shape} and {rgb.shape} {rgb.dtype}"
             )
         self._clock += 1
-        cell = np.floor(xyz / np.float32(self.config.voxel_size))
+        cell = np.floor(xyz / np.float32(self.config.voxel_size)) - self._origin
         if not np.abs(cell).max(initial=0.0) < _KEY_OFFSET:  # a NaN or a cell out of the key range (rare)
+            cell = self._recentre(cell)
             ok = np.all(np.abs(cell) < _KEY_OFFSET, axis=1)  # NaN compares False: dropped as well
-            self.dropped_out_of_range += int((~ok).sum())
+            self._count_out_of_range(int((~ok).sum()))
             xyz, rgb, cell = xyz[ok], rgb[ok], cell[ok]
         if xyz.shape[0] == 0:
             return
@@ -169,6 +176,47 @@ class VoxelMap:
             "dropped_out_of_range": self.dropped_out_of_range,
         }
 
+    def _recentre(self, cell: np.ndarray) -> np.ndarray:
+        """An empty map takes the median finite cell of its first points as key origin; returns `cell`
+        relative to the origin."""
+        finite = cell[np.isfinite(cell).all(axis=1)]
+        if len(self) or not finite.size or self._origin.any():
+            return cell
+        self._origin = np.floor(np.median(finite, axis=0)).astype(np.float32)
+        _LOG.warning(
+            "voxel map: key origin re-centred at cell %s (points beyond the key range)", self._origin
+        )
+        return cell - self._origin
+
+    def _count_out_of_range(self, count: int) -> None:
+        if count and not self.dropped_out_of_range:
+            _LOG.warning(
+                "voxel map: %d point(s) outside the voxel key range (about ±%.0f m from %s) dropped; "
+                "counted in map.points_out_of_range",
+                count,
+                _KEY_OFFSET * self.config.voxel_size,
+                self._origin * self.config.voxel_size,
+            )
+        self.dropped_out_of_range += count
+
+    def _reserve(self, n: int) -> None:
+        """Grow the slot arrays (doubling, at most to ``max_points``) until ``n`` slots are free."""
+        cap = self._weight.shape[0]
+        if n <= self._num_free or cap >= self.config.max_points:
+            return
+        new_cap = min(self.config.max_points, max(2 * cap, cap + n - self._num_free))
+        grow = new_cap - cap
+        self._mean = np.concatenate([self._mean, np.zeros((grow, 6), np.float32)])
+        self._weight = np.concatenate([self._weight, np.zeros(grow, np.float32)])
+        self._stamp = np.concatenate([self._stamp, np.zeros(grow, np.int64)])
+        self._key = np.concatenate([self._key, np.zeros(grow, np.int64)])
+        self._occupied = np.concatenate([self._occupied, np.zeros(grow, bool)])
+        new_slots = np.arange(new_cap - 1, cap - 1, -1, dtype=np.int64)
+        self._free = np.concatenate(
+            [new_slots, self._free[: self._num_free], np.zeros(cap - self._num_free, np.int64)]
+        )
+        self._num_free += grow
+
     def _lookup(self, keys: np.ndarray) -> np.ndarray:
         """Slots of sorted unique ``keys`` (-1 where absent)."""
         slots = np.full(keys.shape[0], -1, np.int64)
@@ -188,6 +236,7 @@ class VoxelMap:
         if n > self.config.max_points:  # a single frame larger than the budget: keep a uniform subset
             pick = np.linspace(0, n - 1, self.config.max_points).astype(np.int64)
             keys, means, weights, n = keys[pick], means[pick], weights[pick], self.config.max_points
+        self._reserve(n)
         if n > self._num_free:
             self._evict(max(n - self._num_free, int(self.config.evict_fraction * self.config.max_points)))
         slots = self._free[self._num_free - n : self._num_free].copy()
@@ -254,118 +303,3 @@ def voxel_groups(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     pick = order[starts]
     keys = (x[pick] << (2 * _KEY_BITS)) | (y[pick] << _KEY_BITS) | z[pick]
     return keys, inverse, counts
-
-
-class Trajectory:
-    """Camera-to-map pose history: a bounded recent window (for ``nav_msgs/Path``) and an optional full log.
-
-    The recent window holds at most ``max_length`` poses. The full log (``keep_full_history``) keeps one
-    [timestamp, tx, ty, tz, qx, qy, qz, qw] float64 row per pose (64 bytes) for the TUM file, at most
-    ``max_history`` rows: a ring buffer that grows by doubling up to that cap, after which each new pose
-    overwrites the oldest one (counted in ``history_dropped`` until ``clear``). So a node mapping for days
-    holds at most ``64 * max_history`` bytes (64 MB at the default 1,000,000 poses, ~9 h at 30 Hz).
-    """
-
-    _INITIAL_ROWS = 1024
-
-    def __init__(
-        self, max_length: int = 1000, keep_full_history: bool = False, max_history: int = 1_000_000
-    ) -> None:
-        if max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
-        if max_history < 1:
-            raise ValueError(f"max_history must be >= 1, got {max_history}")
-        self.max_length = max_length
-        self.keep_full_history = keep_full_history
-        self.max_history = max_history
-        self._recent: deque[tuple[float, np.ndarray]] = deque(maxlen=max_length)
-        self.clear()
-
-    def __len__(self) -> int:
-        return len(self._recent)
-
-    @property
-    def history_length(self) -> int:
-        """Poses in the full log (at most ``max_history``)."""
-        return self._full_len
-
-    @property
-    def history_capacity(self) -> int:
-        """Rows allocated for the full log (grows by doubling, never beyond ``max_history``)."""
-        return self._full.shape[0]
-
-    def append(self, stamp: float, pose_c2w: np.ndarray) -> None:
-        """Add a [4, 4] camera-to-map pose observed at ``stamp`` (seconds)."""
-        pose = np.asarray(pose_c2w, dtype=np.float64)
-        if pose.shape != (4, 4):
-            raise ValueError(f"expected a [4, 4] pose, got {pose.shape}")
-        self._recent.append((float(stamp), pose.copy()))
-        if self.keep_full_history:
-            self._append_row(float(stamp), tum_rows(pose[None])[0])
-
-    def _append_row(self, stamp: float, row: np.ndarray) -> None:
-        """Write one TUM row into the ring; grow it (before it ever wraps) or overwrite the oldest row."""
-        capacity = self._full.shape[0]
-        if self._full_len == capacity and capacity < self.max_history:  # not wrapped yet: start == 0
-            grown = np.empty((min(2 * capacity, self.max_history), 8), np.float64)
-            grown[:capacity] = self._full
-            self._full = grown
-            capacity = grown.shape[0]
-        slot = (self._full_start + self._full_len) % capacity
-        self._full[slot, 0] = stamp
-        self._full[slot, 1:] = row
-        if self._full_len < capacity:
-            self._full_len += 1
-        else:
-            self._full_start = (self._full_start + 1) % capacity
-            self.history_dropped += 1
-
-    def load(self, stamps: np.ndarray, rows: np.ndarray) -> None:
-        """Replace the trajectory with saved poses: stamps [M] float64 s, rows [M, 7] tx ty tz qx qy qz qw
-        (oldest first; the newest ``max_history`` are kept, the newest ``max_length`` form the window)."""
-        stamps, rows = np.asarray(stamps, np.float64), np.asarray(rows, np.float64)
-        if rows.ndim != 2 or rows.shape[1] != 7 or stamps.shape != (rows.shape[0],):
-            raise ValueError(f"expected stamps [M] and rows [M, 7], got {stamps.shape} and {rows.shape}")
-        self.clear()
-        for stamp, row in zip(stamps[-self.max_length :], rows[-self.max_length :], strict=True):
-            self._recent.append((float(stamp), pose_from_quat(row[:3], row[3:])))
-        if self.keep_full_history:
-            keep = min(rows.shape[0], self.max_history)
-            self._full = np.empty((max(keep, min(self._INITIAL_ROWS, self.max_history)), 8), np.float64)
-            self._full[:keep, 0] = stamps[rows.shape[0] - keep :]
-            self._full[:keep, 1:] = rows[rows.shape[0] - keep :]
-            self._full_len = keep
-
-    def clear(self) -> None:
-        """Forget every pose (recent window and full log) and the ``history_dropped`` count."""
-        self._recent.clear()
-        self._full = np.empty((min(self._INITIAL_ROWS, self.max_history), 8), np.float64)
-        self._full_start = 0
-        self._full_len = 0
-        self.history_dropped = 0
-
-    def stamps(self) -> np.ndarray:
-        """[N] float64 timestamps of the recent window."""
-        return np.array([s for s, _ in self._recent], dtype=np.float64)
-
-    def poses(self) -> np.ndarray:
-        """[N, 4, 4] float64 poses of the recent window (oldest first)."""
-        if not self._recent:
-            return np.zeros((0, 4, 4))
-        return np.stack([p for _, p in self._recent])
-
-    def full_history(self) -> tuple[np.ndarray, np.ndarray]:
-        """(stamps [N], rows [N, 7] tx ty tz qx qy qz qw), oldest first: the last ``max_history`` poses since
-        ``clear`` (full log; copies)."""
-        if not self.keep_full_history:
-            raise ValueError("full history is off: construct Trajectory(keep_full_history=True)")
-        order = (self._full_start + np.arange(self._full_len)) % self._full.shape[0]
-        table = self._full[order]
-        return table[:, 0], table[:, 1:]
-
-    def write_tum(self, path: str) -> None:
-        """Write the full log if kept, else the recent window, as a TUM file (atomic)."""
-        if self.keep_full_history:
-            write_tum(path, *self.full_history())
-        else:
-            write_tum(path, self.stamps(), self.poses())

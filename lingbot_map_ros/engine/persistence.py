@@ -16,6 +16,7 @@ import numpy as np
 from .mapper import Mapper
 from .result import FrameResult
 from .session import AnchorState, StreamingSession
+from .session_check import LoadTarget, check_loadable
 from .session_store import (
     SessionError,
     SessionLimits,
@@ -97,16 +98,51 @@ def save(
     return save_session(target, snapshot), snapshot
 
 
-def restore(session: StreamingSession, mapper: Mapper, snapshot: SessionSnapshot) -> list[FrameResult]:
+def session_limits(session: StreamingSession, mapper: Mapper) -> SessionLimits:
+    """What a session may hold to be continued here: S0 anchors at most ``image_width`` a side, the mapper's
+    point, pose and grid budgets. A 1.6 MB file whose anchors inflate to 32 x 4096² x 3 is refused from its
+    manifest, before anything is inflated (issue 20)."""
+    return SessionLimits(
+        max_anchor_frames=session.config.scale_frames,
+        max_image_side=session.config.image_width,
+        max_points=mapper.config.voxel.max_points,
+        max_poses=mapper.config.trajectory_max_poses,
+        max_grid_cells=mapper.config.grid.max_cells**2,
+    )
+
+
+def load_target(
+    session: StreamingSession, mapper: Mapper, tf_mode: str = "auto", node_state: dict[str, Any] | None = None
+) -> LoadTarget:
+    """What a snapshot must fit to continue in ``session`` and ``mapper`` (their configuration, and the
+    network size of the camera streaming now)."""
+    return LoadTarget(
+        scale_frames=session.config.scale_frames,
+        image_width=session.config.image_width,
+        grid_resolution=mapper.config.grid.resolution,
+        grid_max_cells=mapper.config.grid.max_cells,
+        scale=mapper.config.scale,
+        tf_mode=tf_mode,
+        network_hw=session.stats().network_hw,
+        node_state=node_state or {},
+    )
+
+
+def restore(
+    session: StreamingSession, mapper: Mapper, snapshot: SessionSnapshot, target: LoadTarget | None = None
+) -> list[FrameResult]:
     """Continue ``snapshot``: re-run its anchors in ``session`` (a new epoch in the saved map frame) and put
     its map, grid, trajectory, chain and scale into ``mapper``. Later frames' results go to
     ``mapper.process`` as usual. Returns the replayed anchors' results (already in the trajectory: not to
     be mapped again).
 
+    A transaction: ``snapshot`` is checked against ``target`` (default `load_target` of the two) before either
+    is touched (`session_check.check_loadable`).
     Raises:
-        SessionError: the snapshot does not fit this session (anchor count or size) or its mapper state is
-            malformed; ``session`` and ``mapper`` are then unchanged (size checks) or reset (state errors).
+        SessionError: the snapshot does not fit; ``session`` and ``mapper`` are then unchanged. Only a model
+            error while re-running the anchors (e.g. out of memory) leaves a reset session (as in ``push``).
     """
+    check_loadable(snapshot, target or load_target(session, mapper))
     stamps = tuple(int(v) for v in snapshot.anchor_stamps_ns)
     anchors = AnchorState(snapshot.anchor_images, stamps, snapshot.source_hw, snapshot.alignment)
     try:
@@ -114,16 +150,9 @@ def restore(session: StreamingSession, mapper: Mapper, snapshot: SessionSnapshot
     except ValueError as exc:
         raise SessionError(str(exc)) from None
     first = results[0]
-    try:
-        mapper.restore(snapshot.state, first.epoch, first.segment)
-        mapper.grid.restore(snapshot.grid_hits, snapshot.grid_passes, snapshot.grid_origin)
-        mapper.trajectory.load(
-            snapshot.trajectory_stamps_ns.astype(np.float64) * 1e-9, snapshot.trajectory_poses
-        )
-    except ValueError as exc:
-        mapper.clear()
-        session.reset("saved session could not be restored")
-        raise SessionError(f"saved session state: {exc}") from None
+    mapper.restore(snapshot.state, first.epoch, first.segment)
+    mapper.grid.restore(snapshot.grid_hits, snapshot.grid_passes, snapshot.grid_origin)
+    mapper.trajectory.load(snapshot.trajectory_stamps_ns.astype(np.float64) * 1e-9, snapshot.trajectory_poses)
     for lo in range(0, len(snapshot.map_xyz), _RESTORE_CHUNK):
         mapper.voxels.insert(
             snapshot.map_xyz[lo : lo + _RESTORE_CHUNK], snapshot.map_rgb[lo : lo + _RESTORE_CHUNK]
@@ -138,6 +167,7 @@ def load(
     compat: dict[str, Any],
     limits: SessionLimits | None = None,
 ) -> tuple[SessionSnapshot, list[FrameResult]]:
-    """`load_session` (validated against ``compat``) then `restore`."""
-    snapshot = load_session(folder, compat, limits)
+    """`load_session` (validated against ``compat``, within ``limits``, default `session_limits`) then
+    `restore`."""
+    snapshot = load_session(folder, compat, limits or session_limits(session, mapper))
     return snapshot, restore(session, mapper, snapshot)

@@ -9,6 +9,10 @@ The model's poses and depths share one unknown unit. The estimator turns them in
   valid; the scale is the median of the last `window` per-keyframe ratios (smoothing).
 * `fixed`: `factor`; `none`: 1 (model units).
 
+Once converged, a sample more than `max_change` times above or below the current value is rejected and counted
+(`rejected`): odometry jumping 2 km in one frame drove the scale to 5,069 (issue 20). Before convergence the
+median of the window absorbs outliers.
+
 `converged` once `min_samples` samples arrived (immediately for fixed/none). Spread: 1.4826 · MAD of the
 samples over their median (a relative robust standard deviation). `reset()` after a reset (new epoch);
 `restart()` after a long-stream re-anchor keeps the value but re-collects samples.
@@ -34,8 +38,11 @@ class ScaleConfig:
     min_samples: int = 5
     window: int = 50
     min_conf: float = 1.5
+    max_change: float = 3.0
 
     def __post_init__(self) -> None:
+        if not self.max_change > 1.0:
+            raise ValueError(f"scale.max_change must be > 1, got {self.max_change}")
         if self.source not in SCALE_SOURCES:
             raise ValueError(f"scale.source must be one of {SCALE_SOURCES}, got '{self.source}'")
         if not self.factor > 0:
@@ -67,9 +74,10 @@ class ScaleEstimator:
         self._value = config.factor if config.source == "fixed" else 1.0
         self._converged = config.source in ("none", "fixed")
         self._updated: float | None = None
+        self.rejected = 0  # samples beyond max_change of the converged value, since the last reset
 
     def reset(self) -> None:
-        """New epoch: forget the samples and the value."""
+        """New epoch: forget the samples, the value and the rejected count."""
         self.__init__(self.config)
 
     def restart(self) -> None:
@@ -153,6 +161,10 @@ class ScaleEstimator:
 
     def _add(self, ratio: float, stamp_s: float) -> None:
         if not np.isfinite(ratio) or ratio <= 0:
+            return
+        limit = self.config.max_change
+        if self._converged and not self._value / limit <= ratio <= self._value * limit:
+            self.rejected += 1
             return
         self._samples.append(ratio)
         self._updated = stamp_s

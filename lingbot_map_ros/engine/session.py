@@ -205,7 +205,9 @@ class StreamingSession:
 
         Re-runs ``anchors.images`` as the anchor phase and publishes every later pose through
         ``anchors.alignment``, so new frames come out in the map frame of the session that saved them (their
-        sliding window starts empty). Returns the anchors' results (phase 1, keyframes; ``rgb`` is the
+        sliding window starts empty). The first frame after it may come at another camera size of the same
+        network size: it is adopted (no reset), e.g. a saved 300x600 stream continued from 84x148 images.
+        Returns the anchors' results (phase 1, keyframes; ``rgb`` is the
         network image mapped back to the original grid), equal to the saving session's when it was in its
         first segment.
         Raises:
@@ -230,6 +232,7 @@ class StreamingSession:
                 self._recover(exc)
                 raise
             self._anchors.anchored(list(zip(frames, anchors.metas, strict=True)), anchors.alignment)
+            self._adopt_source_size = True  # another camera size of the same network size may follow
             rgbs = [self._decoder.source_rgb(image) for image in frames]
             results = self._decoder.decode_step(rgbs, anchors.metas, frames, outputs, True, PHASE_ANCHOR)
             self._timer.end_step()
@@ -294,7 +297,10 @@ class StreamingSession:
         if current is None or rgb.shape[:2] != current.source_hw:
             # Validated (ValueError for an unusable size) before the stream is touched.
             geometry = preprocess_geometry(rgb.shape[:2], self.config.image_width)
-        if current is not None and geometry is not current:
+        adopt, self._adopt_source_size = self._adopt_source_size, False
+        if current is not None and geometry is not current and adopt and geometry.out_hw == current.out_hw:
+            _LOG.info("restored stream continues at camera size %s (same network size)", rgb.shape[:2])
+        elif current is not None and geometry is not current:
             old, new = current.source_hw, rgb.shape[:2]
             reason = f"input resolution changed from {old[0]}x{old[1]} to {new[0]}x{new[1]}"
             _LOG.warning("StreamingSession reset: %s; restarting the anchor phase", reason)
@@ -357,6 +363,7 @@ class StreamingSession:
         self._anchors = StreamAnchors(self.config)
         self._decoder = FrameDecoder(self._epoch, reason, self._anchors)
         self._in_flight: InFlightFrame | None = None  # push_overlapped's frame whose step runs
+        self._adopt_source_size = False  # restored anchors: the first frame may bring another camera size
 
     def _recover(self, exc: Exception) -> None:
         """After a failed step (the caches may be between begin and end of a step): drop them.

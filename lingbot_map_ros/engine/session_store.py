@@ -5,6 +5,7 @@ Layout of a session folder (format ``lingbot_map_session``, version `FORMAT_VERS
     <name>/
       manifest.json    format, version, creation time, compatibility fields, JSON state, and for every array
                        file its size, sha256 and the dtype/shape of each array it holds
+      manifest.sha256  the sha256 of manifest.json's bytes
       anchors.npz      images [S0, h, w, 3] uint8 (network-size inputs of the current model stream's anchors),
                        stamps_ns [S0] int64
       map.npz          xyz [N, 3] float32 and rgb [N, 3] uint8 (the voxel map, map frame)
@@ -26,42 +27,32 @@ import math
 import os
 import secrets
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from .geometry import Sim3
+from .session_npz import (
+    SCHEMA,
+    SessionError,
+    SessionLimits,
+    declared_bytes,
+    declared_shapes,
+    read_npz,
+    sha256_file,
+)
 
 FORMAT = "lingbot_map_session"
-FORMAT_VERSION = 1
+#: 2: `MANIFEST_HASH` beside the manifest (version-1 folders, without it, are still read).
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+#: The sha256 of the manifest's bytes (the manifest is covered by the integrity check too).
+MANIFEST_HASH = "manifest.sha256"
 MAX_MANIFEST_BYTES = 1 << 20
 
-#: Every array of a session: file -> {array name: (dtype, rank)}.
-SCHEMA: dict[str, dict[str, tuple[str, int]]] = {
-    "anchors.npz": {"images": ("|u1", 4), "stamps_ns": ("<i8", 1)},
-    "map.npz": {"xyz": ("<f4", 2), "rgb": ("|u1", 2)},
-    "trajectory.npz": {"stamps_ns": ("<i8", 1), "poses": ("<f8", 2)},
-    "grid.npz": {"hits": ("<u2", 2), "passes": ("<u2", 2), "origin": ("<i8", 1)},
-}
-
-
-class SessionError(ValueError):
-    """A session folder cannot be saved or loaded; the message names the file or field and why."""
-
-
-@dataclass(frozen=True)
-class SessionLimits:
-    """Bounds checked before any array of a session is allocated."""
-
-    max_anchor_frames: int = 64
-    max_image_side: int = 4096
-    max_points: int = 50_000_000
-    max_poses: int = 10_000_000
-    max_grid_cells: int = 25_000_000
+__all__ = ["SCHEMA", "SessionError", "SessionLimits", "SessionSnapshot", "load_session", "save_session"]
 
 
 @dataclass
@@ -175,7 +166,7 @@ def save_session(target: str | os.PathLike, snapshot: SessionSnapshot) -> Path:
                 os.fsync(f.fileno())
             files[name] = {
                 "bytes": path.stat().st_size,
-                "sha256": _sha256(path),
+                "sha256": sha256_file(path),
                 "arrays": {k: {"dtype": a.dtype.str, "shape": list(a.shape)} for k, a in arrays.items()},
             }
         align = snapshot.alignment
@@ -193,10 +184,12 @@ def save_session(target: str | os.PathLike, snapshot: SessionSnapshot) -> Path:
             "state": snapshot.state,
             "files": files,
         }
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
+        text = json.dumps(manifest, indent=1, allow_nan=False).encode("utf-8")
+        for name, data in ((MANIFEST, text), (MANIFEST_HASH, hashlib.sha256(text).hexdigest().encode())):
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         os.rename(tmp, target)
     except BaseException:
         for child in tmp.glob("*"):
@@ -205,6 +198,28 @@ def save_session(target: str | os.PathLike, snapshot: SessionSnapshot) -> Path:
         raise
     _fsync_dir(target.parent)
     return target
+
+
+def clean_stale_temporaries(base: str | os.PathLike) -> list[str]:
+    """Remove the hidden temporary folders (``.<name>.<hex>.tmp``) of saves that never finished (the process
+    was killed or ended with ``os._exit`` during a save) directly below ``base``; returns their names.
+    Symbolic links and anything that is not such a folder are left alone."""
+    removed = []
+    base = Path(base)
+    if not base.is_dir():
+        return removed
+    for tmp in base.glob(".*.tmp"):
+        if tmp.is_symlink() or not tmp.is_dir():
+            continue
+        for child in tmp.iterdir():
+            if child.is_file() and not child.is_symlink():
+                child.unlink()
+        try:
+            tmp.rmdir()
+        except OSError:
+            continue  # not one of ours (holds something else): kept
+        removed.append(tmp.name)
+    return removed
 
 
 def load_session(
@@ -231,7 +246,12 @@ def load_session(
                 f"session {folder.name} is incompatible: {key} is {saved.get(key)!r} in the session, "
                 f"{value!r} here"
             )
-    arrays = {name: _read_npz(folder, name, manifest["files"][name], limits) for name in SCHEMA}
+    shapes = {name: declared_shapes(name, manifest["files"][name], limits) for name in SCHEMA}
+    total = sum(declared_bytes(name, s) for name, s in shapes.items())
+    if total > limits.max_total_bytes:
+        raise SessionError(f"session {folder.name} declares {total} bytes of arrays, more than the "
+                           f"{limits.max_total_bytes} allowed")
+    arrays = {name: read_npz(folder, name, manifest["files"][name], shapes[name]) for name in SCHEMA}
     snapshot = SessionSnapshot(
         compat=saved,
         anchor_images=arrays["anchors.npz"]["images"],
@@ -294,8 +314,15 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise SessionError(f"session {folder.name}: {MANIFEST} is missing")
     if path.stat().st_size > MAX_MANIFEST_BYTES:
         raise SessionError(f"session {folder.name}: {MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes")
+    text = path.read_bytes()
+    hash_path = folder / MANIFEST_HASH
+    has_hash = hash_path.is_file() and not hash_path.is_symlink()
+    if has_hash and hash_path.read_bytes()[:128].strip() != hashlib.sha256(text).hexdigest().encode():
+        raise SessionError(
+            f"session {folder.name}: {MANIFEST} does not match {MANIFEST_HASH} (edited or corrupt)"
+        )
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        manifest = json.loads(text.decode("utf-8"), parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SessionError(f"session {folder.name}: {MANIFEST} is not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -307,6 +334,8 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise SessionError(
             f"session {folder.name} has format version {version}, newer than this node's {FORMAT_VERSION}"
         )
+    if version >= 2 and not has_hash:
+        raise SessionError(f"session {folder.name}: {MANIFEST_HASH} is missing")
     for key, kind in (
         ("compat", dict),
         ("state", dict),
@@ -328,75 +357,6 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not allowed")
 
 
-def _read_npz(folder: Path, name: str, entry: dict[str, Any], limits: SessionLimits) -> dict[str, np.ndarray]:
-    """One array file: size and hash against the manifest, then each member's header, then its data."""
-    path = folder / name
-    if path.is_symlink() or not path.is_file():
-        raise SessionError(f"{name} is missing or not a regular file")
-    size = path.stat().st_size
-    if size != entry.get("bytes"):
-        raise SessionError(
-            f"{name} has {size} bytes, the manifest says {entry.get('bytes')} (truncated or replaced)"
-        )
-    if _sha256(path) != entry.get("sha256"):
-        raise SessionError(f"{name} does not match its sha256 in the manifest (tampered or corrupt)")
-    out = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = {info.filename: info for info in archive.infolist()}
-            expected = {f"{k}.npy" for k in SCHEMA[name]}
-            if set(members) != expected:
-                raise SessionError(f"{name} holds {sorted(members)}, expected {sorted(expected)}")
-            for key, (dtype, rank) in SCHEMA[name].items():
-                with archive.open(members[f"{key}.npy"]) as f:
-                    out[key] = _read_member(
-                        f, name, key, np.dtype(dtype), rank, members[f"{key}.npy"], limits
-                    )
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise SessionError(f"{name} is not a readable npz archive ({exc})") from None
-    return out
-
-
-def _read_member(
-    f: IO[bytes],
-    name: str,
-    key: str,
-    dtype: np.dtype,
-    rank: int,
-    info: zipfile.ZipInfo,
-    limits: SessionLimits,
-) -> np.ndarray:
-    """Check an .npy member's header (dtype, rank, size bound) before reading its data without pickle."""
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(f)
-        header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
-        if header is None:
-            raise ValueError(f"unsupported .npy version {version}")
-        shape, fortran, found = header(f)
-    except ValueError as exc:
-        raise SessionError(f"{name}/{key}: bad .npy header ({exc})") from None
-    if found.hasobject or found != dtype or fortran or len(shape) != rank:
-        raise SessionError(f"{name}/{key}: expected {dtype} of rank {rank}, got {found} {shape}")
-    bound = {
-        "images": limits.max_anchor_frames * limits.max_image_side**2 * 3,
-        "xyz": limits.max_points * 3,
-        "rgb": limits.max_points * 3,
-        "poses": limits.max_poses * 7,
-        "stamps_ns": max(limits.max_poses, limits.max_anchor_frames),
-        "hits": limits.max_grid_cells,
-        "passes": limits.max_grid_cells,
-        "origin": 2,
-    }[key]
-    count = math.prod(shape)
-    if count > bound or count * dtype.itemsize > info.file_size:
-        raise SessionError(f"{name}/{key}: shape {shape} exceeds the limits or the stored data")
-    data = f.read(count * dtype.itemsize)
-    if len(data) != count * dtype.itemsize:
-        raise SessionError(f"{name}/{key}: data is truncated")
-    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
-
-
 def _alignment(entry: dict[str, Any]) -> Sim3:
     try:
         rotation = np.asarray(entry["rotation"], dtype=np.float64)
@@ -407,14 +367,6 @@ def _alignment(entry: dict[str, Any]) -> Sim3:
     if rotation.shape != (3, 3) or translation.shape != (3,):
         raise SessionError("manifest alignment must hold a 3x3 rotation and a 3-vector translation")
     return Sim3(rotation, translation, scale)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:

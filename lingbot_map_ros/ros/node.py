@@ -22,7 +22,14 @@ Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny
 
 from __future__ import annotations
 
+# ruff: noqa: E402 - the start-up signal handlers come before the imports below (about 2 s: torch, rclpy)
+if __name__ == "__main__":
+    from lingbot_map_ros.ros.startup_signals import exit_quietly_on_signals
+
+    exit_quietly_on_signals()
+
 import sys
+import threading
 from dataclasses import replace
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -85,6 +92,7 @@ class LingBotMapNode(LifecycleNode):
         self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
         self._clock_watch = SimClockWatch(self.get_logger())
         self._service_group = MutuallyExclusiveCallbackGroup()
+        self._stream_change = threading.Lock()  # resets and loads (services in their own callback groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
@@ -100,7 +108,7 @@ class LingBotMapNode(LifecycleNode):
             self.get_logger(), lambda: self.params, self._save_target, self.reset_stream,
             self.save_session, self.load_session, self._causes.callback_failed,
         )
-        self._triggers.create(self, self._service_group)
+        self._triggers.create(self)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
             self, self._timer_group, self.params, self._active_outputs,
@@ -169,6 +177,8 @@ class LingBotMapNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._periodic.set_rates(self.params)
         self._load_on_activate = bool(self.params.session_load_path.strip())
+        if stale := self._sessions.clean(self.params):
+            self.get_logger().warning(stale)
         cameras = f", cameras {list(self.cameras)}" if self._named else ""
         self.get_logger().info(f"configured: {self._pipeline.description}{cameras}")
         return TransitionCallbackReturn.SUCCESS
@@ -185,7 +195,8 @@ class LingBotMapNode(LifecycleNode):
         p = self.params
         # Publishers and subscriptions come from the kept set: the same ones on every activation.
         if p.scale_source == "depth" and self._depth_input is None:
-            self._depth_input = DepthInput(self._facade)  # kept, like every subscription
+            self._depth_input = DepthInput(  # kept, like every subscription
+                self._facade, lambda: self.params.max_input_pixels, self._causes.rejected)
         self._scheduler = StreamScheduler(
             list(self.cameras), self._step, p.queue_size, self._on_inference_error,
             max_wait_s=p.batch_max_wait_ms / 1e3,
@@ -301,7 +312,8 @@ class LingBotMapNode(LifecycleNode):
         scheduler = self._scheduler
         if self._pipeline is None or scheduler is None:
             return None
-        return self.cameras[name].reset(scheduler.clear)
+        with self._stream_change:
+            return self.cameras[name].reset(scheduler.clear)
 
     def reset_stream(self) -> int | None:
         """`~/reset`: a new stream for every camera (camera.py `reset`); the queued frames discarded, None
@@ -327,17 +339,12 @@ class LingBotMapNode(LifecycleNode):
         return self._sessions.write(self.params, camera.capture(self._sessions, self.params))
 
     def load_session(self) -> str:
-        """`~/load_session` (and `session.load_path` at activate): read and validate the session first (the
-        current map is kept on any error), then start a new stream generation in its map frame."""
-        camera = self._single()
-        name, snapshot = self._sessions.read(self.params)
-        scheduler = self._scheduler
+        """`~/load_session` (and `session.load_path` at activate): read and check the session first (a refused
+        load touches nothing), then start a new stream generation in its map frame (session_files.py)."""
+        camera, scheduler = self._single(), self._scheduler
         if scheduler is None:
             raise SessionError("not active")
-        camera.restore(snapshot, scheduler.clear)
-        poses = len(snapshot.trajectory_stamps_ns)
-        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
-                f"{camera.outputs.mapper.mode}; new frames continue its map frame")
+        return self._sessions.load(self.params, camera, scheduler.clear, self._stream_change)
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change): one status for the

@@ -69,7 +69,7 @@ class OutputConfig:
             map_conf_threshold=p.map_conf_threshold,
             map_stride=p.map_stride,
             map_voxel_size=p.map_voxel_size,
-            map_max_points=p.map_max_points,
+            map_max_points=max(1, p.map_max_points // len(p.cameras)),  # one budget shared by all cameras
             publish_depth=p.publish_depth,
             publish_frame_cloud=p.publish_frame_cloud,
             odom_frame=p.odom_frame,
@@ -85,6 +85,7 @@ class OutputConfig:
                 min_samples=p.scale_min_samples,
                 window=p.scale_window,
                 min_conf=p.map_conf_threshold,
+                max_change=p.scale_max_change,
             ),
             grid=GridConfig(
                 resolution=p.grid_resolution, min_height=p.grid_min_height, max_height=p.grid_max_height

@@ -125,6 +125,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         int_range=(1, 1000),
     ),
     ParamSpec("scale.window", 50, "Samples of the robust (median) estimate.", int_range=(1, 10000)),
+    ParamSpec(
+        "scale.max_change",
+        3.0,
+        "Once the scale has converged, a sample more than this factor above or below it is rejected and "
+        "counted (/diagnostics scale_rejected): one odometry jump cannot rescale the map.",
+        float_range=(1.01, 1000.0),
+    ),
     ParamSpec("grid.resolution", 0.05, "Cell size of ~/grid in metres.", float_range=(0.005, 10.0)),
     ParamSpec(
         "grid.min_height",
@@ -173,7 +180,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         live=True,
         float_range=(0.0, 1e6),
     ),
-    ParamSpec("map.max_points", 500000, "Point budget of the map cloud.", int_range=(1000, 50_000_000)),
+    ParamSpec(
+        "map.max_points",
+        500000,
+        "Point budget of the map cloud, shared by all cameras (each gets an equal part); memory grows with "
+        "the points actually mapped.",
+        int_range=(1000, 50_000_000),
+    ),
     ParamSpec("map.stride", 2, "Pixel stride when unprojecting a frame.", live=True, int_range=(1, 64)),
     ParamSpec("map_publish_rate", 1.0, "Rate of ~/map_cloud in Hz.", float_range=(0.01, 30.0)),
     ParamSpec(
@@ -205,21 +218,22 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "output_dir",
         "~/.ros/lingbot_map",
         "Directory of ~/save_map (PLY map + TUM trajectory); must be absolute after expanding '~' "
-        "(empty, relative or unexpandable values are rejected).",
-        live=True,
+        "(empty, relative or unexpandable values are rejected). Fixed while configured: a live change over "
+        "DDS could make the node write anywhere.",
     ),
     ParamSpec(
         "session.dir",
         "~/.ros/lingbot_map/sessions",
         "Directory of saved sessions (~/save_session writes below it; session.load_path and "
-        "~/load_session read only below it); absolute after expanding '~'.",
-        live=True,
+        "~/load_session read only below it); absolute after expanding '~'. Fixed while configured (stale "
+        "temporaries of interrupted saves are removed below it at configure).",
     ),
     ParamSpec(
         "session.load_path",
         "",
         "Saved session (a folder name below session.dir) to continue: loaded when the node activates after "
-        "configure, and by ~/load_session. Empty: start a new map.",
+        "configure, and by ~/load_session: one folder name (letters, digits, '_', '-', '.'; no '/', not "
+        "starting with '.'). Empty: start a new map.",
         live=True,
     ),
     ParamSpec(

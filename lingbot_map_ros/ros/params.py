@@ -25,6 +25,10 @@ from .param_table import PARAMETERS
 
 #: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+#: Most cameras one node maps (`cameras`): 64 cameras took 2.1 GB at activate (issue 20).
+MAX_CAMERAS = 16
+#: `session.load_path`: one folder name below `session.dir` (no separator, no `.`/`..`, not hidden).
+SESSION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
 
 SPECS: dict[str, ParamSpec] = {spec.name: spec for spec in PARAMETERS}
 
@@ -88,6 +92,12 @@ def cross_check(values: dict[str, object]) -> list[str]:
                 resolve_directory(text, name)
             except ValueError as exc:
                 problems.append(str(exc))
+    load = values.get("session.load_path", "")
+    if isinstance(load, str) and load.strip() and not SESSION_NAME.fullmatch(load.strip()):
+        problems.append(
+            "session.load_path must be one folder name below session.dir (no '/', no '..'), "
+            f"got {load[:80]!r}"
+        )
     size = values.get("model.warmup_image_size", "")
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
@@ -110,6 +120,9 @@ def camera_names_problems(names: tuple[str, ...]) -> list[str]:
         return []
     if not names:
         return ["cameras must name at least one camera (or be [''] for one unnamed camera)"]
+    if len(names) > MAX_CAMERAS:
+        return [f"cameras: {len(names)} named, at most {MAX_CAMERAS} per node (each holds a model stream, a "
+                "map and its queues: run another node for more)"]
     problems = [
         f"cameras: '{name}' is not a ROS name token (a letter, then letters, digits or '_')"
         for name in names

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -67,8 +68,10 @@ class MappingServices:
         self._on_failure = on_failure
         self._saves = 0  # numbers the files of this process's saves (two saves in one second never collide)
 
-    def create(self, node: Node, group: CallbackGroup) -> list[Service]:
-        """Create the services on `node` in callback `group` (queue `SERVICE_QUEUE_DEPTH`)."""
+    def create(self, node: Node) -> list[Service]:
+        """Create the services on `node`, each in its own mutually exclusive callback group (queue
+        `SERVICE_QUEUE_DEPTH`): a slow `~/load_session` (hashing a large map) never holds `~/save_map` or
+        `~/reset` (the node's locks order what must not overlap)."""
         handlers = {
             "reset": self.on_reset,
             "save_map": self.on_save_map,
@@ -78,7 +81,7 @@ class MappingServices:
         return [
             node.create_service(
                 Trigger, f"~/{name}", self._guarded(name, handler), qos_profile=SERVICE_QOS,
-                callback_group=group,
+                callback_group=MutuallyExclusiveCallbackGroup(),
             )
             for name, handler in handlers.items()
         ]
@@ -134,18 +137,53 @@ class MappingServices:
             return response
         text = self._params().output_dir
         self._saves += 1
+        tag = f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
+        out_dir = None
         try:
             out_dir = resolve_directory(text)
-            response.message = outputs.save(out_dir, f"{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if outputs.map_size() == 0:
+                response.success = False
+                response.message = f"save_map: nothing saved, the map has 0 points ({_why_empty(outputs)})"
+                self._logger.warning(response.message)
+                return response
+            response.message = outputs.save(out_dir, tag)
+            if self._params().session_save_with_map:
+                with_session = self._session_call("save_session", Trigger.Response())
+                if not with_session.success:
+                    raise OSError(with_session.message)
+                response.message += f"; {with_session.message}"
         except Exception as exc:  # noqa: BLE001 - any failure is an answer, never an exception out of the callback
+            removed = _remove_save(out_dir, tag) if out_dir is not None else 0
             response.success = False
-            response.message = f"save_map failed in '{text}': {type(exc).__name__}: {exc}"
+            response.message = (f"save_map failed in '{text}': {type(exc).__name__}: {exc}"
+                                f"{f' ({removed} partial file(s) removed)' if removed else ''}")
             self._logger.error(response.message)
             return response
         response.success = True
-        if self._params().session_save_with_map:
-            with_session = self._session_call("save_session", Trigger.Response())
-            response.success = with_session.success
-            response.message += f"; {with_session.message}"
         self._logger.info(f"saved {response.message}")
         return response
+
+
+def _why_empty(outputs: MappingOutputs) -> str:
+    """Why the map is empty: the stats that explain it (anchor phase / scale not converged / out of range)."""
+    stats = outputs.trajectory_stats()
+    parts = [f"{stats.get('trajectory_poses', 0)} poses"]
+    if stats.get("map.points_out_of_range"):
+        parts.append(f"{stats['map.points_out_of_range']} points outside the voxel key range")
+    if not stats.get("scale_converged", True):
+        parts.append(f"{stats.get('held_keyframes', 0)} keyframes held until the scale converges")
+    return ", ".join(parts)
+
+
+def _remove_save(out_dir: Path, tag: str) -> int:
+    """Remove the files of the save `tag` (a full disk leaves every file of a save or none)."""
+    removed = 0
+    for path in (out_dir / f"map_{tag}.ply", out_dir / f"trajectory_{tag}.tum", out_dir / f"map_{tag}.pgm",
+                 out_dir / f"map_{tag}.yaml"):
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed

@@ -8,15 +8,30 @@ writes the folder outside them (`write`); `~/load_session` and `session.load_pat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import persistence
 from ..engine.session import StreamingSession
-from ..engine.session_store import SessionError, SessionSnapshot, load_session, resolve_under, save_session
+from ..engine.session_check import check_loadable
+from ..engine.session_npz import bounded_names
+from ..engine.session_store import (
+    SessionError,
+    SessionLimits,
+    SessionSnapshot,
+    clean_stale_temporaries,
+    load_session,
+    resolve_under,
+    save_session,
+)
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
+
+if TYPE_CHECKING:  # camera.py imports this module
+    from .camera import CameraStream
 
 
 def stamp_ns(meta: object) -> int:
@@ -66,8 +81,9 @@ class SessionFiles:
         return (f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
                 f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it")
 
-    def read(self, p: NodeParams) -> tuple[str, SessionSnapshot]:
-        """The session named by `session.load_path`, validated against the configured model.
+    def read(self, p: NodeParams, limits: SessionLimits) -> tuple[str, SessionSnapshot]:
+        """The session named by `session.load_path`, validated against the configured model, within
+        `limits` (`persistence.session_limits` of the camera that would continue it).
 
         Raises:
             SessionError: no name set, a path outside `session.dir`, or any check of `load_session`.
@@ -79,4 +95,33 @@ class SessionFiles:
             base = resolve_directory(p.session_dir, "session.dir")
         except ValueError as exc:
             raise SessionError(str(exc)) from None
-        return name, load_session(resolve_under(base, name), self.compat(p))
+        return name, load_session(resolve_under(base, name), self.compat(p), limits)
+
+    def load(self, p: NodeParams, camera: CameraStream, clear_queue: Callable[[str], int],
+             stream_change: AbstractContextManager) -> str:
+        """`~/load_session` for `camera`: read and validate the session within the camera's budgets, then
+        under `stream_change` (the lock resets take) check it against the camera's session and mapper, the
+        node's `tf.mode` and frame ids (`session_check.check_loadable`: a refused load touches nothing), and
+        only then start a new stream generation in its map frame. Returns the report line."""
+        session, outputs = camera.session, camera.outputs
+        if session is None or outputs is None:
+            raise SessionError("not active")
+        name, snapshot = self.read(p, persistence.session_limits(session, outputs.mapper))
+        frames = {"map_frame": p.map_frame, "odom_frame": p.odom_frame, "base_frame": p.base_frame}
+        with stream_change:
+            check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
+            camera.restore(snapshot, clear_queue)
+        poses = len(snapshot.trajectory_stamps_ns)
+        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
+                f"{outputs.mapper.mode}; new frames continue its map frame")
+
+    @staticmethod
+    def clean(p: NodeParams) -> str:
+        """Remove the temporaries of saves interrupted in an earlier run below `session.dir` (configure);
+        returns the log line ('' when there were none)."""
+        try:
+            stale = clean_stale_temporaries(resolve_directory(p.session_dir, "session.dir"))
+        except (OSError, ValueError) as exc:
+            return f"session.dir: stale temporaries not cleaned: {exc}"
+        return f"removed {len(stale)} unfinished session save(s): {bounded_names(stale)}" if stale else ""
+

@@ -180,7 +180,7 @@ def run_node(
         print(f"[lingbot_map] {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
-    executor = MultiThreadedExecutor(num_threads=4)
+    executor = MultiThreadedExecutor(num_threads=8)  # each service has its own callback group (issue 20)
     executor.add_node(node)
     code = 0
     spin: SpinThread | None = None

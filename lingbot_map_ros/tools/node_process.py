@@ -3,13 +3,15 @@
 `NodeProcess.start` runs `python -m lingbot_map_ros.ros.node --ros-args ...` (or another module or script)
 with `-r __node:=`, `-r __ns:=`, `--params-file`, `-p NAME:=VALUE` and `-r FROM:=TO`; stdout and stderr go
 to one log file. The child inherits the given environment (default: this process's; the ROS wheels' bootstrap
-needs the inherited variables). It is stopped with SIGINT, which rclpy turns into a clean shutdown.
+needs the inherited variables). It is stopped with SIGINT, which rclpy turns into a clean shutdown; one that
+hangs is killed (SIGKILL), with `new_session` its whole process group (the tests: no node outlives them).
 test/ros_helpers.py adds only the test defaults (the venv's python, fault injection, a hang fails the test).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -28,14 +30,18 @@ class NodeProcessError(RuntimeError):
 class NodeProcess:
     """One node process; `args` is its full command line."""
 
-    def __init__(self, args: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, env: Mapping[str, str] | None = None, new_session: bool = False
+    ) -> None:
         self.args = args
         self.log_path = log_path
         self.killed = False  # stop() had to kill it (it ignored SIGINT)
+        self.new_session = new_session  # its own process group (and session): `kill` ends the group
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, env=None if env is None else dict(env)
+            args, stdout=self._log, stderr=subprocess.STDOUT, env=None if env is None else dict(env),
+            start_new_session=new_session,
         )
 
     @classmethod
@@ -52,9 +58,10 @@ class NodeProcess:
         script: Path | None = None,
         python: str | Path = sys.executable,
         env: Mapping[str, str] | None = None,
+        new_session: bool = False,
     ) -> NodeProcess:
         """`python -m module` (or `python script`) `--ros-args` with the name, namespace, parameters file,
-        parameters (JSON values) and remaps given."""
+        parameters (JSON values) and remaps given; `new_session`: in its own process group."""
         args = [str(python), *([str(script)] if script is not None else ["-m", module]), "--ros-args"]
         if name:
             args += ["-r", f"__node:={name}"]
@@ -66,7 +73,7 @@ class NodeProcess:
             args += ["-p", f"{key}:={json.dumps(value)}"]
         for source, target in (remaps or {}).items():
             args += ["-r", f"{source}:={target}"]
-        return cls(args, log_path, env)
+        return cls(args, log_path, env, new_session)
 
     @property
     def pid(self) -> int:
@@ -111,8 +118,18 @@ class NodeProcess:
                     self.proc.wait(timeout_s)
                 except subprocess.TimeoutExpired:
                     self.killed = True
-                    self.proc.kill()
-                    self.proc.wait()
+                    self.kill()
             return self.proc.returncode
         finally:
             self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the node (its process group with `new_session`: children too) and reap it."""
+        try:
+            if self.new_session:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.proc.wait()

@@ -1,0 +1,77 @@
+"""Issue 20: no node outlives a test, and a signal during the node's start-up ends it cleanly.
+
+* `NodeProcess.stop` on a process that ignores SIGINT kills its whole process group (SIGKILL), grandchildren
+  included (before: only the child was killed, and `ros_helpers` started nodes in the test runner's group).
+* SIGINT while the node imports torch and rclpy (before its own handlers exist): exit 0 and one line, no
+  `KeyboardInterrupt` traceback (before: exit -2 with a traceback from inside the imports).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from ros_helpers import PYTHON, REPO
+
+from lingbot_map_ros.tools.node_process import NodeProcess
+
+
+def test_a_node_that_ignores_sigint_is_killed_with_its_process_group(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import signal, subprocess, sys, time
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            print(child.pid, flush=True)
+            time.sleep(600)
+            """
+        )
+    )
+    proc = NodeProcess([sys.executable, str(script)], tmp_path / "stubborn.log", new_session=True)
+    deadline = time.monotonic() + 30
+    while not proc.output().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = int(proc.output().split()[0])
+    assert proc.stop(timeout_s=1.0) == -signal.SIGKILL and proc.killed
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(grandchild) and psutil.Process(grandchild).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the grandchild outlived the kill of the group"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("delay_s", [0.5, 1.5])
+def test_sigint_during_start_up_exits_cleanly(delay_s: float) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [
+        str(PYTHON),
+        "-m",
+        "lingbot_map_ros.ros.node",
+        "--ros-args",
+        "-p",
+        "model.preset:=tiny",
+        "-p",
+        "model.device:=cpu",
+        "-p",
+        "autostart:=false",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
