@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -88,22 +87,22 @@ def test_budget_evicts_least_recently_observed() -> None:
     assert {0, 12, 13, 14} <= xs and not {1, 2, 3} & xs
 
 
-def test_insert_speed_for_10k_points_per_frame() -> None:
-    """~10k confident points of a slowly panning surface per frame (target < 2 ms per frame)."""
+def test_many_inserts_of_a_panning_surface_keep_one_point_per_voxel() -> None:
+    """200 frames of ~10k points (what a keyframe inserts; its cost: benchmarks/voxel_map.py): one point per
+    1 cm voxel, the map covers the surface swept, and every point lies on it."""
     vm = VoxelMap(VoxelMapConfig(voxel_size=0.01, max_points=1_000_000))
     rng = np.random.default_rng(0)
     u, v = np.meshgrid(np.linspace(0, 1, 125), np.linspace(0, 0.6, 80))
     colours = rng.integers(0, 256, size=(u.size, 3), dtype=np.uint8)
-    times = []
     for frame in range(200):
         noise = 0.002 * rng.standard_normal(u.size)
         xyz = np.stack([u.ravel() + 0.005 * frame, v.ravel(), 1 + noise], 1).astype(np.float32)
-        start = time.perf_counter()
         vm.insert(xyz, colours)
-        times.append(time.perf_counter() - start)
-    median_ms = 1e3 * float(np.median(times[20:]))
-    print(f"VoxelMap.insert 10k points: median {median_ms:.2f} ms, map {len(vm)} voxels")
-    assert median_ms < 4.0  # 1.4 ms measured on the 2-core dev machine; slack for a loaded CI runner
+    points = vm.points()[0]
+    keys = np.floor(points / 0.01).astype(np.int64)
+    assert len(np.unique(keys, axis=0)) == len(points) == len(vm)
+    assert points[:, 0].min() < 0.01 and points[:, 0].max() > 1.99
+    assert np.all(np.abs(points[:, 2] - 1.0) < 0.02)
 
 
 def test_ply_round_trip_is_binary_little_endian(tmp_path: Path) -> None:
