@@ -193,8 +193,14 @@ def test_two_cameras_with_one_frame_id_the_second_is_refused() -> None:
 
 @pytest.mark.parametrize("frame", ["map", "base_link", "odom"])
 def test_a_camera_frame_parameter_named_like_the_tree_is_refused_at_configure(frame: str) -> None:
-    values = {"kv_cache.sliding_window": 8, "kv_cache.max_window": 16, "map_frame": "map",
-              "odom_frame": "odom", "base_frame": "base_link", "camera_frame": frame}
+    values = {
+        "kv_cache.sliding_window": 8,
+        "kv_cache.max_window": 16,
+        "map_frame": "map",
+        "odom_frame": "odom",
+        "base_frame": "base_link",
+        "camera_frame": frame,
+    }
     problems = cross_check(values)
     assert any(p.startswith("camera_frame:") and frame in p for p in problems), problems
     assert not cross_check({**values, "camera_frame": "camera_optical"})
