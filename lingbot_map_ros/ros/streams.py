@@ -185,6 +185,8 @@ def frame_id_problem(frame_id: str, reserved: Collection[str]) -> str | None:
     if any(ch.isspace() for ch in frame_id):
         return f"frame_id {frame_id!r} contains whitespace"
     if frame_id in reserved:
-        return (f"frame_id '{frame_id}' is one of the map, odometry, base or per-camera map frames "
-                f"{sorted(reserved)}: TF would link it to itself or give it two parents")
+        return (
+            f"frame_id '{frame_id}' is the node's own frame or a robot frame (one of {sorted(reserved)}): "
+            "TF would link it to itself or give it two parents"
+        )
     return None
