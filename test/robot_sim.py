@@ -4,7 +4,8 @@
 `--odom-rate` Hz (starting `--odom-delay` s after the first image; before it when negative), images looping
 over the scene until killed;
 `--gap` publishes only `camera_link -> camera_optical` (a URDF without `base_link -> camera_link`);
-`--map-frame-every N` gives every N-th image the frame_id `map` (a misconfigured camera).
+`--map-frame-every N` gives every N-th image the frame_id `map` (a misconfigured camera); `--second-camera`
+also publishes each image on `/robot/camera2/image_raw` as `camera2_optical` (mounted like `camera_optical`).
 
 Publishes the static extrinsics `base_link -> camera_link -> camera_optical` on /tf_static (transient local),
 `odom -> base_link` on /tf along the loop of test/robot_scene.py with 5 mm noise (one sample at each image
@@ -65,6 +66,7 @@ def main() -> int:
     parser.add_argument("--odom-delay", type=float, default=0.0, help="live: odometry starts this late")
     parser.add_argument("--gap", action="store_true", help="no base_link -> camera_link (a URDF gap)")
     parser.add_argument("--map-frame-every", type=int, default=0)
+    parser.add_argument("--second-camera", action="store_true")
     args = parser.parse_args()
     scene = make_scene(args.frames, 64, 48)
     rclpy.init()
@@ -73,12 +75,17 @@ def main() -> int:
     static_pub = node.create_publisher(TFMessage, "/tf_static", STATIC_QOS)
     image_pub = node.create_publisher(Image, IMAGE_TOPIC, RELIABLE)
     depth_pub = node.create_publisher(Image, DEPTH_TOPIC, RELIABLE)
+    second_pub = node.create_publisher(Image, "/robot/camera2/image_raw", RELIABLE)
     if not args.no_static:
         static = [transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera_optical")]
         if not args.gap:
             static.insert(0, transform_msg(BASE_CAMLINK, stamp(0.0), "base_link", "camera_link"))
+        if args.second_camera:
+            static.append(transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera2_optical"))
         static_pub.publish(TFMessage(transforms=static))
-    while image_pub.get_subscription_count() < 1:
+    while image_pub.get_subscription_count() < 1 or (
+        args.second_camera and second_pub.get_subscription_count() < 1
+    ):
         time.sleep(0.05)
     time.sleep(0.5)
     if args.live:
@@ -99,6 +106,9 @@ def main() -> int:
         if args.depth:  # before the image, so the node has it when the frame's results are published
             depth_pub.publish(depth_to_image(scene.depth[i], header))
         image_pub.publish(rgb_to_image(scene.rgb[i], header))
+        if args.second_camera:
+            second = Header(stamp=header.stamp, frame_id="camera2_optical")
+            second_pub.publish(rgb_to_image(scene.rgb[i], second))
         time.sleep(args.period)
     np.savez(args.out, odom=np.array(odoms), stamps=np.array(stamps))
     print("robot_sim: done", flush=True)

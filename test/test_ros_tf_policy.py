@@ -126,11 +126,13 @@ def test_a_urdf_gap_attaches_map_above_the_cameras_subtree() -> None:
     buf.set_transform("camera_link", "camera_optical", 0.0, CAMLINK_OPTICAL, static=True)
     frames = RobotFrames(BufferLookup(buf), RobotTfConfig())
     assert frames.resolve_mode("camera_optical", 10.0)[0] == "map_to_camera"
-    assert frames.camera_root("camera_optical") == "camera_link"
-    np.testing.assert_allclose(frames.root_pose("camera_link", "camera_optical", 10.0), CAMLINK_OPTICAL)
     guard = TfEdgeGuard(buf.frames)
+    assert subtree_root("camera_optical", guard.foreign_graph()) == "camera_link"
+    np.testing.assert_allclose(frames.root_pose("camera_link", "camera_optical", 10.0), CAMLINK_OPTICAL)
     assert guard.check("map", "camera_optical", "cam") is not None  # the old edge: two parents
     assert guard.check("map", "camera_link", "cam") is None
+    buf.set_transform("map", "camera_link", 10.0, np.eye(4), static=False)  # the node's edge, heard back
+    assert subtree_root("camera_optical", guard.foreign_graph()) == "camera_link"  # a new stream: the same
 
 
 def test_switch_to_map_to_odom_keeps_map_and_composes_to_the_base() -> None:

@@ -67,6 +67,13 @@ class TfEdgeGuard:
             self._observe()
             return set(self._foreign.get(child, ()))
 
+    def foreign_graph(self) -> dict[str, str]:
+        """The TF graph now without this node's own edges, child -> parent (where a camera's own subtree
+        ends: the node's earlier `map -> camera` must not count)."""
+        with self._lock:
+            self._observe()
+            return {c: p for c, p in self._parents.items() if (p, c) not in self._ours}
+
     def release(self, owner: Hashable) -> None:
         """`owner` publishes none of its edges any more (a new stream, cleanup)."""
         with self._lock:

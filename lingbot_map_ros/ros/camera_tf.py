@@ -29,7 +29,7 @@ from rclpy.node import Node
 
 from ..engine.geometry import invert_rigid
 from ..engine.mapper import PosedFrame, RobotSample
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.tf_tree import TfEdgeGuard, subtree_root
 from .geometry import seconds_stamp, transform_msg
 from .output_config import OutputConfig
 from .robot_tf import RobotFrames, RobotTfConfig
@@ -84,7 +84,7 @@ class CameraTf:
         mode, reason = self.robot.resolve_mode(camera, stamp_s)
         self.root, self.gap = camera, ""
         if mode == "map_to_camera":
-            root = self.robot.camera_root(camera)
+            root = subtree_root(camera, self._tf.guard.foreign_graph())  # not above the node's own edges
             if root != camera:
                 self.root = root
                 self.gap = (

@@ -5,8 +5,8 @@
 newer than the stamp counts: odometry that starts just after the camera), `map_to_base` when only the
 extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While a stream is in
 `map_to_base`, `odometry_at` (no waiting) tells the caller that odometry has appeared, so `auto` can switch to
-`map_to_odom` without a jump (engine/mapper.py `Mapper.switch_mode`). `camera_root` is the top of the camera's
-own subtree in TF (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
+`map_to_odom` without a jump (engine/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in the root
+of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
 `sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
 `T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
 missing edge: the caller drops the frame (`tf_unavailable`).
@@ -20,7 +20,6 @@ import numpy as np
 
 from ..engine.frames import choose_tf_mode
 from ..engine.mapper import RobotSample
-from ..engine.tf_tree import subtree_root
 from .tf_listener import TfLookup, TransformUnavailable
 
 __all__ = ["RobotFrames", "RobotTfConfig", "TransformUnavailable"]
@@ -84,10 +83,6 @@ class RobotFrames:
             return self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, 0.0)
         except TransformUnavailable:
             return None
-
-    def camera_root(self, camera: str) -> str:
-        """The top of `camera`'s chain in TF now (`camera` when it has no parent)."""
-        return subtree_root(camera, self.lookup.parents())
 
     def root_pose(self, root: str, camera: str, stamp_s: float) -> np.ndarray:
         """T_root_cam [4, 4] at `stamp_s`. Raises `TransformUnavailable` after `tf.timeout`."""
