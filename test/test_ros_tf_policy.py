@@ -5,14 +5,21 @@ frame ids the node refuses."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, StandInSession, make_scene, random_sim3
 
 from lingbot_map_ros.engine.geometry import invert_rigid, rigid
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, PosedFrame, RobotSample
 from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.tf_tree import TfEdgeGuard, subtree_root
+from lingbot_map_ros.ros import tf as tf_module
+from lingbot_map_ros.ros.camera_tf import CameraTf
+from lingbot_map_ros.ros.geometry import seconds_stamp
+from lingbot_map_ros.ros.output_config import OutputConfig
+from lingbot_map_ros.ros.outputs import stamp_seconds
 from lingbot_map_ros.ros.params import cross_check
 from lingbot_map_ros.ros.robot_tf import RobotFrames, RobotTfConfig
 from lingbot_map_ros.ros.streams import CameraFrames, frame_id_problem, reserved_frames
@@ -206,3 +213,110 @@ def test_a_camera_frame_parameter_named_like_the_tree_is_refused_at_configure(fr
     problems = cross_check(values)
     assert any(p.startswith("camera_frame:") and frame in p for p in problems), problems
     assert not cross_check({**values, "camera_frame": "camera_optical"})
+
+
+# ----------------------------------------------------------------------------- map -> odom stamps
+class FakeNode:
+    """What `CameraTf` uses of a node: a clock set by the test, a logger, and a /tf publisher that records."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+        self.sent: list = []
+        self.warnings: list[str] = []
+
+    def get_clock(self) -> object:
+        node = self
+
+        class Clock:
+            def now(self) -> object:
+                return type("Now", (), {"nanoseconds": node.now_ns})()
+
+        return Clock()
+
+    def get_logger(self) -> object:
+        node = self
+
+        class Log:
+            def info(self, text: str) -> None:
+                pass
+
+            def warning(self, text: str) -> None:
+                node.warnings.append(text)
+
+        return Log()
+
+    def create_publisher(self, msg_type: type, topic: str, qos: object) -> object:
+        return type("Pub", (), {"publish": lambda _, msg: self.sent.extend(msg.transforms)})()
+
+
+def posed(stamp_s: float, map_odom: np.ndarray) -> PosedFrame:
+    eye = np.eye(4)
+    return PosedFrame(
+        stamp_s=stamp_s,
+        index=0,
+        epoch=0,
+        is_keyframe=True,
+        new_epoch=True,
+        mode="map_to_odom",
+        camera_pose=eye,
+        body_pose=eye,
+        map_odom=map_odom,
+        twist=np.zeros(6),
+        pose_covariance=np.eye(6),
+        twist_covariance=np.eye(6),
+        depth=np.zeros((2, 2), np.float32),
+        intrinsics=np.eye(3),
+        scale=None,
+    )
+
+
+def test_map_to_odom_first_at_the_image_stamp_then_republished_at_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first `map -> odom` of a stream also at the image stamp; the timer stamps the latest estimate with
+    the node's clock (a bag's /clock under use_sim_time) + tolerance, nothing while that clock is 0."""
+    monkeypatch.setattr(tf_module, "_Tf2RosBroadcaster", None)  # the package's publisher, even with tf2_ros
+    node = FakeNode()
+    config = OutputConfig(
+        map_frame="map",
+        camera_frame="",
+        path_max_length=10,
+        trajectory_max_poses=10,
+        map_conf_threshold=0.0,
+        map_stride=1,
+        map_voxel_size=0.05,
+        map_max_points=10,
+        publish_depth=False,
+        publish_frame_cloud=False,
+        tf_mode="map_to_odom",
+        tf_transform_tolerance=0.1,
+    )
+    cam = CameraTf(node, config, BufferLookup(TfBuffer()), None, "front")
+    cam.republish()
+    assert node.sent == []  # no estimate yet
+    estimate = rigid(np.eye(3), [1.0, 2.0, 0.0])
+    stamp = seconds_stamp(1000.0)
+    cam.publish(posed(1000.0, estimate), None, None, stamp, "map", "cam", None)
+    assert [round(stamp_seconds(t.header.stamp), 6) for t in node.sent] == [1000.0, 1000.1]
+    cam.publish(
+        replace(posed(1000.2, estimate), new_epoch=False),
+        None,
+        None,
+        seconds_stamp(1000.2),
+        "map",
+        "cam",
+        None,
+    )
+    assert round(stamp_seconds(node.sent[-1].header.stamp), 6) == 1000.3  # later frames: image + tolerance
+    node.sent.clear()
+    cam.republish()  # use_sim_time before the first /clock: ROS time 0
+    assert node.sent == []
+    node.now_ns = 1_796_000_000_500_000_000
+    cam.republish()
+    (tf,) = node.sent
+    assert (tf.header.frame_id, tf.child_frame_id) == ("map", "odom")
+    assert stamp_seconds(tf.header.stamp) == pytest.approx(1_796_000_000.6, abs=1e-6)
+    assert tf.transform.translation.x == 1.0 and tf.transform.translation.y == 2.0
+    cam.restore(estimate)  # a loaded session's estimate: stamped now, and the next frame is a first one
+    cam.republish()
+    assert stamp_seconds(node.sent[-1].header.stamp) == pytest.approx(1_796_000_000.6, abs=1e-6)
