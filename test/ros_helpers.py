@@ -47,7 +47,9 @@ TINY_NODE_PARAMS: dict[str, Any] = {
     "map.stride": 4,
     "map.conf_threshold": 0.0,
 }
-PYTHON = (
+#: The interpreter of node and helper processes; `LINGBOT_NODE_PYTHON` picks another (e.g. the venv of the
+#: real-tf2 build, docs/robot.md "Checked with real tf2").
+PYTHON = Path(os.environ.get("LINGBOT_NODE_PYTHON", "")) if os.environ.get("LINGBOT_NODE_PYTHON") else (
     REPO / ".venv" / "bin" / "python"
     if (REPO / ".venv" / "bin" / "python").exists()
     else Path(sys.executable)

@@ -153,6 +153,25 @@ def test_two_cameras_map_side_by_side_and_reset_alone(ros_client: RosClient, tmp
         assert int(front["frames_published"]) >= SCALE_FRAMES + 2
         assert int(rear["frames_published"]) >= 6 + SCALE_FRAMES + 2
         assert status_of(last, "lingbot_map")[2]["cameras"] == "front,rear"
+
+        # Issue 19: the rear camera sends the front camera's frame id, then its own map frame: refused and
+        # counted (one frame id, one camera; never a parent of itself), and it goes on posing after them.
+        tf = ros_client.collect(TFMessage, "/tf", TF_QOS)
+        rear_cam = cams["rear"]
+        for i, frame_id in enumerate(("front_optical", "front_optical", "map_rear", "map_front")):
+            rgb = rear_cam.frames[i % len(rear_cam.frames)]
+            rear_cam.pub.publish(rgb_to_image(rgb, Header(stamp=Time(sec=900 + i), frame_id=frame_id)))
+        rear_cam.odometry.clear()
+        resumed = rear_cam.publish(3)
+        assert pairs(rear_cam.odometry.wait_for(3, timeout=60)) == resumed
+
+        def refused(msgs: list[DiagnosticArray]) -> bool:
+            status = status_of(msgs[-1], "lingbot_map/rear") if msgs else None
+            return status is not None and status[2].get("rejected_invalid_frame_id") == "4"
+
+        diagnostics.wait_for(refused, timeout=20)
+        edges = {(t.header.frame_id, t.child_frame_id) for m in tf.messages for t in m.transforms}
+        assert ("map_rear", "front_optical") not in edges and not [e for e in edges if e[0] == e[1]], edges
     finally:
         code = node.stop()
     assert code == 0, node.output()
@@ -162,8 +181,9 @@ def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
     ros_client: RosClient, tmp_path: Path
 ) -> None:
     """Robot TF (test/robot_sim.py: odom -> base_link -> camera_link -> camera_optical): both cameras (here
-    both fed the robot's camera) are posed in the one `map`, only the first publishes map -> odom, and the
-    fused ~/map_cloud and ~/grid are in `map`."""
+    the robot's camera and a second one with its own frame id, mounted alike: two cameras never share one)
+    are posed in the one `map`, only the first publishes map -> odom, and the fused ~/map_cloud and ~/grid
+    are in `map`."""
     ns = "/cameras_robot"
     node_name = f"{ns}/lingbot_map"
     tf = ros_client.collect(TFMessage, "/tf", TF_QOS)
@@ -183,7 +203,7 @@ def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
             "map_publish_rate": 5.0,
             "grid.rate": 5.0,
         },
-        remaps={f"{name}/image": "/robot/camera/image_raw" for name in CAMERAS},
+        remaps={"front/image": "/robot/camera/image_raw", "rear/image": "/robot/camera2/image_raw"},
     )
     robot = None
     try:
@@ -196,6 +216,7 @@ def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
                 str(tmp_path / "truth.npz"),
                 "--frames",
                 str(ROBOT_FRAMES),
+                "--second-camera",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

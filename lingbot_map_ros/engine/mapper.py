@@ -218,6 +218,18 @@ class Mapper:
         caller then chooses the TF mode for it."""
         return self._epoch is None or result.epoch != self._epoch
 
+    def switch_mode(self, mode: str) -> None:
+        """Odometry appeared while the epoch is in `map_to_base` (`tf.mode: auto`): continue it in
+        `map_to_odom`. The map frame and the chain stay, so `map` does not jump; from the next `locate` on
+        (whose `robot.odom_base` must be set) `T_map_odom = T_map_base(t) · T_odom_base(t)⁻¹`.
+
+        Raises:
+            ValueError: any other change (a new mode needs a new epoch: another map frame).
+        """
+        if (self.mode, mode) != ("map_to_base", "map_to_odom"):
+            raise ValueError(f"TF mode {self.mode} cannot become {mode} within an epoch")
+        self.mode = mode
+
     def process(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
                 sensor_depth: np.ndarray | None = None) -> MappedFrame:
         """Map one frame (module doc): `locate`, then `integrate` its work. `robot`: TF at `stamp_s`;

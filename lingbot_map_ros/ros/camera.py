@@ -30,6 +30,7 @@ from ..engine.contracts import SessionStats
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
+from ..engine.tf_tree import TfEdgeGuard
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
 from .entities import NodeFacade
@@ -39,6 +40,7 @@ from .outputs import MappingOutputs
 from .params import NodeParams
 from .services import SERVICE_QOS
 from .session_files import SessionFiles
+from .streams import CameraFrames
 from .tf_listener import TfLookup
 from .worker import WorkerStats
 
@@ -71,6 +73,8 @@ class CameraHost:
         reset: `(camera name)` resets that camera's stream (the node's `reset_camera`).
         tf_lookup: the node's TF lookups (robot modes).
         input_group / service_group: callback groups of the subscriptions and services.
+        frames: which camera has which frame id (one frame id, one camera).
+        tf_guard: the node's one-parent check of every TF edge it publishes (engine/tf_tree.py).
     """
 
     node: LifecycleNode
@@ -82,6 +86,8 @@ class CameraHost:
     tf_lookup: TfLookup
     input_group: CallbackGroup
     service_group: CallbackGroup
+    frames: CameraFrames
+    tf_guard: TfEdgeGuard
 
 
 class CameraStream:
@@ -131,6 +137,8 @@ class CameraStream:
             active=host.active,
             on_inactive=stats.record_ignored_inactive,
             topic_prefix=self._input_prefix,
+            frames=host.frames,
+            camera=name,
         )
         if name:  # the unnamed camera's reset is the node's ~/reset
             host.node.create_service(
@@ -171,6 +179,7 @@ class CameraStream:
                 topic_prefix=self.output_prefix,
                 robot_map=self._robot_map,
                 on_map_error=lambda exc: self.causes.callback_failed("map_worker", exc),
+                tf_guard=self._host.tf_guard,
             )
         subscriptions = self.intake.subscribe(self._host.facade, params, self._host.input_group)
         return subscriptions[0].topic_name
@@ -369,8 +378,10 @@ class CameraStream:
         worker: WorkerStats | None,
         state: str,
     ) -> DiagnosticArray:
-        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic)."""
+        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic;
+        WARN: a TF gap or a refused TF edge, camera_tf.py)."""
         conflict = self.intake.guard.conflict()
+        outputs = self.outputs
         return diagnostic_array(
             name,
             hardware,
@@ -380,6 +391,7 @@ class CameraStream:
             self._session_diagnostics(),
             state,
             errors=[conflict] if conflict else [],
+            warnings=outputs.tf.warnings() if outputs is not None else [],
         )
 
     def runtime(self) -> dict[str, object]:

@@ -230,6 +230,7 @@ def diagnostic_array(
     session: Mapping[str, object],
     state: str,
     errors: Sequence[str] = (),
+    warnings: Sequence[str] = (),
 ) -> DiagnosticArray:
     """Build the /diagnostics message.
 
@@ -237,7 +238,8 @@ def diagnostic_array(
     the node keeps mapping in every case). Keys: every `runtime` entry, the worker counters, `state`
     (lifecycle state) and the session statistics flattened under `session.` (e.g. `session.sliding_window`,
     `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g. two cameras alternating on the image
-    topic) makes the level ERROR and leads the message.
+    topic) makes the level ERROR and leads the message; any of `warnings` (a TF gap, a refused TF edge) makes
+    it at least WARN and leads the message too.
     """
     values: dict[str, object] = {"state": state}
     values.update(runtime)
@@ -257,6 +259,9 @@ def diagnostic_array(
         level = DiagnosticStatus.WARN
         message = "mapping; {frames_dropped} dropped, {rejected_total} rejected, {failed_total} failed"
         message = message.format(**problems)
+    if warnings:
+        level = max(level, DiagnosticStatus.WARN)
+        message = "; ".join([*warnings, message])
     if errors:
         level = DiagnosticStatus.ERROR
         message = "; ".join([*errors, message])

@@ -6,6 +6,7 @@ quaternions from engine/geometry.py (the package's one implementation).
 from __future__ import annotations
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose, PoseStamped, Quaternion, Transform, TransformStamped, Twist, Vector3
 from nav_msgs.msg import OccupancyGrid, Odometry
 from sensor_msgs.msg import CameraInfo
@@ -13,6 +14,12 @@ from std_msgs.msg import Header
 
 from ..engine.geometry import matrix_to_quat_xyzw
 from ..engine.grid import Grid
+
+
+def seconds_stamp(seconds: float) -> Time:
+    """float seconds -> builtin_interfaces/Time (nanosecond rounding)."""
+    ns = round(seconds * 1e9)
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
 def pose_msg(pose: np.ndarray) -> Pose:

@@ -39,7 +39,14 @@ from .conversions import (
 )
 from .diagnostics import CauseLog
 from .params import NodeParams
-from .streams import StreamGuard, StreamKey, frame_id_problem
+from .streams import (
+    DEFAULT_CAMERA_FRAME,
+    CameraFrames,
+    StreamGuard,
+    StreamKey,
+    frame_id_problem,
+    reserved_frames,
+)
 
 
 @dataclass(frozen=True)
@@ -92,10 +99,9 @@ def image_qos(params: NodeParams) -> QoSProfile:
 
 
 def reserved_frame_ids(params: NodeParams) -> frozenset[str]:
-    """Frame ids the node publishes as parents (`map_frame`, and `odom_frame` where that parameter exists):
-    a camera frame with one of these names would make TF link a frame to itself."""
-    names = (params.map_frame, getattr(params, "odom_frame", ""))
-    return frozenset(name for name in names if name)
+    """Frame ids no camera may have (streams.py `reserved_frames`): map, odometry and base frames and the
+    per-camera map frames."""
+    return reserved_frames(params.map_frame, params.odom_frame, params.base_frame, params.cameras)
 
 
 class FrameIntake:
@@ -111,6 +117,8 @@ class FrameIntake:
         on_inactive: called for each frame that arrives while not active (counted, nothing else).
         reserved_frames: the frame ids a camera must not have (default: `reserved_frame_ids`).
         topic_prefix: prepended to the input topics (`<camera>/` with several cameras, else "").
+        frames: the node's frame ids by camera (one frame id, one camera); None: this intake alone.
+        camera: this camera's name in `frames`.
     """
 
     def __init__(
@@ -122,7 +130,11 @@ class FrameIntake:
         on_inactive: Callable[[], None] = lambda: None,
         reserved_frames: Callable[[NodeParams], Collection[str]] = reserved_frame_ids,
         topic_prefix: str = "",
+        frames: CameraFrames | None = None,
+        camera: str = "",
     ) -> None:
+        self._frames = frames if frames is not None else CameraFrames()
+        self._camera = camera
         self._prefix = topic_prefix
         self._causes = causes
         self._params = params
@@ -213,8 +225,9 @@ class FrameIntake:
         if isinstance(msg, Image):
             check_image_layout(msg)  # malformed before oversized: the header must match the data first
         check_pixel_budget(image_header_size(msg), params.max_input_pixels, params.max_aspect_ratio)
-        child = params.camera_frame or msg.header.frame_id
+        child = params.camera_frame or msg.header.frame_id or DEFAULT_CAMERA_FRAME
         problem = frame_id_problem(child, self._reserved_frames(params))
+        problem = problem or self._frames.claim(self._camera, child)
         if problem is not None:
             raise ImageConversionError("invalid_frame_id", f"{problem}; expected a camera optical frame")
         rgb = convert(msg)

@@ -40,6 +40,7 @@ from rclpy.parameter import Parameter
 
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
+from ..engine.tf_tree import TfEdgeGuard
 from .camera import CameraHost, CameraStream, StepResults
 from .camera_step import step_cameras
 from .depth_input import DepthInput
@@ -54,6 +55,7 @@ from .scheduler import StreamScheduler
 from .services import MappingServices
 from .session_files import SessionFiles
 from .shutdown import run_node
+from .streams import CameraFrames
 from .tf_listener import TfLookup
 from .timers import NodeTimers
 from .worker import InferenceWorker, WorkerStopped
@@ -99,7 +101,7 @@ class LingBotMapNode(LifecycleNode):
         self._depth_input: DepthInput | None = None
         host = CameraHost(self, self._facade, lambda: self.params, lambda: self._active, self._submit,
                           self.reset_camera, self._tf_lookup, MutuallyExclusiveCallbackGroup(),
-                          self._service_group)
+                          self._service_group, CameraFrames(), TfEdgeGuard(self._tf_lookup.parents))
         self.cameras = self._make_cameras(host, tuple(self.params.cameras))
         self._fused = FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame) \
             if self._named else None

@@ -3,12 +3,13 @@
 `MappingOutputs.publish` (the publish thread) looks up the robot's TF at the image stamp (robot_tf.py), hands
 the `FrameResult` to the engine's `Mapper.locate` (frame chain, metric scale, trajectory, twist) and publishes
 the pose outputs of its `PosedFrame` at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
-`map -> camera`), `~/odometry` (the base frame in the robot modes, with covariances), `~/camera_pose`,
+`map -> camera`; camera_tf.py: the TF mode of each stream, the `auto` switch, the one-parent check, the
+`map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances), `~/camera_pose`,
 `~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map work (points, voxel
 map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never delays them; `~/path`
 (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers. A frame whose transforms
 are missing is dropped (`tf_unavailable`) before anything is published. `lock` guards the pose side (mapper
-pose state, path, T_map_odom), `map.lock` the map side; where both are needed, `map.lock` is taken first.
+pose state, path), `map.lock` the map side; where both are needed, `map.lock` is taken first.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionSnapshot
+from ..engine.tf_tree import TfEdgeGuard
+from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, transform_msg
+from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
-from .robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
-from .tf import TfBroadcaster
+from .robot_tf import TransformUnavailable
+from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
@@ -51,12 +54,6 @@ MAP_DRAIN_S = 5.0
 def stamp_seconds(stamp: Time) -> float:
     """builtin_interfaces/Time -> float seconds."""
     return stamp.sec + 1e-9 * stamp.nanosec
-
-
-def seconds_stamp(seconds: float) -> Time:
-    """float seconds -> builtin_interfaces/Time (nanosecond rounding)."""
-    ns = round(seconds * 1e9)
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
 class MappingOutputs:
@@ -76,22 +73,21 @@ class MappingOutputs:
         robot_map: T_map_odom [4, 4] of the camera that drives the robot TF (None: none yet), for a camera
             that does not: its new streams in map_to_odom start in that camera's map frame (one map).
         on_map_error: `(exception)` of a map work that failed on the map thread (counted by the node).
+        tf_guard: the node's one-parent check of every TF edge (None: one of its own).
     """
 
     def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
                  depth_input: DepthInput | None = None,
                  on_drop: Callable[[str, str], None] | None = None, topic_prefix: str = "~/",
                  robot_map: Callable[[], np.ndarray | None] | None = None,
-                 on_map_error: Callable[[Exception], None] | None = None) -> None:
+                 on_map_error: Callable[[Exception], None] | None = None,
+                 tf_guard: TfEdgeGuard | None = None) -> None:
         self._node = node
         self._robot_map = robot_map
         self.config = config
         self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
-        self._tf = TfBroadcaster(node)
-        self._robot = RobotFrames(lookup, RobotTfConfig(
-            config.tf_mode, config.base_frame, config.odom_frame, config.tf_timeout,
-            odometry_scale=config.scale.source == "odometry"))
+        self.tf = CameraTf(node, config, lookup, tf_guard, topic_prefix.strip("~/") or "camera")
         self._depth_input = depth_input if config.scale.source == "depth" else None
         topics = {"odometry": Odometry, "camera_pose": PoseStamped, "path": Path, "depth": Image,
                   "camera_info": CameraInfo, "frame_cloud": PointCloud2}
@@ -106,10 +102,6 @@ class MappingOutputs:
         self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
         self._path_header: Header | None = None  # the last frame's map header: ~/path to publish (None: sent)
         self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
-        # last (T_map_odom, image stamp s, node clock s when it was published), republished at tf.publish_rate
-        self._map_odom: tuple[np.ndarray, float, float] | None = None
-        self.mode_reason = ""
-        self._logged_mode: tuple[str, str] | None = None
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
 
@@ -119,6 +111,7 @@ class MappingOutputs:
             if config.path_max_length != self.config.path_max_length:
                 self._path = deque(self._path, maxlen=config.path_max_length)
             self.config = config
+            self.tf.update_config(config)
             voxel = replace(self.mapper.config.voxel, conf_threshold=config.map_conf_threshold,
                             pixel_stride=config.map_stride)
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
@@ -134,21 +127,18 @@ class MappingOutputs:
 
     def camera_frame(self, header: Header) -> str:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
-        return self.config.camera_frame or header.frame_id or "camera_optical_frame"
+        return self.config.camera_frame or header.frame_id or DEFAULT_CAMERA_FRAME
 
     def publish(self, result: FrameResult, header: Header) -> bool:
         """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
         mode = self.mapper.mode
-        if self.mapper.needs_new_epoch(result):  # a stream starts: choose the TF mode (auto) for it
-            mode, reason = self._robot.resolve_mode(camera, stamp_s)
-            if (mode, reason) != self._logged_mode:  # once, not again for every frame dropped meanwhile
-                self._node.get_logger().info(f"TF mode {mode} ({reason})")
-                self._logged_mode = (mode, reason)
-            self.mode_reason = reason
+        new_epoch = self.mapper.needs_new_epoch(result)
+        if new_epoch:  # a stream starts: choose the TF mode (auto) for it
+            mode = self.tf.start_stream(camera, stamp_s)
         try:
-            robot = self._robot.sample(mode, camera, stamp_s)
+            robot, root_cam = self.tf.sample(mode, camera, stamp_s, new_epoch)
         except TransformUnavailable as exc:
             self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {mode}): {exc}")
             return False
@@ -157,6 +147,9 @@ class MappingOutputs:
             robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
         sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
         with self.lock:
+            if robot.mode != mode and not new_epoch:  # auto: odometry appeared in map_to_base
+                self.mapper.switch_mode(robot.mode)
+                self.tf.switched(stamp_s)
             bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
             frame, work = self.mapper.locate(result, stamp_s, robot, sensor)
             if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
@@ -166,36 +159,30 @@ class MappingOutputs:
                     throttle_duration_sec=10.0)
             if frame.new_epoch:
                 self._path.clear()
-                self._map_odom = None
+                self.tf.new_stream()
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
             self._path.append(pose_stamped_msg(body, map_header))
             self._path_header = map_header
-            if frame.map_odom is not None:
-                self._map_odom = (frame.map_odom, stamp_s, self._now_s())
             frame_cloud = self.config.publish_frame_cloud
-        self._publish_frame(frame, body, header, camera)
+        self._publish_frame(frame, body, header, camera, root_cam)
         if work.is_keyframe or frame_cloud or frame.new_epoch:  # else it has nothing to do on the map thread
             self.map.submit(MapItem(work, map_header, frame_cloud))
         self.frames_published += 1
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(self, frame: PosedFrame, body: Pose, header: Header, camera: str) -> None:
+    def _publish_frame(self, frame: PosedFrame, body: Pose, header: Header, camera: str,
+                       root_cam: np.ndarray | None) -> None:
         """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
-        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera)."""
+        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera; `root_cam`: T_root_cam of a
+        map_to_camera edge attached above the camera's subtree root)."""
         cfg = self.config
         cam = body if frame.camera_pose is frame.body_pose else pose_msg(frame.camera_pose)
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
-        if frame.mode == "map_to_odom" and cfg.publish_robot_tf:
-            stamp = seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance)
-            self._tf.send(transform_msg(frame.map_odom, stamp, map_frame, cfg.odom_frame))
-        elif frame.mode == "map_to_base" and cfg.publish_robot_tf:
-            self._tf.send(transform_msg(body, header.stamp, map_frame, cfg.base_frame))
-        elif frame.mode == "map_to_camera":
-            self._tf.send(transform_msg(cam, header.stamp, map_frame, camera))
+        self.tf.publish(frame, body, cam, header.stamp, map_frame, camera, root_cam)
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
         self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
                                                     frame.pose_covariance, frame.twist_covariance))
@@ -205,21 +192,9 @@ class MappingOutputs:
         if cfg.publish_depth:
             self._pubs["depth"].publish(depth_to_image(frame.depth, cam_header))
 
-    def _now_s(self) -> float:
-        return self._node.get_clock().now().nanoseconds * 1e-9
-
     def republish_map_odom(self) -> None:
-        """Timer: the last `map -> odom` again, stamped with the image clock advanced by the time since it was
-        published, + tf.transform_tolerance. On a robot (image stamps = now) that is now + tolerance, as
-        slam_toolbox does; a replayed bag's older stamps are followed instead of mixed with the wall clock."""
-        with self.lock:
-            last = self._map_odom
-        if last is None or not self.config.publish_robot_tf:
-            return
-        map_odom, image_s, published_s = last
-        elapsed = max(0.0, self._now_s() - published_s)
-        stamp = seconds_stamp(image_s + elapsed + self.config.tf_transform_tolerance)
-        self._tf.send(transform_msg(map_odom, stamp, self.config.map_frame, self.config.odom_frame))
+        """Timer (`tf.publish_rate`): the latest `map -> odom` stamped now + tolerance (camera_tf.py)."""
+        self.tf.republish()
 
     def publish_path(self) -> bool:
         """Timer (`path.publish_rate`): `~/path` if a frame was published since the last call; stamped with
@@ -307,8 +282,8 @@ class MappingOutputs:
 
     def session_state(self) -> dict[str, object]:
         """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
-        with self.lock:
-            map_odom = self._map_odom[0].tolist() if self._map_odom is not None else None
+        estimate = self.tf.estimate()
+        map_odom = estimate.tolist() if estimate is not None else None
         cfg = self.config
         return {"map_frame": cfg.map_frame, "odom_frame": cfg.odom_frame, "base_frame": cfg.base_frame,
                 "map_odom": map_odom}
@@ -316,8 +291,8 @@ class MappingOutputs:
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
         """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes
         its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
-        T_map_odom is republished until the first frame gives a new one, and map cloud, grid and path are
-        published at once (latched for late subscribers).
+        T_map_odom is republished (stamped now) until the first frame gives a new one, and map cloud, grid and
+        path are published at once (latched for late subscribers).
 
         Raises:
             SessionError: the snapshot does not fit (see `persistence.restore`).
@@ -332,9 +307,7 @@ class MappingOutputs:
                 self._path.append(pose_stamped_msg(pose, header))
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
             saved = _saved_map_odom(snapshot.state)
-            self._map_odom = None
-            if saved is not None and self.mapper.mode == "map_to_odom" and len(stamps):
-                self._map_odom = (saved, float(stamps[-1]), self._now_s())
+            self.tf.restore(saved if self.mapper.mode == "map_to_odom" and len(stamps) else None)
             self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
@@ -342,9 +315,7 @@ class MappingOutputs:
 
     def robot_map_odom(self) -> np.ndarray | None:
         """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""
-        with self.lock:
-            last = self._map_odom
-        return last[0] if last is not None and self.config.publish_robot_tf else None
+        return self.tf.estimate() if self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
         with self.map.lock:
@@ -363,7 +334,7 @@ class MappingOutputs:
         updated = stats.pop("scale_updated_stamp")
         last = stamp_seconds(self.last_stamp) if self.last_stamp is not None else None
         stats["scale_age_s"] = round(last - updated, 3) if last is not None and updated >= 0 else -1.0
-        stats["tf_mode_reason"] = self.mode_reason
+        stats.update(self.tf.stats())
         out.update(stats)
         out.update(self.map.stats())
         return out
@@ -376,14 +347,13 @@ class MappingOutputs:
             self._path_header = None
             self.mapper.clear()
             self.map.mark_changed()
-            self._map_odom = None
-            self._logged_mode = None  # a new stream logs its TF mode again
+            self.tf.clear()  # a new stream logs its TF mode again
             self.last_stamp = None
 
     def destroy(self) -> None:
         """End the map thread and release the publishers (cleanup; no-ops through the node's `NodeFacade`)."""
         self.map.stop()
-        self._tf.destroy()
+        self.tf.destroy()
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)
         self._pubs.clear()

@@ -98,11 +98,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec(
         "tf.transform_tolerance",
         0.1,
-        "map -> odom is stamped this many seconds after the image (also when republished).",
+        "map -> odom is stamped this many seconds after the image, and republished stamped now + this.",
         float_range=(0.0, 10.0),
     ),
     ParamSpec(
-        "tf.publish_rate", 20.0, "Rate in Hz of republishing the last map -> odom.", float_range=(0.1, 1000.0)
+        "tf.publish_rate",
+        20.0,
+        "Rate in Hz of republishing the latest map -> odom (stamped now + tf.transform_tolerance).",
+        float_range=(0.1, 1000.0),
     ),
     ParamSpec(
         "scale.source",

@@ -22,6 +22,7 @@ from rclpy.parameter import Parameter
 from ..model.config import PATCH_SIZE
 from .param_spec import ParamSpec, ParamValue
 from .param_table import PARAMETERS
+from .streams import frame_id_problem, reserved_frames
 
 #: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
 CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -110,6 +111,12 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problems.append("scale.source depth takes one depth topic: it needs a single camera (cameras)")
     if len(cameras) > 1 and values.get("camera_frame"):
         problems.append("camera_frame overrides one camera's frame: leave it empty with several cameras")
+    frame = values.get("camera_frame")
+    if isinstance(frame, str) and frame:
+        frames = [str(values.get(name, "")) for name in ("map_frame", "odom_frame", "base_frame")]
+        problem = frame_id_problem(frame, reserved_frames(*frames, cameras))
+        if problem:
+            problems.append(f"camera_frame: {problem}")
     return problems
 
 

@@ -1,16 +1,22 @@
 """The robot's TF at an image stamp, for the mapper: the TF mode of a stream and the transforms it needs.
 
 `resolve_mode` makes the `tf.mode: auto` choice when a stream starts (and after a reset): `map_to_odom` when
-`odom_frame -> base_frame -> <camera>` is in TF, `map_to_base` when only `base_frame -> <camera>` is,
-else `map_to_camera` (each probe waits up to `tf.timeout`). `sample` looks up, at the image stamp, the
-extrinsics `T_base_cam` (robot modes) and the odometry `T_odom_base` (map_to_odom, or
-`scale.source: odometry`), or raises `TransformUnavailable` naming the missing edge: the caller drops
-the frame (`tf_unavailable`).
+`base_frame -> <camera>` is in TF at the image stamp and `odom_frame -> base_frame` is in TF at all (data
+newer than the stamp counts: odometry that starts just after the camera), `map_to_base` when only the
+extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While a stream is in
+`map_to_base`, `odometry_at` (no waiting) tells the caller that odometry has appeared, so `auto` can switch to
+`map_to_odom` without a jump (engine/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in the root
+of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
+`sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
+`T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
+missing edge: the caller drops the frame (`tf_unavailable`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..engine.frames import choose_tf_mode
 from ..engine.mapper import RobotSample
@@ -43,12 +49,14 @@ class RobotFrames:
         if cfg.mode != "auto":
             return cfg.mode, "tf.mode"
         has_ext = self._available(cfg.base_frame, camera, stamp_s)
-        has_odom = has_ext and self._available(cfg.odom_frame, cfg.base_frame, stamp_s)
+        # odometry at the stamp, or newer (it may start just after the camera): the latest sample (stamp 0)
+        has_odom = has_ext and self._available(cfg.odom_frame, cfg.base_frame, 0.0)
         mode = choose_tf_mode("auto", has_ext, has_odom)
         why = {
             "map_to_odom": f"{cfg.odom_frame} -> {cfg.base_frame} -> {camera} is in TF",
             "map_to_base": f"{cfg.base_frame} -> {camera} is in TF, {cfg.odom_frame} -> {cfg.base_frame} "
-            "is not",
+            f"is not (within {cfg.timeout_s} s); a later {cfg.odom_frame} -> {cfg.base_frame} switches to "
+            "map_to_odom",
             "map_to_camera": f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s",
         }[mode]
         return mode, why
@@ -67,6 +75,18 @@ class RobotFrames:
         if mode == "map_to_odom" or cfg.odometry_scale:
             odom_base = self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, cfg.timeout_s)
         return RobotSample(mode, base_cam, odom_base)
+
+    def odometry_at(self, stamp_s: float) -> np.ndarray | None:
+        """T_odom_base [4, 4] at `stamp_s` if it is in TF now (no waiting), else None."""
+        cfg = self.config
+        try:
+            return self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, 0.0)
+        except TransformUnavailable:
+            return None
+
+    def root_pose(self, root: str, camera: str, stamp_s: float) -> np.ndarray:
+        """T_root_cam [4, 4] at `stamp_s`. Raises `TransformUnavailable` after `tf.timeout`."""
+        return self.lookup.lookup(root, camera, stamp_s, self.config.timeout_s)
 
     def _available(self, target: str, source: str, stamp_s: float) -> bool:
         try:

@@ -7,16 +7,21 @@ frames of it; until then each odd frame is rejected (`rejected_unconfirmed_strea
 alternating on one topic never confirm either way: the guard keeps the current one and reports the conflict,
 naming both ids, which the node raises to an ERROR on /diagnostics.
 
-`frame_id_problem` checks a TF child frame id (no leading '/', no whitespace, not a reserved frame such as
-`map_frame` or `odom_frame`).
+`frame_id_problem` checks a TF child frame id (no leading '/', no whitespace, not a frame the node or the
+robot's tree already uses as a parent: `reserved_frames`). `CameraFrames` gives each frame id to one camera
+(two cameras with one frame id, e.g. two empty ones that both default to `DEFAULT_CAMERA_FRAME`, would give
+it two parents in TF): the second camera's frames are refused.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+
+#: The camera frame when neither `camera_frame` nor the image header's frame_id names one.
+DEFAULT_CAMERA_FRAME = "camera_optical_frame"
 
 #: Frames looked back on to decide that two streams alternate on one topic.
 CONFLICT_WINDOW = 30
@@ -134,12 +139,44 @@ def _interleaved(recent: list[StreamKey], other: StreamKey, current: StreamKey) 
     return runs > 2
 
 
+def reserved_frames(
+    map_frame: str, odom_frame: str, base_frame: str, cameras: Iterable[str]
+) -> frozenset[str]:
+    """Frame ids no camera may have: `map_frame`, `odom_frame`, `base_frame` and the per-camera map frames
+    `<map_frame>_<name>` (the parents the node publishes, and the robot's own frames above the camera)."""
+    names = {map_frame, odom_frame, base_frame, *(f"{map_frame}_{name}" for name in cameras if name)}
+    return frozenset(name for name in names if name)
+
+
+class CameraFrames:
+    """Which camera owns which frame id (first come, first served; thread-safe): one frame, one camera."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: dict[str, str] = {}  # frame id -> camera name
+
+    def claim(self, camera: str, frame_id: str) -> str | None:
+        """Why `camera` may not have `frame_id` (another camera has it), or None (then it is `camera`'s and
+        the camera's earlier frame id is free again)."""
+        with self._lock:
+            owner = self._owner.get(frame_id)
+            if owner is not None and owner != camera:
+                return (
+                    f"frame_id '{frame_id}' is camera '{owner or '(unnamed)'}''s: two cameras with one "
+                    "frame id would give it two parents in TF (set each camera's frame_id)"
+                )
+            if owner is None:
+                self._owner = {f: c for f, c in self._owner.items() if c != camera}
+                self._owner[frame_id] = camera
+            return None
+
+
 def frame_id_problem(frame_id: str, reserved: Collection[str]) -> str | None:
     """Why `frame_id` cannot be a TF child frame (None when it can; empty is allowed: a default is used).
 
     Args:
         frame_id: the candidate (an image header's frame_id or the `camera_frame` parameter).
-        reserved: frame ids the node publishes as parents (`map_frame`, `odom_frame`, ...).
+        reserved: frame ids the node publishes as parents and the robot's (`reserved_frames`).
     """
     if not frame_id:
         return None
@@ -148,5 +185,8 @@ def frame_id_problem(frame_id: str, reserved: Collection[str]) -> str | None:
     if any(ch.isspace() for ch in frame_id):
         return f"frame_id {frame_id!r} contains whitespace"
     if frame_id in reserved:
-        return f"frame_id '{frame_id}' is the node's own frame {sorted(reserved)}: TF would link it to itself"
+        return (
+            f"frame_id '{frame_id}' is the node's own frame or a robot frame (one of {sorted(reserved)}): "
+            "TF would link it to itself or give it two parents"
+        )
     return None

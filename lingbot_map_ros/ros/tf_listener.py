@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import yaml
 from geometry_msgs.msg import Transform
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -36,6 +37,8 @@ except ImportError:
 TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL)
 POLL_S = 0.005
+#: How long `parents` reuses tf2's frame listing (it is text to parse).
+GRAPH_REFRESH_S = 0.1
 
 __all__ = ["TfLookup", "TransformUnavailable", "transform_to_matrix"]
 
@@ -53,6 +56,7 @@ class TfLookup:
         self._node = node
         self._subs = []
         self._tf2 = None
+        self._graph: tuple[float, dict[str, str]] = (-GRAPH_REFRESH_S, {})
         if use_tf2_ros and tf2_ros is not None:  # pragma: no cover - only on a real ROS install
             self._tf2 = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
             self._listener = tf2_ros.TransformListener(self._tf2, node, spin_thread=False)
@@ -107,6 +111,18 @@ class TfLookup:
                 if time.monotonic() >= deadline:
                     raise
             time.sleep(POLL_S)
+
+    def parents(self) -> dict[str, str]:
+        """The TF graph now, child -> parent (for the one-parent check, engine/tf_tree.py): tf2's
+        `all_frames_as_yaml` (re-read at most every `GRAPH_REFRESH_S`), else the buffer's edges."""
+        if self._tf2 is None:
+            return self.buffer.frames()
+        now = time.monotonic()  # pragma: no cover - only on a real ROS install
+        if now - self._graph[0] >= GRAPH_REFRESH_S:
+            frames = yaml.safe_load(self._tf2.all_frames_as_yaml()) or {}
+            self._graph = (now, {str(c): str(f["parent"]) for c, f in frames.items()
+                                 if isinstance(f, dict) and f.get("parent")})
+        return self._graph[1]
 
     def destroy(self) -> None:
         for sub in self._subs:

@@ -3,14 +3,16 @@
 The timers are created once with the node and kept (entities.py: never destroyed while the executor may wait
 on them), run on the steady clock (so they go on under `use_sim_time` without `/clock`, or when `/clock`
 jumps back), work on the outputs only while the node is active, and never raise: a failure is counted and
-logged (an exception escaping a timer would end the executor's spin).
+logged (an exception escaping a timer would end the executor's spin). The `map -> odom` republish has a
+callback group of its own, so a long map cloud or grid message never delays it (its consumers look it up at
+now - a few tens of ms).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
@@ -53,8 +55,11 @@ class NodeTimers:
             "grid_timer": lambda: self._each(lambda outputs: outputs.publish_grid()),
             "path_timer": lambda: self._each(lambda outputs: outputs.publish_path()),
         }
+        groups = {"map_odom_timer": MutuallyExclusiveCallbackGroup()}
         self._timers = {
-            name: node.create_timer(1.0, self._guarded(name, body), callback_group=group, clock=steady)
+            name: node.create_timer(
+                1.0, self._guarded(name, body), callback_group=groups.get(name, group), clock=steady
+            )
             for name, body in bodies.items()
         }
         self.set_rates(params)

@@ -1,0 +1,120 @@
+"""The rules of the TF tree the node publishes into (plain data, no ROS): one parent per frame.
+
+A TF tree gives every frame ONE parent (REP-105; tf2 keeps one parent per frame and time, so a second
+publisher of another parent makes the tree flip between two shapes). `TfEdgeGuard.check` is asked before
+EVERY edge the node publishes (ros/tf.py `TfBroadcaster.send`) and refuses an edge `parent -> child` when:
+
+* `child == parent` (a self-parent: a camera frame named like the map frame);
+* `child` already has another parent in TF, published by anyone but this node (a robot's `odom -> base_link`,
+  a URDF's static `camera_link -> camera_optical`, another node's edge): seen once, remembered;
+* the same edge is published by another node (another SLAM's `map -> odom`);
+* another publisher of this node (another camera) publishes an edge to `child`;
+* the edge would close a loop (`child` is above `parent`).
+
+`subtree_root` is where `map` is attached in `map_to_camera` when the camera already has a parent in TF (a
+URDF gap: `camera_link -> camera_optical` without `base_link -> camera_link`): above the root of the camera's
+own subtree, never above the camera itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Mapping
+
+__all__ = ["TfEdgeGuard", "subtree_root"]
+
+
+def subtree_root(frame: str, parents: Mapping[str, str]) -> str:
+    """The top of `frame`'s chain in `parents` (child -> parent): `frame` itself when it has no parent.
+    A loop in `parents` stops at the last frame before it repeats."""
+    seen = {frame}
+    while (parent := parents.get(frame)) is not None and parent not in seen:
+        seen.add(parent)
+        frame = parent
+    return frame
+
+
+class TfEdgeGuard:
+    """One-parent check of every edge the node publishes (module doc); thread-safe, shared by the node's
+    publishers of TF (one per camera).
+
+    Args:
+        graph: returns the TF graph as the node's listener sees it now, child -> parent (its own edges
+            included: they come back through /tf).
+    """
+
+    def __init__(self, graph: Callable[[], Mapping[str, str]]) -> None:
+        self._graph = graph
+        self._lock = threading.Lock()
+        self._ours: set[tuple[str, str]] = set()  # (parent, child) of every edge this node ever published
+        self._claims: dict[str, tuple[str, Hashable]] = {}  # child -> (parent, publisher) publishing now
+        self._foreign: dict[str, set[str]] = {}  # child -> parents seen in TF that this node never published
+        self._parents: dict[str, str] = {}  # the graph at the last check
+
+    def check(self, parent: str, child: str, owner: Hashable) -> str | None:
+        """Why `owner` must not publish `parent -> child` now, or None (then the edge counts as `owner`'s)."""
+        with self._lock:
+            self._observe()
+            problem = self._problem(parent, child, owner)
+            if problem is None:
+                self._ours.add((parent, child))
+                self._claims[child] = (parent, owner)
+            return problem
+
+    def foreign_parents(self, child: str) -> set[str]:
+        """Parents of `child` that other nodes publish (as seen so far)."""
+        with self._lock:
+            self._observe()
+            return set(self._foreign.get(child, ()))
+
+    def foreign_graph(self) -> dict[str, str]:
+        """The TF graph now without this node's own edges, child -> parent (where a camera's own subtree
+        ends: the node's earlier `map -> camera` must not count)."""
+        with self._lock:
+            self._observe()
+            return {c: p for c, p in self._parents.items() if (p, c) not in self._ours}
+
+    def release(self, owner: Hashable) -> None:
+        """`owner` publishes none of its edges any more (a new stream, cleanup)."""
+        with self._lock:
+            self._claims = {c: claim for c, claim in self._claims.items() if claim[1] != owner}
+
+    def _observe(self) -> None:
+        self._parents = dict(self._graph())
+        for child, parent in self._parents.items():
+            if (parent, child) not in self._ours:
+                self._foreign.setdefault(child, set()).add(parent)
+
+    def _problem(self, parent: str, child: str, owner: Hashable) -> str | None:
+        edge = f"{parent} -> {child}"
+        if not parent or not child:
+            return f"{edge}: an empty frame id"
+        if parent == child:
+            return f"{edge} would make '{child}' its own parent"
+        others = sorted(self._foreign.get(child, set()) - {parent})
+        if others:
+            return (
+                f"'{child}' already has the parent '{others[0]}' in TF (another node publishes it): "
+                f"{edge} would give it two parents"
+            )
+        if parent in self._foreign.get(child, ()):
+            return f"{edge} is already published by another node"
+        claim = self._claims.get(child)
+        if claim is not None and claim[1] != owner:
+            return f"this node already publishes {claim[0]} -> {child} for another camera ({claim[1]})"
+        links = {**self._parents, **{c: p for c, (p, _) in self._claims.items()}}
+        links.pop(child, None)  # the edge being checked replaces child's own link
+        if _above(child, parent, links):
+            return f"{edge} would close a loop ('{child}' is above '{parent}' in TF)"
+        return None
+
+
+def _above(frame: str, start: str, parents: Mapping[str, str]) -> bool:
+    """True when `frame` is on the chain from `start` up to its root."""
+    seen = {start}
+    node = start
+    while (node := parents.get(node)) is not None and node not in seen:
+        if node == frame:
+            return True
+        seen.add(node)
+    return False
