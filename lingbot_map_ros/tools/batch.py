@@ -218,11 +218,28 @@ class _Pool:
 
         self.config = config
         self.bags = bags
-        self._spawn = lambda: BagWorker.options(
-            num_cpus=config.cpus_per_worker, num_gpus=config.gpus_per_worker
-        ).remote(config.options)
+        self._worker_class = BagWorker
+        self._spawned: list[object] = []
+
+    def _spawn(self) -> object:
+        """A new worker (its model loads in the background; calls queue until it has)."""
+        options = {"num_cpus": self.config.cpus_per_worker, "num_gpus": self.config.gpus_per_worker}
+        self._spawned.append(self._worker_class.options(**options).remote(self.config.options))
+        return self._spawned[-1]
 
     def run(self, jobs: list[BagJob], known: int) -> dict[int, BagRow]:
+        """Map `jobs` (rows by job index); every worker is ended on return, so none outlives the batch."""
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            return self._run(jobs, known)
+        finally:
+            for worker in self._spawned:
+                with contextlib.suppress(RayError):
+                    ray.kill(worker)
+
+    def _run(self, jobs: list[BagJob], known: int) -> dict[int, BagRow]:
         import ray
         from ray.exceptions import RayActorError, RayError
 
