@@ -3,10 +3,10 @@
 INPUTS are bags (rosbag2 folders), folders of bags (every bag below, found by its metadata.yaml) or text
 files of such paths (one a line, `#` comments, relative to the file). Each bag is mapped as `lingbot-map-ros
 run BAG -o OUT/<bag folder name>` with the same options would map it (tools/run_bag.py, the same function),
-by one of `--workers` Ray actors (tools/batch_worker.py) that each load the model once. Without `--address`
-a local Ray instance is started for the job and stopped at its end; with it the job runs on that cluster
-(`ray start --head` / `ray start --address HEAD:6379`; bag and output paths must be the same on every
-machine: a shared file system).
+by one of `--workers` Ray actors (tools/batch_worker.py) that each load the model once (bags handed out
+one at a time, longest first). Without `--address` a local Ray instance is started for the job and stopped
+at its end; with it the job runs on that cluster (`ray start --head` / `ray start --address HEAD:6379`; bag
+and output paths must be the same on every machine: a shared file system).
 
 A bag's folder OUT/<name>/ appears only complete (written under OUT/.partial/ and renamed, with the
 done-marker batch_done.json). `--resume` keeps complete bags and maps the rest again (partial or failed);
@@ -243,7 +243,7 @@ class _Pool:
         import ray
         from ray.exceptions import RayActorError, RayError
 
-        pending = deque(jobs)
+        pending = deque(sorted(jobs, key=lambda job: -job.frames))  # longest first: the shortest makespan
         starting = {
             (w := self._spawn()).ready.remote(): w for _ in range(min(self.config.workers, len(jobs)))
         }
