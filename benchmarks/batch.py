@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from lingbot_map_ros.tools.batch import BatchConfig, run_batch
+from lingbot_map_ros.tools.batch import run_batch
+from lingbot_map_ros.tools.batch_pool import BatchConfig
 from lingbot_map_ros.tools.run_bag import RunConfig
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 
