@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,29 +118,32 @@ def main() -> None:
     args = parser.parse_args()
 
     bags = make_bags(args)
+    counts = [int(w) for w in args.workers.split(",")]
     runs = []
     with tempfile.TemporaryDirectory(prefix="lmr_batch_bench_out_") as scratch:
-        for workers in (int(w) for w in args.workers.split(",")):
-            load_before = os.getloadavg()[0]
-            runs.append(
-                {
-                    **measure(args, bags, workers, Path(scratch) / f"w{workers}"),
-                    "load_before": round(load_before, 2),
-                }
-            )
-    base = runs[0]["fps"]
+        for repeat in range(args.repeat):  # interleaved, so a change of the machine's load hits every count
+            for workers in counts:
+                load_before = os.getloadavg()[0]
+                out = Path(scratch) / f"w{workers}_r{repeat}"
+                runs.append({**measure(args, bags, workers, out), "load_before": round(load_before, 2)})
     print(
         f"\n{args.bags} bags x {args.frames} frames {args.scene_width}x{args.scene_height}, "
         f"preset {args.preset}, width {args.width}, {args.device}\n"
     )
-    print("| workers | wall s | frames/s | bags/min | ratio | engine FPS per bag (mean) | load before |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workers | wall s | frames/s | bags/min | engine FPS per bag (mean) | load before |")
+    print("|---|---|---|---|---|---|")
     for run in runs:
-        run["ratio"] = round(run["fps"] / base, 3)
         print(
-            f"| {run['workers']} | {run['wall_s']} | {run['fps']} | {run['bags_per_min']} | {run['ratio']} | "
+            f"| {run['workers']} | {run['wall_s']} | {run['fps']} | {run['bags_per_min']} | "
             f"{run['engine_fps_mean']} | {run['load_before']} |"
         )
+    medians = {w: statistics.median(r["fps"] for r in runs if r["workers"] == w) for w in counts}
+    print(
+        f"\nmedian frames/s over {args.repeat} run(s): "
+        + ", ".join(
+            f"{w} worker(s) {fps:.3f} (x{fps / medians[counts[0]]:.2f})" for w, fps in medians.items()
+        )
+    )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
     ).stdout.strip()
@@ -151,6 +155,8 @@ def main() -> None:
         "command": " ".join(sys.argv),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "runs": runs,
+        "median_fps": {str(w): round(v, 3) for w, v in medians.items()},
+        "ratio_to_first": {str(w): round(v / medians[counts[0]], 3) for w, v in medians.items()},
     }
     path = args.json or RESULTS / f"batch_{time.strftime('%Y%m%d_%H%M%S', time.gmtime())}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
