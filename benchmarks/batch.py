@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=112, help="network input width")
     parser.add_argument("--scale-frames", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per worker")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every worker count, interleaved")
     parser.add_argument("--address", default=None, help="Ray cluster (default: a local instance per run)")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0)
     parser.add_argument("--cpus-per-worker", type=float, default=1.0)
