@@ -27,7 +27,7 @@ import pytest
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
 from lingbot_map_ros.tools.batch import find_bags
-from lingbot_map_ros.tools.batch_worker import DONE_MARKER
+from lingbot_map_ros.tools.batch_summary import DONE_MARKER
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render, write_scene_bag
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from lingbot_map_ros.tools.bag_io import BagError
 from lingbot_map_ros.tools.batch_pool import BagJob, BatchConfig, WorkerPool
-from lingbot_map_ros.tools.batch_summary import BagRow, write_summary
+from lingbot_map_ros.tools.batch_summary import PARTIAL_DIR, BagRow, read_done, run_options, write_summary
 from lingbot_map_ros.tools.run_bag import add_run_options, bag_camera_topic, run_config
 
 #: Ray's shared-memory object store for a local instance: the job passes only configs and rows through it.
@@ -73,8 +73,6 @@ def _bags_at(path: Path) -> list[Path]:
 
 def plan(config: BatchConfig, bags: list[Path]) -> tuple[dict[int, BagRow], list[BagJob]]:
     """Rows known before any worker runs (complete from an earlier batch; unreadable bags) and the jobs."""
-    from lingbot_map_ros.tools.batch_worker import read_done, run_options
-
     options = run_options(config.options)
     rows: dict[int, BagRow] = {}
     jobs: list[BagJob] = []
@@ -154,12 +152,10 @@ def run_batch(config: BatchConfig) -> list[BagRow]:
             ray.shutdown()
             if temp is not None:
                 shutil.rmtree(temp, ignore_errors=True)
-    shutil.rmtree(config.output / ".partial", ignore_errors=True)
+    shutil.rmtree(config.output / PARTIAL_DIR, ignore_errors=True)
     ordered = [rows[i] for i in range(len(bags))]
     wall_s = time.perf_counter() - start
     mapped = sum(r.frames for r in ordered if r.status == "ok" and r.attempts)
-    from lingbot_map_ros.tools.batch_worker import run_options
-
     write_summary(
         config.output,
         ordered,

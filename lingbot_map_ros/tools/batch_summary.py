@@ -1,4 +1,6 @@
-"""`batch`'s per-bag rows and what is written from them at the end: OUT/summary.json, .csv and .png.
+"""`batch`'s per-bag rows, the output-folder rules (done-marker, partial folder, the options it keeps) and
+what is written from the rows at the end: OUT/summary.json, .csv and .png. No Ray here: the driver's planning
+reads it without starting Ray.
 
 The ATE of a bag is computed when a ground-truth trajectory sits next to it: `<bag folder>.gt.tum` (what
 `lingbot-map-ros synthetic-scene -o BAG` writes), TUM, camera-to-world, stamps = image stamps; Sim(3)-aligned
@@ -9,12 +11,43 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from lingbot_map_ros.engine.writers import atomic_write
 from lingbot_map_ros.tools.report import write_json
+from lingbot_map_ros.tools.run_bag import RunConfig
 from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error
+
+#: The done-marker inside a complete bag's folder.
+DONE_MARKER = "batch_done.json"
+#: Where bags are mapped before their folder is renamed into place (same file system as OUT).
+PARTIAL_DIR = ".partial"
+#: RunConfig fields that differ per bag or do not change the outputs (not compared on --resume).
+PER_BAG_FIELDS = ("bag", "output_dir", "progress")
+
+
+def run_options(config: RunConfig) -> dict[str, object]:
+    """The options of `config` that shape every bag's outputs (JSON-friendly), kept in the done-marker."""
+    return {
+        f.name: (str(v) if isinstance(v := getattr(config, f.name), Path) else v)
+        for f in fields(config)
+        if f.name not in PER_BAG_FIELDS
+    }
+
+
+def partial_folder(out: Path, name: str) -> Path:
+    return out / PARTIAL_DIR / name
+
+
+def read_done(folder: Path) -> dict[str, object] | None:
+    """The done-marker of a complete bag folder, or None (not there, or unreadable: not complete)."""
+    try:
+        return json.loads((folder / DONE_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
 
 #: Suffix of the ground-truth file beside a bag folder (`BAG` -> `BAG.gt.tum`).
 GROUND_TRUTH_SUFFIX = ".gt.tum"

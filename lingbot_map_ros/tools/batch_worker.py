@@ -5,11 +5,11 @@ already built model, so its files are those `run` writes for that bag with the s
 go to `OUT/.partial/<name>/` first; when the run is complete a done-marker (`batch_done.json`: the row and
 the options) is written into it and the folder is renamed to `OUT/<name>/`, so `OUT/<name>/` exists only for
 a complete bag. A failure inside the run (unreadable bag, no camera topic, out of memory) is returned as a
-failed row and the actor goes on; the driver (tools/batch.py) replaces an actor that dies.
+failed row and the actor goes on; the driver (tools/batch_pool.py) replaces an actor that dies.
 
-Process-wide state: the actor sets the persistent torch.compile cache and the torch thread count once, and
-captures the RNG state right after building the model (what `run` has when its first frame arrives);
-before every bag it restores that state, so no bag sees what an earlier bag left behind.
+Process-wide state: the actor sets the persistent torch.compile cache once, the torch thread count for every
+bag (`build_session`), and captures the RNG state right after building the model (what `run` has when its
+first frame arrives); before every bag it restores that state, so no bag sees what an earlier bag left behind.
 """
 
 from __future__ import annotations
@@ -18,42 +18,19 @@ import json
 import random
 import shutil
 import threading
-from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import ray
 
-from lingbot_map_ros.tools.batch_summary import BagRow, ground_truth_ate
+from lingbot_map_ros.tools.batch_summary import (
+    DONE_MARKER,
+    BagRow,
+    ground_truth_ate,
+    partial_folder,
+    run_options,
+)
 from lingbot_map_ros.tools.run_bag import RunConfig, build_session, run_bag
-
-#: The done-marker inside a complete bag's folder.
-DONE_MARKER = "batch_done.json"
-#: Where bags are mapped before their folder is renamed into place (same file system as OUT).
-PARTIAL_DIR = ".partial"
-#: RunConfig fields that differ per bag or do not change the outputs (not compared on --resume).
-PER_BAG_FIELDS = ("bag", "output_dir", "progress")
-
-
-def run_options(config: RunConfig) -> dict[str, object]:
-    """The options of `config` that shape every bag's outputs (JSON-friendly), kept in the done-marker."""
-    return {
-        f.name: (str(v) if isinstance(v := getattr(config, f.name), Path) else v)
-        for f in fields(config)
-        if f.name not in PER_BAG_FIELDS
-    }
-
-
-def partial_folder(out: Path, name: str) -> Path:
-    return out / PARTIAL_DIR / name
-
-
-def read_done(folder: Path) -> dict[str, object] | None:
-    """The done-marker of a complete bag folder, or None (not there, or unreadable: not complete)."""
-    try:
-        return json.loads((folder / DONE_MARKER).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 @dataclass
