@@ -26,8 +26,10 @@ import pytest
 
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
-from lingbot_map_ros.tools.batch import find_bags
+from lingbot_map_ros.tools.batch import find_bags, plan
+from lingbot_map_ros.tools.batch_pool import BatchConfig
 from lingbot_map_ros.tools.batch_summary import DONE_MARKER
+from lingbot_map_ros.tools.run_bag import RunConfig
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render, write_scene_bag
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}
@@ -224,3 +226,10 @@ def test_inputs_are_bags_folders_of_bags_and_lists(bags: Path, tmp_path: Path) -
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no bags"):
         find_bags((tmp_path / "empty",))
+
+
+def test_a_bag_without_the_camera_topic_fails_before_any_worker(bags: Path, tmp_path: Path) -> None:
+    options = RunConfig(bag=Path(), output_dir=Path(), topic="/front/image")
+    rows, jobs = plan(BatchConfig(inputs=(bags,), output=tmp_path, options=options), [bags / "s0"])
+    assert jobs == [] and rows[0].status == "failed" and rows[0].attempts == 0
+    assert rows[0].error.startswith("BagError: topic /front/image not in bag"), rows[0].error
