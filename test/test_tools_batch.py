@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +119,7 @@ def batch(bags: Path, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
     argv = ["batch", str(bags), "-o", str(out), *OPTIONS]
     log = out.parent / "first_run.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ray_temps = set(Path("/tmp").glob("lmr-ray-*"))
     with log.open("w") as stderr:  # one worker: bags one after the other, so some are left at the kill
         command = [sys.executable, "-m", "lingbot_map_ros.tools.cli", *argv, "--workers", "1"]
         proc = subprocess.Popen(command, env=env, stdout=stderr, stderr=stderr)
@@ -131,6 +133,8 @@ def batch(bags: Path, tmp_path_factory: pytest.TempPathFactory) -> BatchRun:
         time.sleep(0.05)
     _kill_tree([driver, *driver.children(recursive=True)])
     proc.wait()
+    for temp in set(Path("/tmp").glob("lmr-ray-*")) - ray_temps:  # the killed job could not remove its own
+        shutil.rmtree(temp, ignore_errors=True)
     complete = {p.parent.name: (p.parent / "trajectory.tum").stat() for p in out.glob(f"*/{DONE_MARKER}")}
 
     killer = WorkerKiller()
