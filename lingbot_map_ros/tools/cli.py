@@ -5,6 +5,7 @@
     lingbot-map-ros replay BAG                # play camera topics into DDS with recorded timing
     lingbot-map-ros record -o BAG             # record the node's outputs
     lingbot-map-ros run BAG -o OUT            # engine on a bag without DDS -> TUM, PLY, JSON, PNG
+    lingbot-map-ros batch BAGS... -o OUT      # many bags on a Ray pool of model replicas, resumable
     lingbot-map-ros synthetic-scene -o BAG    # render the demo's scene with ground truth
     lingbot-map-ros ate EST REF               # trajectory error between TUM files / recorded bags
     lingbot-map-ros parity | convert ...      # the model's parity run and checkpoint converter
@@ -20,7 +21,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-_SUBCOMMAND_MODULES = ("demo", "make_bag", "replay", "record", "run_bag", "synthetic_scene", "evaluate")
+_SUBCOMMAND_MODULES = ("demo", "make_bag", "replay", "record", "run_bag", "batch", "synthetic_scene",
+                       "evaluate")
 _DISPATCHED = {"parity": "numerical parity run of the released architecture on a ../shared/parity fixture",
                "convert": "validate a .pt checkpoint against the model layout, write .safetensors"}
 

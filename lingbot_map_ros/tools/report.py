@@ -80,7 +80,7 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
     lat.legend(loc="best", fontsize=8)
     lat.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    return _save_png(fig, path)
+    return save_png(fig, path)
 
 
 def write_json(path: Path, data: dict[str, object]) -> Path:
@@ -129,10 +129,10 @@ def plot_alignment(path: Path, estimate: np.ndarray, reference: np.ndarray, titl
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=9)
-    return _save_png(fig, path)
+    return save_png(fig, path)
 
 
-def _save_png(fig: plt.Figure, path: Path) -> Path:
+def save_png(fig: plt.Figure, path: Path) -> Path:
     """Lay out `fig`, write it as a 90 dpi PNG to `path` (atomic: temp file + rename) and close it."""
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=90))

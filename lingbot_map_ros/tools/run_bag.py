@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +44,7 @@ from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.session import StreamingSession
+    from lingbot_map_ros.engine.session import StreamingModel, StreamingSession
 
 
 @dataclass(frozen=True)
@@ -125,15 +126,29 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
             image_width=config.image_width, backend="auto")), model)
 
 
-def run_bag(config: RunConfig) -> RunResult:
-    """Stream every frame of the bag's camera topic through the engine and write the outputs."""
+def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
+    """The camera topic `config` maps in its bag and how many frames it holds (at most `max_frames`), read
+    from the bag's metadata; BagError for a missing or unreadable bag or topic."""
     reader = open_bag(config.bag)
-    topic = camera_connection(reader, config.topic).topic
-    total = count_messages(reader, topic)
-    reader.close()
-    if config.max_frames is not None:
-        total = min(total, config.max_frames)
-    session = build_session(config)
+    try:
+        topic = camera_connection(reader, config.topic).topic
+        total = count_messages(reader, topic)
+    finally:
+        reader.close()
+    return topic, total if config.max_frames is None else min(total, config.max_frames)
+
+
+def run_bag(config: RunConfig, model: StreamingModel | None = None,
+            on_frame: Callable[[int], None] | None = None) -> RunResult:
+    """Stream every frame of the bag's camera topic through the engine and write the outputs.
+
+    Args:
+        model: an already built model (a `batch` worker loads it once and maps bag after bag through this
+            function); None builds the preset's model (checkpoint or seeded synthetic weights) first.
+        on_frame: called with the number of frames pushed so far after every frame (progress reporting).
+    """
+    topic, total = bag_camera_topic(config)
+    session = build_session(config, model)
     mapper = Mapper(config.mapper_config())
     if config.load_session is not None:
         persistence.load(config.load_session, session, mapper, config.compat())
@@ -152,6 +167,8 @@ def run_bag(config: RunConfig) -> RunResult:
             poses.append(frame_out.body_pose)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
+        if on_frame is not None:
+            on_frame(frames)
     wall_s = time.perf_counter() - start
     if frames == 0:
         raise ValueError(f"topic {topic} of bag {config.bag} holds no frames")
@@ -184,9 +201,15 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
         "wall_s": round(result.wall_s, 3), "fps": round(result.fps, 3),
         "latency_ms": latency_summary(result.latency_ms), "map_points": result.map_points,
         "map": voxels.stats(), "session": result.session_stats,
-        "files": {k: str(v) for k, v in result.files.items()},
+        "files": {k: _relative_to(v, out) for k, v in result.files.items()},
     }
     result.files["summary"] = write_json(out / "summary.json", summary)
+
+
+def _relative_to(path: Path, folder: Path) -> str:
+    """`path` as written into summary.json: its name when it lies in `folder` (so the output folder can be
+    moved, and `batch` renames it when complete), else as given."""
+    return path.name if path.parent == folder else str(path)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -195,10 +218,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bag", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="output folder (created)")
-    p.add_argument("--topic", default=None, help="camera topic (default: the bag's only camera topic)")
     p.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
                    help="several camera topics mapped together (default without --topic: every camera "
                         "topic of the bag)")
+    add_run_options(p)
+    p.add_argument("--load", type=Path, default=None, metavar="SESSION",
+                   help="continue a saved session folder (docs/session.md) before the bag's frames")
+    p.add_argument("--save", type=Path, default=None, metavar="SESSION",
+                   help="save the session to this new folder at the end (node: session.load_path loads it)")
+    p.set_defaults(func=main_args)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of one bag's run (topic, model, streaming, map) that `run` and `batch` share."""
+    p.add_argument("--topic", default=None, help="camera topic (default: the bag's only camera topic)")
     p.add_argument("--preset", choices=("tiny", "lingbot-map"), default="tiny")
     p.add_argument("--checkpoint", type=Path, default=None, help="default: synthetic weights")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
@@ -216,11 +249,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-points", type=int, default=500_000, help="map point budget (node: map.max_points)")
     p.add_argument("--scale-factor", type=float, default=None,
                    help="metres per model unit (node: scale.source fixed, scale.factor); default: none")
-    p.add_argument("--load", type=Path, default=None, metavar="SESSION",
-                   help="continue a saved session folder (docs/session.md) before the bag's frames")
-    p.add_argument("--save", type=Path, default=None, metavar="SESSION",
-                   help="save the session to this new folder at the end (node: session.load_path loads it)")
-    p.set_defaults(func=main_args)
+
+
+def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
+    """The `RunConfig` of `bag` -> `output` for the options of `add_run_options` (and `run`'s --load/--save
+    where `args` has them)."""
+    return RunConfig(bag=bag, output_dir=output, topic=args.topic, preset=args.preset,
+                     checkpoint=args.checkpoint, device=args.device, image_width=args.width,
+                     scale_frames=args.scale_frames, sliding_window=args.sliding_window,
+                     keyframe_interval=args.keyframe_interval, max_frames=args.max_frames, seed=args.seed,
+                     threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
+                     pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
+                     load_session=getattr(args, "load", None), save_session=getattr(args, "save", None))
 
 
 def _sliding_window(text: str) -> int:
@@ -236,13 +276,7 @@ def _sliding_window(text: str) -> int:
 
 def main_args(args: argparse.Namespace) -> int:
     """Run `run` from parsed arguments."""
-    config = RunConfig(bag=args.bag, output_dir=args.output, topic=args.topic, preset=args.preset,
-                       checkpoint=args.checkpoint, device=args.device, image_width=args.width,
-                       scale_frames=args.scale_frames, sliding_window=args.sliding_window,
-                       keyframe_interval=args.keyframe_interval, max_frames=args.max_frames, seed=args.seed,
-                       threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
-                       pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
-                       load_session=args.load, save_session=args.save)
+    config = run_config(args, args.bag, args.output)
     topics = args.topics or ([args.topic] if args.topic else None)
     if topics is None or len(topics) > 1:
         from lingbot_map_ros.tools.run_cameras import bag_camera_topics, run_cameras  # imports this module
