@@ -23,15 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from evo.core import metrics, sync  # noqa: F401 - evo is the trajectory library (ATE, Sim(3) alignment)
+from evo.core import metrics
 from evo.core.trajectory import PosePath3D
 from scipy.spatial import cKDTree
 
-from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
 from lingbot_map_ros.engine.loop.similarity import between, compose, from_pose
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
+from lingbot_map_ros.tools.loop_oracle import (
+    DriftConfig,
+    DriftingOracle,
+    LoopScene,
+    image_descriptor,
+    oracle_session,
+)
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
 OVERSHOOT_TURNS = 0.25
@@ -64,16 +68,15 @@ def ate(estimate: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]
 def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Run the loop (module doc): the result dict and the tracks {truth, without, with} [N, 3] (aligned)."""
     turns = config.laps + OVERSHOOT_TURNS
-    scene_config = SceneConfig(width=config.width, height=config.height, frames=config.frames, seed=7 + config.seed,
-                               supersample=1)
+    scene_config = SceneConfig(
+        width=config.width, height=config.height, frames=config.frames, seed=7 + config.seed, supersample=1
+    )
     scene = LoopScene.render(scene_config, turns)
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
-    session_config = SessionConfig(scale_frames=2, sliding_window=4, max_window=4, image_width=config.width,
-                                   max_stored_frames=min(1000, config.frames + 8), camera_history=12)
-    base = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=session_config))
-    oracle = DriftingOracle(base.model, scene, drift, seed=config.seed)
-    session = build_engine(EngineSpec(preset="tiny", session=session_config), model=oracle)
-    closer = LoopCloser(LoopClosureConfig(min_similarity=0.8), config.width, image_descriptor, PairVerifier(oracle))
+    session, oracle = oracle_session(scene, drift, config.seed)
+    closer = LoopCloser(
+        LoopClosureConfig(min_similarity=0.5), config.width, image_descriptor, PairVerifier(oracle)
+    )
     stream = np.zeros((config.frames, 4, 4))
     for i, image in enumerate(scene.images):
         for result in session.push(image, meta=i):
@@ -85,8 +88,11 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     accepted = closer.accepted
     false = sum(scene.overlap(a, b) < FALSE_ACCEPT_OVERLAP for a, b in accepted)
     out = {
-        "ate_without": ate_without, "ate_with": ate_with, "loops_accepted": len(accepted),
-        "loops_rejected": closer.stats.rejected + closer.stats.graph_outliers, "false_accepts": int(false),
+        "ate_without": ate_without,
+        "ate_with": ate_with,
+        "loops_accepted": len(accepted),
+        "loops_rejected": closer.stats.rejected + closer.stats.graph_outliers,
+        "false_accepts": int(false),
         "duplicate_surface_fraction_without": _duplicates(closer, scene, oracle, stream, use_graph=False),
         "duplicate_surface_fraction_with": _duplicates(closer, scene, oracle, stream, use_graph=True),
     }
@@ -105,8 +111,9 @@ def _corrected(closer: LoopCloser, stream: np.ndarray) -> np.ndarray:
     return out
 
 
-def _duplicates(closer: LoopCloser, scene: LoopScene, oracle: DriftingOracle, stream: np.ndarray,
-                use_graph: bool) -> float:
+def _duplicates(
+    closer: LoopCloser, scene: LoopScene, oracle: DriftingOracle, stream: np.ndarray, use_graph: bool
+) -> float:
     """Duplicate-surface fraction (module doc) of the map with or without the graph's keyframe poses."""
     keys = sorted(closer.map.keyframes)
     poses = [closer.map.keyframes[k].pose if use_graph else from_pose(stream[k]) for k in keys]
@@ -133,8 +140,14 @@ def _pixels(scene: LoopScene, k: int, stride: int) -> np.ndarray:
     v, u = np.mgrid[0:h:stride, 0:w:stride]
     z = scene.depths[k][v, u].reshape(-1)
     keep = z < 4.0  # near surfaces: the pixel footprint stays well under the 5 cm threshold
-    rays = np.stack([(u.reshape(-1) - scene.k[0, 2]) / scene.k[0, 0], (v.reshape(-1) - scene.k[1, 2]) / scene.k[1, 1],
-                     np.ones(z.size)], axis=1)
+    rays = np.stack(
+        [
+            (u.reshape(-1) - scene.k[0, 2]) / scene.k[0, 0],
+            (v.reshape(-1) - scene.k[1, 2]) / scene.k[1, 1],
+            np.ones(z.size),
+        ],
+        axis=1,
+    )
     return (rays * z[:, None])[keep]
 
 
@@ -164,10 +177,20 @@ def plot(path: Path, tracks: dict[str, np.ndarray], result: dict[str, float], ti
 
     fig, ax = plt.subplots(figsize=(6, 5.4))
     ax.plot(tracks["truth"][:, 0], tracks["truth"][:, 2], color="0.6", lw=2.5, label="truth")
-    ax.plot(tracks["without"][:, 0], tracks["without"][:, 2], color="tab:red", lw=1.0,
-            label=f"without loop closure (ATE {result['ate_without']:.3f} m)")
-    ax.plot(tracks["with"][:, 0], tracks["with"][:, 2], color="tab:blue", lw=1.2,
-            label=f"with loop closure (ATE {result['ate_with']:.3f} m)")
+    ax.plot(
+        tracks["without"][:, 0],
+        tracks["without"][:, 2],
+        color="tab:red",
+        lw=1.0,
+        label=f"without loop closure (ATE {result['ate_without']:.3f} m)",
+    )
+    ax.plot(
+        tracks["with"][:, 0],
+        tracks["with"][:, 2],
+        color="tab:blue",
+        lw=1.2,
+        label=f"with loop closure (ATE {result['ate_with']:.3f} m)",
+    )
     ax.set_xlabel("x [m]")
     ax.set_ylabel("z [m]")
     ax.set_aspect("equal", adjustable="datalim")
@@ -179,12 +202,20 @@ def plot(path: Path, tracks: dict[str, np.ndarray], result: dict[str, float], ti
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `loop-eval`."""
-    p = subparsers.add_parser("loop-eval", help="loop closure on the drifting oracle: ATE, loops, duplicates",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "loop-eval",
+        help="loop closure on the drifting oracle: ATE, loops, duplicates",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--seed", type=int, default=LoopEvalConfig.seed)
     p.add_argument("--laps", type=int, default=LoopEvalConfig.laps)
-    p.add_argument("--drift-scale", type=float, default=LoopEvalConfig.drift_scale,
-                   help="scale drift per metre (0.03 = 3 %%)")
+    p.add_argument(
+        "--drift-scale",
+        type=float,
+        default=LoopEvalConfig.drift_scale,
+        help="scale drift per metre (0.03 = 3 %%)",
+    )
     p.add_argument("--drift-yaw-deg-per-m", type=float, default=LoopEvalConfig.drift_yaw_deg_per_m)
     p.add_argument("--frames", type=int, default=None, help="frames in all (default: 100 per lap)")
     p.add_argument("--width", type=int, default=LoopEvalConfig.width, help="multiple of 14")
@@ -197,8 +228,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main_args(args: argparse.Namespace) -> int:
     """Run `loop-eval` from parsed arguments."""
     frames = args.frames or int(100 * (args.laps + OVERSHOOT_TURNS))
-    config = LoopEvalConfig(args.seed, args.laps, args.drift_scale, args.drift_yaw_deg_per_m, frames, args.width,
-                            args.height)
+    config = LoopEvalConfig(
+        args.seed, args.laps, args.drift_scale, args.drift_yaw_deg_per_m, frames, args.width, args.height
+    )
     result, tracks = evaluate(config)
     text = json.dumps(result, indent=2)
     print(text, file=sys.stdout)
@@ -206,7 +238,9 @@ def main_args(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text + "\n")
     if args.plot is not None:
-        title = (f"loop-eval seed {args.seed}, {args.laps} lap(s), drift {100 * args.drift_scale:g} %/m, "
-                 f"{args.drift_yaw_deg_per_m:g} deg/m")
+        title = (
+            f"loop-eval seed {args.seed}, {args.laps} lap(s), drift {100 * args.drift_scale:g} %/m, "
+            f"{args.drift_yaw_deg_per_m:g} deg/m"
+        )
         print(f"plot: {plot(args.plot, tracks, result, title)}", file=sys.stdout)
     return 0

@@ -23,18 +23,23 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine
+from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw, rigid
+from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import StepOutput
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, camera_path, intrinsics, render
 
 
 @dataclass(frozen=True)
 class DriftConfig:
-    """Injected drift: `scale_per_m` (0.03 = 3 % per metre), `yaw_deg_per_m`; `pair_noise_deg` /
-    `pair_noise_m` of a verification pass; `overlap_floor`: below this true overlap a pair pass fails."""
+    """Injected drift: `scale_per_m` (0.03 = 3 % per metre), `yaw_deg_per_m`; `unit`: the stream's units per
+    metre at the start (the model's depth unit is not metres); `pair_noise_deg` / `pair_noise_m` of a
+    verification pass; `overlap_floor`: below this true overlap a pair pass fails."""
 
     scale_per_m: float = 0.03
     yaw_deg_per_m: float = 1.0
+    unit: float = 1.0
     pair_noise_deg: float = 0.3
     pair_noise_m: float = 0.01
     overlap_floor: float = 0.1
@@ -55,16 +60,22 @@ class LoopScene:
 
     @staticmethod
     def render(config: SceneConfig, turns: float, lane_shift_m: float = 0.15) -> LoopScene:
-        """`turns` laps, drifting sideways (inwards) by `lane_shift_m` over the run: laps never retrace exactly
-        (no two frames are the same view)."""
+        """`turns` laps, drifting sideways (inwards) by `lane_shift_m` over the run: laps never retrace
+        exactly (no two frames are the same view)."""
         poses = camera_path(config, turns)
         progress = np.arange(config.frames) / config.frames
         inward = -poses[:, :3, 3] * np.array([1.0, 0.0, 1.0])
         inward /= np.linalg.norm(inward, axis=1, keepdims=True)
         poses[:, :3, 3] += lane_shift_m * progress[:, None] * inward
         rendered = [render(config, pose) for pose in poses]
-        return LoopScene(config, np.stack([r[0] for r in rendered]), np.stack([r[1] for r in rendered]),
-                         poses, intrinsics(config), turns)
+        return LoopScene(
+            config,
+            np.stack([r[0] for r in rendered]),
+            np.stack([r[1] for r in rendered]),
+            poses,
+            intrinsics(config),
+            turns,
+        )
 
     @property
     def frames_per_lap(self) -> float:
@@ -80,8 +91,14 @@ class LoopScene:
         h, w = self.depths.shape[1:]
         v, u = np.mgrid[0:h:stride, 0:w:stride]
         z = self.depths[a][v, u].reshape(-1)
-        rays = np.stack([(u.reshape(-1) - self.k[0, 2]) / self.k[0, 0], (v.reshape(-1) - self.k[1, 2]) / self.k[1, 1],
-                         np.ones(z.size)], axis=1)
+        rays = np.stack(
+            [
+                (u.reshape(-1) - self.k[0, 2]) / self.k[0, 0],
+                (v.reshape(-1) - self.k[1, 2]) / self.k[1, 1],
+                np.ones(z.size),
+            ],
+            axis=1,
+        )
         world = (rays * z[:, None]) @ self.poses[a][:3, :3].T + self.poses[a][:3, 3]
         inv_b = np.linalg.inv(self.poses[b])
         cam = world @ inv_b[:3, :3].T + inv_b[:3, 3]
@@ -96,7 +113,7 @@ class LoopScene:
 def drifted_poses(scene: LoopScene, drift: DriftConfig) -> tuple[np.ndarray, np.ndarray]:
     """The stream's drifting poses [N, 4, 4] and its local unit per frame [N] (stream units per metre)."""
     travelled = scene.path_length()
-    unit = np.exp(drift.scale_per_m * travelled)
+    unit = drift.unit * np.exp(drift.scale_per_m * travelled)
     yaw = np.radians(drift.yaw_deg_per_m) * travelled
     poses = scene.poses.copy()
     for i in range(1, len(poses)):
@@ -118,7 +135,9 @@ class DriftingOracle:
         self.stream_poses, self.unit = drifted_poses(scene, drift)
         self._index = {_digest(image): i for i, image in enumerate(scene.images)}
         if len(self._index) != len(scene.images):
-            raise ValueError("two frames of the scene render the same image; the oracle cannot tell them apart")
+            raise ValueError(
+                "two frames of the scene render the same image; the oracle cannot tell them apart"
+            )
         self._seed = seed
         self.pair_passes = 0
         h, w = scene.images.shape[1:3]
@@ -131,14 +150,18 @@ class DriftingOracle:
     def new_stream(self, config=None, pool=None):  # noqa: ANN001, ANN201 - the StreamingModel seam
         return self.inner.new_stream(config, pool)
 
-    def step(self, images: torch.Tensor, state, keyframe: bool = True, keep_tokens: bool = False) -> StepOutput:  # noqa: ANN001
+    def step(
+        self, images: torch.Tensor, state, keyframe: bool = True, keep_tokens: bool = False
+    ) -> StepOutput:  # noqa: ANN001
         anchoring = state.in_anchor_phase
         if anchoring and not keyframe:
             raise ValueError("the anchor step must be a keyframe")
         cache = state.cache_for((int(images.shape[-2]), int(images.shape[-1])))
         self._book(cache, int(images.shape[0]), keyframe)
-        frames = [self._index[_digest(img)] for img in (images * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
-                  .cpu().numpy()]
+        frames = [
+            self._index[_digest(img)]
+            for img in (images * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        ]
         if anchoring:
             state.oracle_origin = frames[0]  # the first anchor frame: this stream's world
         consecutive = all(b == a + 1 for a, b in zip(frames, frames[1:], strict=False))
@@ -151,15 +174,25 @@ class DriftingOracle:
         pose_enc = torch.tensor(np.stack([self._encode(p) for p in poses]), dtype=torch.float32)
         depth = torch.tensor(np.stack(depths), dtype=torch.float32)
         conf = torch.full_like(depth, self.drift.confidence)
-        return StepOutput(pose_enc=pose_enc, pose_enc_list=pose_enc[:, None], pose_enc_raw_list=pose_enc[:, None],
-                          depth=depth, depth_conf=conf)
+        return StepOutput(
+            pose_enc=pose_enc,
+            pose_enc_list=pose_enc[:, None],
+            pose_enc_raw_list=pose_enc[:, None],
+            depth=depth,
+            depth_conf=conf,
+        )
 
     @staticmethod
     def _book(cache, frames: int, keyframe: bool) -> None:  # noqa: ANN001 - a PagedKVCache
         """Store `frames` frames of zero keys/values in every layer (the cache's own bookkeeping)."""
         c = cache.config
-        zeros = torch.zeros(frames * (c.num_special + c.patches_per_frame), c.num_heads, c.head_dim,
-                            dtype=c.dtype, device=c.device)
+        zeros = torch.zeros(
+            frames * (c.num_special + c.patches_per_frame),
+            c.num_heads,
+            c.head_dim,
+            dtype=c.dtype,
+            device=c.device,
+        )
         step = cache.begin_step(frames, keyframe)
         for layer in range(c.num_layers):
             step.write(layer, zeros, zeros)
@@ -173,16 +206,39 @@ class DriftingOracle:
         pair_unit = float(rng.uniform(0.5, 2.0))
         relative = np.linalg.inv(self.scene.poses[a]) @ self.scene.poses[b]
         if self.scene.overlap(a, b) < self.drift.overlap_floor:  # the model cannot relate them: a wrong pose
-            relative = rigid(_axis_angle(rng.normal(size=3), np.radians(rng.uniform(20, 60))), rng.normal(size=3))
+            relative = rigid(
+                _axis_angle(rng.normal(size=3), np.radians(rng.uniform(20, 60))), rng.normal(size=3)
+            )
         else:
-            noise = rigid(_axis_angle(rng.normal(size=3), np.radians(self.drift.pair_noise_deg)),
-                          rng.normal(scale=self.drift.pair_noise_m, size=3))
+            noise = rigid(
+                _axis_angle(rng.normal(size=3), np.radians(self.drift.pair_noise_deg)),
+                rng.normal(scale=self.drift.pair_noise_m, size=3),
+            )
             relative = relative @ noise
         relative[:3, 3] *= pair_unit
         return [np.eye(4), relative], [self.scene.depths[a] * pair_unit, self.scene.depths[b] * pair_unit]
 
     def _encode(self, pose: np.ndarray) -> np.ndarray:
         return np.concatenate([pose[:3, 3], matrix_to_quat_xyzw(pose[:3, :3]), self._fov])
+
+
+def oracle_session(
+    scene: LoopScene, drift: DriftConfig, seed: int = 0
+) -> tuple[StreamingSession, DriftingOracle]:
+    """A `StreamingSession` (2 anchor frames, window 4, no re-anchor within the scene) over a `DriftingOracle`
+    of the tiny preset's synthetic model."""
+    width, frames = scene.images.shape[2], len(scene.images)
+    config = SessionConfig(
+        scale_frames=2,
+        sliding_window=4,
+        max_window=4,
+        image_width=width,
+        max_stored_frames=min(1000, frames + 8),
+        camera_history=12,
+    )
+    base = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config))
+    oracle = DriftingOracle(base.model, scene, drift, seed=seed)
+    return build_engine(EngineSpec(preset="tiny", session=config), model=oracle), oracle  # type: ignore[return-value]
 
 
 def image_descriptor(image: np.ndarray) -> np.ndarray:

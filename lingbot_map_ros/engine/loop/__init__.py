@@ -9,6 +9,22 @@ from .keyframes import Keyframe, KeyframeMap, KeyframeVoxels
 from .pose_graph import Edge, EdgeSigma, GraphConfig, PoseGraph
 from .verify import PairVerifier, Verification, VerifyConfig
 
-__all__ = ["DescriptorIndex", "Edge", "EdgeSigma", "GraphConfig", "Keyframe", "KeyframeMap", "KeyframeVoxels",
-           "LoopCloser", "LoopClosureConfig", "LoopClosureWorker", "LoopEvent", "LoopStats", "ModelDescriptor",
-           "PairVerifier", "PoseGraph", "Verification", "VerifyConfig"]
+__all__ = [
+    "DescriptorIndex",
+    "Edge",
+    "EdgeSigma",
+    "GraphConfig",
+    "Keyframe",
+    "KeyframeMap",
+    "KeyframeVoxels",
+    "LoopCloser",
+    "LoopClosureConfig",
+    "LoopClosureWorker",
+    "LoopEvent",
+    "LoopStats",
+    "ModelDescriptor",
+    "PairVerifier",
+    "PoseGraph",
+    "Verification",
+    "VerifyConfig",
+]

@@ -68,7 +68,9 @@ class LoopStats:
 class LoopCloser:
     """One epoch's loop closure (module doc). Not thread-safe: `LoopClosureWorker` serialises it."""
 
-    def __init__(self, config: LoopClosureConfig, image_width: int, describe: Describe, verify: Verify) -> None:
+    def __init__(
+        self, config: LoopClosureConfig, image_width: int, describe: Describe, verify: Verify
+    ) -> None:
         self.config = config
         self.image_width = image_width
         self.describe, self.verify = describe, verify
@@ -91,8 +93,10 @@ class LoopCloser:
         if self._last is None:
             return True
         delta = between(self._last.stream_pose, from_pose(stream_pose))
-        return (np.linalg.norm(delta.translation) >= self.config.keyframe_translation * self._last.median_depth
-                or np.degrees(rotation_angle(delta.rotation)) >= self.config.keyframe_rotation_deg)
+        return (
+            np.linalg.norm(delta.translation) >= self.config.keyframe_translation * self._last.median_depth
+            or np.degrees(rotation_angle(delta.rotation)) >= self.config.keyframe_rotation_deg
+        )
 
     def add(self, result: FrameResult, stamp_s: float) -> LoopEvent | None:
         """Take a keyframe result (stream frame: `pose_c2w`, `depth`, ...); returns the loop event it caused.
@@ -106,8 +110,9 @@ class LoopCloser:
         if previous is not None:
             step = between(previous.stream_pose, keyframe.stream_pose)
             self.graph.add_edge(Edge(previous.key, keyframe.key, step, self._stream_sigma(step, previous)))
-        candidates = self.index.query(keyframe.descriptor, self.config.exclude_recent, self.config.top_k,
-                                      self.config.min_similarity)
+        candidates = self.index.query(
+            keyframe.descriptor, self.config.exclude_recent, self.config.top_k, self.config.min_similarity
+        )
         self.index.add(keyframe.key, keyframe.descriptor)
         self._last = keyframe
         self.stats.keyframes = len(self.map)
@@ -137,25 +142,40 @@ class LoopCloser:
         (resized_h, resized_w), top, out_h = geometry.resized_hw, geometry.crop_top, geometry.out_hw[0]
 
         def network(values: np.ndarray) -> np.ndarray:
-            grid = cv2.resize(np.nan_to_num(values, nan=0.0).astype(np.float32), (resized_w, resized_h),
-                              interpolation=cv2.INTER_NEAREST)
+            grid = cv2.resize(
+                np.nan_to_num(values, nan=0.0).astype(np.float32),
+                (resized_w, resized_h),
+                interpolation=cv2.INTER_NEAREST,
+            )
             return grid[top : top + out_h][:: cfg.depth_stride, :: cfg.depth_stride].copy()
 
         mask = result.depth_conf > cfg.conf_threshold
         cam_xyz, flat = camera_points(result.depth, result.intrinsics, mask, cfg.point_stride)
         stream_pose = from_pose(result.pose_c2w)
         return Keyframe(
-            key=int(result.index), stamp_s=stamp_s, stream_pose=stream_pose,
-            pose=compose(self.correction, stream_pose), points=cam_xyz.astype(np.float32),
-            colors=result.rgb.reshape(-1, 3).take(flat, axis=0), descriptor=self.describe(image), image=image,
-            depth=network(result.depth), conf=network(result.depth_conf), depth_stride=cfg.depth_stride)
+            key=int(result.index),
+            stamp_s=stamp_s,
+            stream_pose=stream_pose,
+            pose=compose(self.correction, stream_pose),
+            points=cam_xyz.astype(np.float32),
+            colors=result.rgb.reshape(-1, 3).take(flat, axis=0),
+            descriptor=self.describe(image),
+            image=image,
+            depth=network(result.depth),
+            conf=network(result.depth_conf),
+            depth_stride=cfg.depth_stride,
+        )
 
     def _stream_sigma(self, step: Sim3, previous: Keyframe) -> EdgeSigma:
         cfg = self.config
-        length = float(np.linalg.norm(step.translation)) + previous.median_depth * float(rotation_angle(step.rotation))
-        return EdgeSigma(cfg.stream_sigma_floor + cfg.stream_sigma_rate * length,
-                         cfg.stream_sigma_floor * previous.median_depth + cfg.stream_sigma_rate * length,
-                         cfg.stream_sigma_floor + cfg.stream_sigma_rate * length)
+        length = float(np.linalg.norm(step.translation)) + previous.median_depth * float(
+            rotation_angle(step.rotation)
+        )
+        return EdgeSigma(
+            cfg.stream_sigma_floor + cfg.stream_sigma_rate * length,
+            cfg.stream_sigma_floor * previous.median_depth + cfg.stream_sigma_rate * length,
+            cfg.stream_sigma_floor + cfg.stream_sigma_rate * length,
+        )
 
     def _close(self, keyframe: Keyframe, candidates: list[Candidate]) -> LoopEvent | None:
         for candidate in candidates:
@@ -170,8 +190,9 @@ class LoopCloser:
                 continue
             self.stats.verified += 1
             cfg = self.config
-            sigma = EdgeSigma(cfg.loop_rotation_sigma, cfg.loop_translation_sigma * old.median_depth,
-                              cfg.loop_scale_sigma)
+            sigma = EdgeSigma(
+                cfg.loop_rotation_sigma, cfg.loop_translation_sigma * old.median_depth, cfg.loop_scale_sigma
+            )
             self.graph.add_edge(Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True))
             self.loops.append((old.key, keyframe.key))
             self.accepted.append((old.key, keyframe.key))
@@ -179,7 +200,9 @@ class LoopCloser:
             before = self.correction
             optimization = self._optimize()
             self._last_loop_key = keyframe.key
-            return LoopEvent(verdict, optimization, self.correction, compose(self.correction, inverse(before)))
+            return LoopEvent(
+                verdict, optimization, self.correction, compose(self.correction, inverse(before))
+            )
         return None
 
     def _spread(self, target: Sim3, key: int) -> None:
@@ -188,10 +211,12 @@ class LoopCloser:
         poses = self.graph.poses
         keys = [k for k in poses if self._last_loop_key is None or k > self._last_loop_key]
         fix = compose(target, inverse(poses[key]))
-        steps = [0.0] + [float(np.linalg.norm(between(poses[a], poses[b]).translation)) + 1e-9
-                         for a, b in zip(keys, keys[1:])]
+        steps = [0.0] + [
+            float(np.linalg.norm(between(poses[a], poses[b]).translation)) + 1e-9
+            for a, b in zip(keys, keys[1:], strict=False)
+        ]
         travelled = np.cumsum(steps) / max(sum(steps), 1e-9)
-        for k, alpha in zip(keys, travelled):
+        for k, alpha in zip(keys, travelled, strict=True):
             poses[k] = compose(interpolate(Sim3.identity(), fix, float(alpha)), poses[k])
 
     def _optimize(self) -> OptimizeResult:

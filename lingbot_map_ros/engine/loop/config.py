@@ -52,8 +52,16 @@ class LoopClosureConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)
 
     def __post_init__(self) -> None:
-        positive = ("keyframe_translation", "keyframe_rotation_deg", "voxel_size", "stream_sigma_floor",
-                    "stream_sigma_rate", "loop_rotation_sigma", "loop_translation_sigma", "loop_scale_sigma")
+        positive = (
+            "keyframe_translation",
+            "keyframe_rotation_deg",
+            "voxel_size",
+            "stream_sigma_floor",
+            "stream_sigma_rate",
+            "loop_rotation_sigma",
+            "loop_translation_sigma",
+            "loop_scale_sigma",
+        )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"loop_closure.{name} must be > 0, got {getattr(self, name)}")
@@ -61,7 +69,9 @@ class LoopClosureConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"loop_closure.{name} must be >= 1, got {getattr(self, name)}")
         if self.exclude_recent < 1 or self.merge_size < 2 or self.max_keyframes < self.exclude_recent + 2:
-            raise ValueError("loop_closure: need exclude_recent >= 1, merge_size >= 2 and "
-                             "max_keyframes >= exclude_recent + 2")
+            raise ValueError(
+                "loop_closure: need exclude_recent >= 1, merge_size >= 2 and "
+                "max_keyframes >= exclude_recent + 2"
+            )
         if not -1.0 <= self.min_similarity <= 1.0:
             raise ValueError(f"loop_closure.min_similarity must be in [-1, 1], got {self.min_similarity}")

@@ -2,8 +2,9 @@
 
 `ModelDescriptor` runs only the model's DINOv2 encoder (`aggregator.backbone_tokens`, no KV cache, no second
 network; as SwiftVGGT pools VGGT's encoder tokens) on a keyframe's network image and pools its patch tokens:
-each token L2-normalised, then averaged and L2-normalised ([C] float32, C = 1024 for the released model). `DescriptorIndex` holds one
-row per keyframe and returns the top-k cosine similarities outside a recent-keyframe exclusion window (numpy).
+each token L2-normalised, then averaged and L2-normalised ([C] float32, C = 1024 for the released model).
+`DescriptorIndex` holds one row per keyframe and returns the top-k cosine similarities outside a
+recent-keyframe exclusion window (numpy).
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ class DescriptorIndex:
         self._matrix = None
 
     def remove(self, keys: set[int]) -> None:
-        kept = [(k, r) for k, r in zip(self._keys, self._rows) if k not in keys]
+        kept = [(k, r) for k, r in zip(self._keys, self._rows, strict=True) if k not in keys]
         self._keys, self._rows = [k for k, _ in kept], [r for _, r in kept]
         self._matrix = None
 
-    def query(self, descriptor: np.ndarray, exclude_recent: int, top_k: int,
-              min_similarity: float) -> list[Candidate]:
+    def query(
+        self, descriptor: np.ndarray, exclude_recent: int, top_k: int, min_similarity: float
+    ) -> list[Candidate]:
         """The `top_k` most similar keyframes (cosine >= `min_similarity`), best first, leaving out the
         `exclude_recent` newest (the query's own neighbourhood in time)."""
         searchable = len(self._keys) - exclude_recent

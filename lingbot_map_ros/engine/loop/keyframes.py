@@ -25,7 +25,7 @@ from .similarity import between
 class Keyframe:
     """One keyframe (module doc). Shapes: points [N, 3] float32 and colors [N, 3] uint8 in the camera frame
     (optical axes, stream units); descriptor [D] float32 unit norm; image [h, w, 3] uint8 network input (None
-    for a submap); depth / conf [h', w'] float32: the network grid taken every `depth_stride`-th row and column."""
+    for a submap); depth / conf [h', w'] float32: the network grid, every `depth_stride`-th row and column."""
 
     key: int
     stamp_s: float
@@ -149,8 +149,11 @@ class KeyframeMap:
             if keyframe is None:
                 continue
             delta = between(keyframe.pose, pose)
-            change = max(np.linalg.norm(delta.translation) / keyframe.median_depth,
-                         np.linalg.norm(delta.rotation - np.eye(3)), abs(np.log(delta.scale)))
+            change = max(
+                np.linalg.norm(delta.translation) / keyframe.median_depth,
+                np.linalg.norm(delta.rotation - np.eye(3)),
+                abs(np.log(delta.scale)),
+            )
             keyframe.pose = pose
             if change > min_change:
                 self._place(keyframe)
@@ -174,7 +177,9 @@ class KeyframeMap:
             self.voxels.remove(keyframe.key)
             del self.keyframes[keyframe.key]
         xyz, rgb = np.concatenate(points), np.concatenate(colors)
-        _, first = np.unique(voxel_keys(xyz, self.voxel_size / max(anchor.pose.scale, 1e-9)), return_index=True)
+        _, first = np.unique(
+            voxel_keys(xyz, self.voxel_size / max(anchor.pose.scale, 1e-9)), return_index=True
+        )
         anchor.points, anchor.colors = xyz[first], rgb[first]
         anchor.image = None
         anchor.merged = (anchor.key,) + tuple(k.key for k in rest)

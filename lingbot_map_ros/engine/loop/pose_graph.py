@@ -1,5 +1,5 @@
-"""A Sim(3) pose graph over keyframes in gtsam: stream edges between consecutive keyframes, verified loop edges
-under a robust (Cauchy) kernel, Levenberg-Marquardt with a time bound (docs/loop_closure.md).
+"""A Sim(3) pose graph over keyframes in gtsam: stream edges between consecutive keyframes, verified loop
+edges under a robust (Cauchy) kernel, Levenberg-Marquardt with a time bound (docs/loop_closure.md).
 
 Nodes are keyframe poses in the map (`Sim3`: camera -> map, scale = the stream's local unit there). An edge
 measures ``a⁻¹ ∘ b``. gtsam's Sim(3) tangent is (rotation [3], translation [3], log scale [1]); translations
@@ -116,8 +116,14 @@ class PoseGraph:
         outliers = tuple(e for e in self.loop_edges if self.loop_weight(e) < self.config.outlier_weight)
         if outliers:
             self.edges = [e for e in self.edges if e not in outliers]
-        return OptimizeResult(dict(self.poses), iterations, (time.perf_counter() - start) * 1e3, float(error),
-                              outliers, timed_out)
+        return OptimizeResult(
+            dict(self.poses),
+            iterations,
+            (time.perf_counter() - start) * 1e3,
+            float(error),
+            outliers,
+            timed_out,
+        )
 
     def loop_weight(self, edge: Edge) -> float:
         """Cauchy weight of an edge at the current poses: 1 / (1 + (r / k)²), r its whitened residual."""

@@ -16,8 +16,9 @@ from ..geometry import Sim3, matrix_to_quat_xyzw, quat_xyzw_to_matrix, rotation_
 
 def compose(a: Sim3, b: Sim3) -> Sim3:
     """``a ∘ b`` (apply b, then a)."""
-    return Sim3(a.rotation @ b.rotation, a.scale * (a.rotation @ b.translation) + a.translation,
-                a.scale * b.scale)
+    return Sim3(
+        a.rotation @ b.rotation, a.scale * (a.rotation @ b.translation) + a.translation, a.scale * b.scale
+    )
 
 
 def inverse(a: Sim3) -> Sim3:
@@ -45,8 +46,9 @@ def to_pose(a: Sim3) -> np.ndarray:
 
 
 def to_gtsam(a: Sim3) -> gtsam.Similarity3:
-    return gtsam.Similarity3(gtsam.Rot3(a.rotation), np.asarray(a.translation, np.float64) / a.scale,
-                             float(a.scale))
+    return gtsam.Similarity3(
+        gtsam.Rot3(a.rotation), np.asarray(a.translation, np.float64) / a.scale, float(a.scale)
+    )
 
 
 def from_gtsam(g: gtsam.Similarity3) -> Sim3:
@@ -57,11 +59,17 @@ def from_gtsam(g: gtsam.Similarity3) -> Sim3:
 def interpolate(a: Sim3, b: Sim3, alpha: float) -> Sim3:
     """Between `a` (alpha 0) and `b` (alpha 1): slerp rotation, linear translation, geometric scale."""
     q = slerp(matrix_to_quat_xyzw(a.rotation), matrix_to_quat_xyzw(b.rotation), alpha)
-    return Sim3(quat_xyzw_to_matrix(q), (1 - alpha) * a.translation + alpha * b.translation,
-                float(a.scale ** (1 - alpha) * b.scale**alpha))
+    return Sim3(
+        quat_xyzw_to_matrix(q),
+        (1 - alpha) * a.translation + alpha * b.translation,
+        float(a.scale ** (1 - alpha) * b.scale**alpha),
+    )
 
 
 def size(a: Sim3) -> tuple[float, float, float]:
     """How far `a` is from the identity: (translation norm, rotation angle in rad, |log scale|)."""
-    return (float(np.linalg.norm(a.translation)), float(np.linalg.norm(rotation_vector(a.rotation))),
-            float(abs(np.log(a.scale))))
+    return (
+        float(np.linalg.norm(a.translation)),
+        float(np.linalg.norm(rotation_vector(a.rotation))),
+        float(abs(np.log(a.scale))),
+    )

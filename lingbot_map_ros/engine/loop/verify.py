@@ -1,7 +1,7 @@
 """Verification of a loop candidate: the relative pose of two keyframes from the model itself.
 
-A two-frame pass (the model's anchor step with S = 2: bidirectional attention between the two images) runs in a
-scratch stream with its own small KV pool (`model.new_stream(...)` without the live pool: the live cache is
+A two-frame pass (the model's anchor step with S = 2: bidirectional attention between the two images) runs in
+a scratch stream with its own small KV pool (`model.new_stream(...)` without the live pool: the live cache is
 never touched), reset before each pair. From its output:
 
 * relative pose ``T_ab = T_a⁻¹ T_b`` (rigid, in the pair's own unit), intrinsics from its FoVs;
@@ -93,13 +93,23 @@ class PairVerifier:
             return Verification(a.key, b.key, True, "accepted", relative, overlap, confidence, spread)
         return Verification(a.key, b.key, False, reason, None, overlap, confidence, spread)
 
-    def _pair_pass(self, image_a: np.ndarray, image_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pair_pass(
+        self, image_a: np.ndarray, image_b: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """pose_enc [2, 9], depth [2, h, w], conf [2, h, w] (numpy) of the two-frame anchor step."""
         model = self.model
         if self._state is None:
-            self._state = model.new_stream(StreamConfig(scale_frames=2, sliding_window=1, max_window=1,
-                                                        max_special_frames=3, camera_history=3,
-                                                        backend="torch", cuda_graphs=False))
+            self._state = model.new_stream(
+                StreamConfig(
+                    scale_frames=2,
+                    sliding_window=1,
+                    max_window=1,
+                    max_special_frames=3,
+                    camera_history=3,
+                    backend="torch",
+                    cuda_graphs=False,
+                )
+            )
         self._state.reset()
         images = torch.from_numpy(np.stack([image_a, image_b])).to(model.device)
         images = images.permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
@@ -110,8 +120,14 @@ class PairVerifier:
 
 def _unit(keyframe: Keyframe, pair_depth: np.ndarray, pair_conf: np.ndarray) -> tuple[float, float]:
     """Stream units per pair unit of a keyframe, and the ratio's relative spread (inf when too few pixels)."""
-    ok = (np.isfinite(keyframe.depth) & (keyframe.depth > 0) & (pair_depth > 0) & np.isfinite(pair_depth)
-          & (pair_conf > 1.0) & (keyframe.conf > 1.0))
+    ok = (
+        np.isfinite(keyframe.depth)
+        & (keyframe.depth > 0)
+        & (pair_depth > 0)
+        & np.isfinite(pair_depth)
+        & (pair_conf > 1.0)
+        & (keyframe.conf > 1.0)
+    )
     if ok.sum() < 20:
         return float("inf"), float("inf")
     ratio = keyframe.depth[ok] / pair_depth[ok]
@@ -119,8 +135,14 @@ def _unit(keyframe: Keyframe, pair_depth: np.ndarray, pair_conf: np.ndarray) -> 
     return med, float(1.4826 * np.median(np.abs(ratio - med)) / med)
 
 
-def _overlap(depth_a: np.ndarray, depth_b: np.ndarray, conf_b: np.ndarray, t_ab: np.ndarray, k: np.ndarray,
-             config: VerifyConfig) -> float:
+def _overlap(
+    depth_a: np.ndarray,
+    depth_b: np.ndarray,
+    conf_b: np.ndarray,
+    t_ab: np.ndarray,
+    k: np.ndarray,
+    config: VerifyConfig,
+) -> float:
     """Fraction of b's confident points that project into a at a depth within the tolerance of a's."""
     h, w = depth_b.shape
     v, u = np.nonzero((conf_b > 1.0) & np.isfinite(depth_b) & (depth_b > 0))
@@ -131,7 +153,7 @@ def _overlap(depth_a: np.ndarray, depth_b: np.ndarray, conf_b: np.ndarray, t_ab:
     cam_b = (np.stack([u, v, np.ones_like(u)], axis=1).astype(np.float64) @ k_inv.T) * z[:, None]
     cam_a = cam_b @ t_ab[:3, :3].T + t_ab[:3, 3]
     front = cam_a[:, 2] > 1e-6
-    pix = (cam_a[front] @ k.T)
+    pix = cam_a[front] @ k.T
     ua, va = pix[:, 0] / pix[:, 2], pix[:, 1] / pix[:, 2]
     ia, ja = np.rint(va).astype(np.int64), np.rint(ua).astype(np.int64)
     inside = (ia >= 0) & (ia < depth_a.shape[0]) & (ja >= 0) & (ja < depth_a.shape[1])
