@@ -217,7 +217,7 @@ class LoopCloser:
         ]
         travelled = np.cumsum(steps) / max(sum(steps), 1e-9)
         for k, alpha in zip(keys, travelled, strict=True):
-            poses[k] = compose(interpolate(Sim3.identity(), fix, float(alpha)), poses[k])
+            self.graph.set_pose(k, compose(interpolate(Sim3.identity(), fix, float(alpha)), poses[k]))
 
     def _optimize(self) -> OptimizeResult:
         result = self.graph.optimize()

@@ -1,5 +1,6 @@
 """A Sim(3) pose graph over keyframes in gtsam: stream edges between consecutive keyframes, verified loop
-edges under a robust (Cauchy) kernel, Levenberg-Marquardt with a time bound (docs/loop_closure.md).
+edges under a robust (Cauchy) kernel, Gauss-Newton (Levenberg-Marquardt when a step overshoots) with a time
+bound (docs/loop_closure.md).
 
 Nodes are keyframe poses in the map (`Sim3`: camera -> map, scale = the stream's local unit there). An edge
 measures ``a⁻¹ ∘ b``. gtsam's Sim(3) tangent is (rotation [3], translation [3], log scale [1]); translations
@@ -49,7 +50,7 @@ class GraphConfig:
     cauchy_k: float = 3.0
     max_iterations: int = 50
     max_time_ms: float = 200.0
-    relative_tolerance: float = 1e-6
+    relative_tolerance: float = 1e-4
     outlier_weight: float = 0.1
 
 
@@ -74,48 +75,70 @@ class PoseGraph:
         self.poses: dict[int, Sim3] = {}
         self.edges: list[Edge] = []
         self.fixed: int | None = None
+        # gtsam's copy, grown with each node and edge (rebuilt only when edges leave or nodes merge)
+        self._graph: gtsam.NonlinearFactorGraph | None = gtsam.NonlinearFactorGraph()
+        self._values = gtsam.Values()
+        self._cauchy = gtsam.noiseModel.mEstimator.Cauchy.Create(self.config.cauchy_k)
 
     def add_node(self, key: int, pose: Sim3) -> None:
         """A keyframe's initial pose (the first node added is held fixed: it anchors the map)."""
         if self.fixed is None:
             self.fixed = key
         self.poses[key] = pose
+        self._values.insert(key, to_gtsam(pose))
+        if self._graph is not None and key == self.fixed:
+            self._graph.add(self._prior())
+
+    def set_pose(self, key: int, pose: Sim3) -> None:
+        """Move a node's current estimate (an initial guess before `optimize`)."""
+        self.poses[key] = pose
+        self._values.update(key, to_gtsam(pose))
 
     def add_edge(self, edge: Edge) -> None:
         if edge.a not in self.poses or edge.b not in self.poses:
             raise KeyError(f"edge {edge.a} -> {edge.b} names a node not in the graph")
         self.edges.append(edge)
+        if self._graph is not None:
+            self._graph.add(self._factor(edge))
 
     @property
     def loop_edges(self) -> list[Edge]:
         return [e for e in self.edges if e.loop]
 
     def optimize(self) -> OptimizeResult:
-        """Levenberg-Marquardt from the current poses, at most `max_iterations` / `max_time_ms`; the poses are
-        updated; loop edges whose robust weight ends below `outlier_weight` are removed and returned."""
+        """Gauss-Newton from the current poses (the closer starts it near the solution), falling back to
+        Levenberg-Marquardt from the best values when a step raises the error; at most `max_iterations` /
+        `max_time_ms`. The poses are updated; loop edges whose robust weight ends below `outlier_weight` are
+        removed and returned."""
         start = time.perf_counter()
-        graph, values = self._build()
-        params = gtsam.LevenbergMarquardtParams()
-        params.setMaxIterations(self.config.max_iterations)
-        params.setRelativeErrorTol(self.config.relative_tolerance)
-        optimizer = gtsam.LevenbergMarquardtOptimizer(graph, values, params)
-        error, iterations, timed_out = graph.error(values), 0, False
+        if self._graph is None:
+            self._build()
+        graph, values = self._graph, self._values
+        optimizer = gtsam.GaussNewtonOptimizer(graph, values, gtsam.GaussNewtonParams())
+        best, error, iterations, timed_out, damped = values, graph.error(values), 0, False, False
         while iterations < self.config.max_iterations:
             optimizer.iterate()
             iterations += 1
             new_error = optimizer.error()
+            if new_error > error and not damped:  # a Gauss-Newton step overshot: damp from the best values
+                damped = True
+                params = gtsam.LevenbergMarquardtParams()
+                optimizer = gtsam.LevenbergMarquardtOptimizer(graph, best, params)
+                continue
             converged = error - new_error <= self.config.relative_tolerance * max(error, 1e-12)
-            error = new_error
+            if new_error <= error:
+                best, error = gtsam.Values(optimizer.values()), new_error
             if converged:
                 break
             if (time.perf_counter() - start) * 1e3 > self.config.max_time_ms:
                 timed_out = True
                 break
-        result = optimizer.values()
-        self.poses = {key: from_gtsam(result.atSimilarity3(key)) for key in self.poses}
+        self._values = best
+        self.poses = {key: from_gtsam(self._values.atSimilarity3(key)) for key in self.poses}
         outliers = tuple(e for e in self.loop_edges if self.loop_weight(e) < self.config.outlier_weight)
         if outliers:
             self.edges = [e for e in self.edges if e not in outliers]
+            self._graph = None
         return OptimizeResult(
             dict(self.poses),
             iterations,
@@ -131,20 +154,26 @@ class PoseGraph:
         residual = np.asarray(gtsam.Similarity3.Logmap(to_gtsam(measured))) / edge.sigma.vector()
         return float(1.0 / (1.0 + (np.linalg.norm(residual) / self.config.cauchy_k) ** 2))
 
-    def _build(self) -> tuple[gtsam.NonlinearFactorGraph, gtsam.Values]:
-        graph, values = gtsam.NonlinearFactorGraph(), gtsam.Values()
+    def _prior(self) -> gtsam.NonlinearFactor:
+        return gtsam.PriorFactorSimilarity3(
+            self.fixed, to_gtsam(self.poses[self.fixed]), gtsam.noiseModel.Isotropic.Sigma(7, 1e-6)
+        )
+
+    def _factor(self, edge: Edge) -> gtsam.NonlinearFactor:
+        noise = gtsam.noiseModel.Diagonal.Sigmas(edge.sigma.vector())
+        if edge.loop:
+            noise = gtsam.noiseModel.Robust.Create(self._cauchy, noise)
+        return gtsam.BetweenFactorSimilarity3(edge.a, edge.b, to_gtsam(edge.measured), noise)
+
+    def _build(self) -> None:
+        """gtsam's factor graph and values from scratch (after edges left or nodes merged)."""
+        self._graph, self._values = gtsam.NonlinearFactorGraph(), gtsam.Values()
         for key, pose in self.poses.items():
-            values.insert(key, to_gtsam(pose))
+            self._values.insert(key, to_gtsam(pose))
         if self.fixed is not None and self.fixed in self.poses:
-            prior = gtsam.noiseModel.Isotropic.Sigma(7, 1e-6)
-            graph.add(gtsam.PriorFactorSimilarity3(self.fixed, to_gtsam(self.poses[self.fixed]), prior))
-        cauchy = gtsam.noiseModel.mEstimator.Cauchy.Create(self.config.cauchy_k)
+            self._graph.add(self._prior())
         for edge in self.edges:
-            noise = gtsam.noiseModel.Diagonal.Sigmas(edge.sigma.vector())
-            if edge.loop:
-                noise = gtsam.noiseModel.Robust.Create(cauchy, noise)
-            graph.add(gtsam.BetweenFactorSimilarity3(edge.a, edge.b, to_gtsam(edge.measured), noise))
-        return graph, values
+            self._graph.add(self._factor(edge))
 
     def merge(self, anchor: int, keys: tuple[int, ...]) -> None:
         """Fold nodes `keys` into `anchor` (a submap): their edges are re-expressed on the anchor at the
@@ -164,3 +193,4 @@ class PoseGraph:
         self.edges = edges
         for key in folded:
             self.poses.pop(key, None)
+        self._graph = None

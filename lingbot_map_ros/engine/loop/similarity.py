@@ -52,8 +52,9 @@ def to_gtsam(a: Sim3) -> gtsam.Similarity3:
 
 
 def from_gtsam(g: gtsam.Similarity3) -> Sim3:
-    scale = float(g.scale())
-    return Sim3(np.asarray(g.rotation().matrix()), scale * np.asarray(g.translation()), scale)
+    m = g.matrix()  # [[R, t_g], [0, 1/s]]
+    scale = 1.0 / float(m[3, 3])
+    return Sim3(m[:3, :3].copy(), scale * m[:3, 3], scale)
 
 
 def interpolate(a: Sim3, b: Sim3, alpha: float) -> Sim3:
