@@ -106,7 +106,8 @@ def main() -> None:
     print(f"{'start':<8} {'median':>8} {'p90':>8} {'max':>8} {'cpu med':>8} {'iters':>6} {'error':>10}")
     for name, row in rows.items():
         print(
-            f"{name:<8} {row['median_ms']:8.1f} {row['p90_ms']:8.1f} {row['max_ms']:8.1f} {row['cpu_median_ms']:8.1f} "
+            f"{name:<8} {row['median_ms']:8.1f} {row['p90_ms']:8.1f} {row['max_ms']:8.1f} "
+            f"{row['cpu_median_ms']:8.1f} "
             f"{row['iterations']:6.0f} {row['final_error']:10.4g}"
         )
     commit = subprocess.run(

@@ -37,6 +37,7 @@ from lingbot_map_ros.tools.loop_oracle import (
     oracle_session,
 )
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.trajectory_eval import umeyama_sim3
 
 OVERSHOOT_TURNS = 0.25
 DUPLICATE_DISTANCE_M = 0.05
@@ -118,7 +119,7 @@ def _duplicates(
     keys = sorted(closer.map.keyframes)
     poses = [closer.map.keyframes[k].pose if use_graph else from_pose(stream[k]) for k in keys]
     centres = np.stack([p.translation for p in poses])
-    alignment = _umeyama(centres, scene.poses[keys, :3, 3])
+    alignment = umeyama_sim3(centres, scene.poses[keys, :3, 3])
     lap = scene.frames_per_lap
     first = [(k, p) for k, p in zip(keys, poses, strict=True) if k < lap]
     later = [(k, p) for k, p in zip(keys, poses, strict=True) if k >= lap]
@@ -158,12 +159,6 @@ def _true_points(scene: LoopScene, k: int, stride: int) -> np.ndarray:
 def _points(scene: LoopScene, oracle: DriftingOracle, k: int, pose, alignment, stride: int) -> np.ndarray:  # noqa: ANN001
     """Keyframe k's points as the map places them (its depth in the stream's unit), aligned to the truth."""
     return alignment.apply_points(pose.apply_points(_pixels(scene, k, stride) * oracle.unit[k]))
-
-
-def _umeyama(source: np.ndarray, target: np.ndarray):  # noqa: ANN202
-    from lingbot_map_ros.tools.trajectory_eval import umeyama_sim3
-
-    return umeyama_sim3(source, target)
 
 
 def plot(path: Path, tracks: dict[str, np.ndarray], result: dict[str, float], title: str) -> Path:
