@@ -6,6 +6,9 @@ scale per keyframe step) and closed by 20 verified loop edges between laps (Cauc
 * ``cold``: from the drifting odometry (the worst case: nothing corrected yet);
 * ``online``: as the loop closer runs it — the newest loop's correction spread over the keyframes since the
   previous loop first (`LoopCloser._spread`), so LM starts near the solution.
+* ``isam2``: for comparison, NOT what the closer runs: gtsam's incremental iSAM2 fed keyframe by keyframe
+  (the same factors), three updates after each loop edge; the time is per loop update (median / p90 / max
+  over the 20), the error that of its final estimate.
 
 Printed as a table (median / p90 / max over ``--repeats``), written as JSON to benchmarks/results/. Usage::
 
@@ -22,11 +25,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import gtsam
 import numpy as np
 
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.loop import Edge, EdgeSigma, GraphConfig, PoseGraph
-from lingbot_map_ros.engine.loop.similarity import between, compose, interpolate, inverse
+from lingbot_map_ros.engine.loop.similarity import between, compose, interpolate, inverse, to_gtsam
 
 
 def _yaw(angle: float) -> np.ndarray:
@@ -66,6 +70,42 @@ def build(keyframes: int, loops: int, spread: bool) -> PoseGraph:
     return graph
 
 
+def measure_isam2(keyframes: int, loops: int) -> dict[str, float]:
+    """iSAM2 fed keyframe by keyframe; CPU ms of each update that carried a loop edge (+ 2 extra updates)."""
+    graph = build(keyframes, loops, spread=False)
+    isam = gtsam.ISAM2(gtsam.ISAM2Params())
+    by_b: dict[int, list[Edge]] = {}
+    for edge in graph.edges:
+        by_b.setdefault(edge.b, []).append(edge)
+    times = []
+    for key in range(keyframes):
+        factors, values = gtsam.NonlinearFactorGraph(), gtsam.Values()
+        if key == 0:
+            factors.add(graph._prior())
+            values.insert(0, to_gtsam(graph.poses[0]))
+        else:
+            step = next(e for e in by_b[key] if not e.loop)
+            values.insert(key, isam.calculateEstimateSimilarity3(key - 1).compose(to_gtsam(step.measured)))
+        for edge in by_b.get(key, []):
+            factors.add(graph._factor(edge))
+        loop = any(e.loop for e in by_b.get(key, []))
+        start = time.process_time()
+        isam.update(factors, values)
+        for _ in range(2 if loop else 0):
+            isam.update()
+        if loop:
+            times.append((time.process_time() - start) * 1e3)
+    error = graph._graph.error(isam.calculateEstimate())
+    return {
+        "cpu_median_ms": float(np.median(times)),
+        "median_ms": float("nan"),
+        "p90_ms": float(np.percentile(times, 90)),
+        "max_ms": float(np.max(times)),
+        "iterations": 3.0,
+        "final_error": float(error),
+    }
+
+
 def measure(keyframes: int, loops: int, repeats: int, spread: bool) -> dict[str, float]:
     times, cpu, iterations, errors = [], [], [], []
     for _ in range(repeats):
@@ -95,10 +135,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "pose_graph.json")
     args = parser.parse_args()
-    rows = {
+    rows: dict[str, dict[str, float]] = {
         name: measure(args.keyframes, args.loops, args.repeats, spread)
         for name, spread in (("cold", False), ("online", True))
     }
+    rows["isam2"] = measure_isam2(args.keyframes, args.loops)
     print(
         f"pose graph: {args.keyframes} keyframes, {args.loops} loop edges, {args.repeats} repeats (ms; wall, "
         f"and the process's CPU time: the machine is shared; load {os.getloadavg()[0]:.1f})"
