@@ -131,3 +131,16 @@ def test_loop_eval_on_the_drifting_oracle(seed: int, drift_scale: float, yaw: fl
         result
     )
     assert tracks["with"].shape == tracks["truth"].shape
+
+
+def test_memory_budget_merges_keyframes_into_submaps_and_still_closes_the_loop() -> None:
+    """With a budget of 18 loop keyframes the oldest merge into submaps (graph and index follow) and the loop
+    back to the start still closes through a submap's node."""
+    result, _ = evaluate(
+        LoopEvalConfig(
+            seed=11, laps=1, drift_scale=0.02, drift_yaw_deg_per_m=1.0, frames=40, max_keyframes=18
+        )
+    )
+    assert result["ate_with"] <= 0.35 * result["ate_without"], result
+    assert result["false_accepts"] == 0 and result["loops_accepted"] >= 1, result
+    assert result["submaps"] >= 2 and result["keyframes"] <= 18, result

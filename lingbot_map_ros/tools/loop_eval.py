@@ -11,7 +11,8 @@ written (`--json`):
 * ``loops_accepted`` / ``loops_rejected`` (by verification or as graph outliers) and ``false_accepts``
   (accepted loop edges whose keyframes' true views overlap less than 5 %);
 * ``duplicate_surface_fraction_without`` / ``_with``: of the revisit's points (keyframes after the first lap)
-  on a surface the first lap saw, the fraction more than 5 cm (after alignment) from the first lap's points.
+  on a surface the first lap saw, the fraction more than 5 cm (after alignment) from the first lap's points;
+* ``keyframes`` / ``submaps``: loop keyframes at the end, and how many submaps the memory budget made.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class LoopEvalConfig:
     frames: int = 120
     width: int = 112
     height: int = 84
+    max_keyframes: int = LoopClosureConfig.max_keyframes
 
 
 def ate(estimate: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]:
@@ -76,7 +78,10 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     session, oracle = oracle_session(scene, drift, config.seed)
     closer = LoopCloser(
-        LoopClosureConfig(min_similarity=0.5), config.width, image_descriptor, PairVerifier(oracle)
+        LoopClosureConfig(min_similarity=0.5, max_keyframes=config.max_keyframes, merge_size=5),
+        config.width,
+        image_descriptor,
+        PairVerifier(oracle),
     )
     stream = np.zeros((config.frames, 4, 4))
     for i, image in enumerate(scene.images):
@@ -96,6 +101,8 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
         "false_accepts": int(false),
         "duplicate_surface_fraction_without": _duplicates(closer, scene, oracle, stream, use_graph=False),
         "duplicate_surface_fraction_with": _duplicates(closer, scene, oracle, stream, use_graph=True),
+        "keyframes": len(closer.map),
+        "submaps": closer.map.submaps,
     }
     return out, {"truth": scene.poses[:, :3, 3], "without": track_without, "with": track_with}
 

@@ -7,8 +7,9 @@ derived from the keyframe poses (`KeyframeVoxels`): moving a keyframe subtracts 
 voxels it filled and adds it where it now lies, so a correction touches only the affected voxels.
 
 Bounded: beyond `max_keyframes` the oldest `merge_size` keyframes are merged into one fixed submap (their
-points re-expressed in the first one's camera frame and voxel-decimated; images dropped); the submap keeps the
-first keyframe's node, pose and descriptor, so the place can still be recognised and the submap still moves.
+points re-expressed in the first one's camera frame and voxel-decimated; their images, depths and descriptors
+dropped); the submap keeps the first keyframe's node, pose, image and descriptor, so the place can still be
+recognised and verified, and the submap still moves with its node.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from .similarity import between
 @dataclass
 class Keyframe:
     """One keyframe (module doc). Shapes: points [N, 3] float32 and colors [N, 3] uint8 in the camera frame
-    (optical axes, stream units); descriptor [D] float32 unit norm; image [h, w, 3] uint8 network input (None
-    for a submap); depth / conf [h', w'] float32: the network grid, every `depth_stride`-th row and column."""
+    (optical axes, stream units); descriptor [D] float32 unit norm; image [h, w, 3] uint8 network input (None:
+    none to verify with); depth / conf [h', w'] float32: the network grid, every `depth_stride`-th row and
+    column; `merged`: the keys of a submap (its own first), empty for a plain keyframe."""
 
     key: int
     stamp_s: float
@@ -181,7 +183,6 @@ class KeyframeMap:
             voxel_keys(xyz, self.voxel_size / max(anchor.pose.scale, 1e-9)), return_index=True
         )
         anchor.points, anchor.colors = xyz[first], rgb[first]
-        anchor.image = None
         anchor.merged = (anchor.key,) + tuple(k.key for k in rest)
         self._place(anchor)
         self.submaps += 1
