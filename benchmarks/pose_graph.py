@@ -81,13 +81,13 @@ def measure_isam2(keyframes: int, loops: int) -> dict[str, float]:
     for key in range(keyframes):
         factors, values = gtsam.NonlinearFactorGraph(), gtsam.Values()
         if key == 0:
-            factors.add(graph._prior())
+            factors.add(graph.prior_factor())
             values.insert(0, to_gtsam(graph.poses[0]))
         else:
             step = next(e for e in by_b[key] if not e.loop)
             values.insert(key, isam.calculateEstimateSimilarity3(key - 1).compose(to_gtsam(step.measured)))
         for edge in by_b.get(key, []):
-            factors.add(graph._factor(edge))
+            factors.add(graph.edge_factor(edge))
         loop = any(e.loop for e in by_b.get(key, []))
         start = time.process_time()
         isam.update(factors, values)
@@ -95,7 +95,7 @@ def measure_isam2(keyframes: int, loops: int) -> dict[str, float]:
             isam.update()
         if loop:
             times.append((time.process_time() - start) * 1e3)
-    error = graph._graph.error(isam.calculateEstimate())
+    error = graph.error(isam.calculateEstimate())
     return {
         "cpu_median_ms": float(np.median(times)),
         "median_ms": float("nan"),

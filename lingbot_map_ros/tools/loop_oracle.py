@@ -236,9 +236,10 @@ def oracle_session(
         max_stored_frames=min(1000, frames + 8),
         camera_history=12,
     )
-    base = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config))
-    oracle = DriftingOracle(base.model, scene, drift, seed=seed)
-    return build_engine(EngineSpec(preset="tiny", session=config), model=oracle), oracle  # type: ignore[return-value]
+    session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config))
+    oracle = DriftingOracle(session.model, scene, drift, seed=seed)
+    session.model = oracle  # the engine's model seam: steps go through the oracle from now on
+    return session, oracle  # type: ignore[return-value]
 
 
 def image_descriptor(image: np.ndarray) -> np.ndarray:

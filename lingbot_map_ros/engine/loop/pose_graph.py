@@ -87,7 +87,7 @@ class PoseGraph:
         self.poses[key] = pose
         self._values.insert(key, to_gtsam(pose))
         if self._graph is not None and key == self.fixed:
-            self._graph.add(self._prior())
+            self._graph.add(self.prior_factor())
 
     def set_pose(self, key: int, pose: Sim3) -> None:
         """Move a node's current estimate (an initial guess before `optimize`)."""
@@ -99,7 +99,7 @@ class PoseGraph:
             raise KeyError(f"edge {edge.a} -> {edge.b} names a node not in the graph")
         self.edges.append(edge)
         if self._graph is not None:
-            self._graph.add(self._factor(edge))
+            self._graph.add(self.edge_factor(edge))
 
     @property
     def loop_edges(self) -> list[Edge]:
@@ -154,12 +154,20 @@ class PoseGraph:
         residual = np.asarray(gtsam.Similarity3.Logmap(to_gtsam(measured))) / edge.sigma.vector()
         return float(1.0 / (1.0 + (np.linalg.norm(residual) / self.config.cauchy_k) ** 2))
 
-    def _prior(self) -> gtsam.NonlinearFactor:
+    def error(self, values: gtsam.Values) -> float:
+        """The graph's total (robust) error at `values` (e.g. another optimiser's estimate)."""
+        if self._graph is None:
+            self._build()
+        return float(self._graph.error(values))
+
+    def prior_factor(self) -> gtsam.NonlinearFactor:
+        """The factor that holds the first node where it is."""
         return gtsam.PriorFactorSimilarity3(
             self.fixed, to_gtsam(self.poses[self.fixed]), gtsam.noiseModel.Isotropic.Sigma(7, 1e-6)
         )
 
-    def _factor(self, edge: Edge) -> gtsam.NonlinearFactor:
+    def edge_factor(self, edge: Edge) -> gtsam.NonlinearFactor:
+        """gtsam's factor of an edge (Cauchy-robust on loop edges)."""
         noise = gtsam.noiseModel.Diagonal.Sigmas(edge.sigma.vector())
         if edge.loop:
             noise = gtsam.noiseModel.Robust.Create(self._cauchy, noise)
@@ -171,9 +179,9 @@ class PoseGraph:
         for key, pose in self.poses.items():
             self._values.insert(key, to_gtsam(pose))
         if self.fixed is not None and self.fixed in self.poses:
-            self._graph.add(self._prior())
+            self._graph.add(self.prior_factor())
         for edge in self.edges:
-            self._graph.add(self._factor(edge))
+            self._graph.add(self.edge_factor(edge))
 
     def merge(self, anchor: int, keys: tuple[int, ...]) -> None:
         """Fold nodes `keys` into `anchor` (a submap): their edges are re-expressed on the anchor at the
