@@ -89,43 +89,22 @@ class LingBotMapNode(LifecycleNode):
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade)
         self._depth_input: DepthInput | None = None
-        host = CameraHost(
-            self,
-            self._facade,
-            lambda: self.params,
-            lambda: self._active,
-            self._submit,
-            self.reset_camera,
-            self._tf_lookup,
-            MutuallyExclusiveCallbackGroup(),
-            self._service_group,
-        )
+        host = CameraHost(self, self._facade, lambda: self.params, lambda: self._active, self._submit,
+                          self.reset_camera, self._tf_lookup, MutuallyExclusiveCallbackGroup(),
+                          self._service_group)
         self.cameras = self._make_cameras(host, tuple(self.params.cameras))
-        self._fused = (
-            FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame)
-            if self._named
-            else None
-        )
+        self._fused = FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame) \
+            if self._named else None
         # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
         self._triggers = MappingServices(
-            self.get_logger(),
-            lambda: self.params,
-            self._save_target,
-            self.reset_stream,
-            self.save_session,
-            self.load_session,
-            self._causes.callback_failed,
+            self.get_logger(), lambda: self.params, self._save_target, self.reset_stream,
+            self.save_session, self.load_session, self._causes.callback_failed,
         )
         self._triggers.create(self, self._service_group)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
-            self,
-            self._timer_group,
-            self.params,
-            self._active_outputs,
-            self.publish_diagnostics,
-            self.context.ok,
-            self._causes.callback_failed,
+            self, self._timer_group, self.params, self._active_outputs,
+            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
         )
 
     def _make_cameras(self, host: CameraHost, names: tuple[str, ...]) -> dict[str, CameraStream]:
@@ -208,19 +187,14 @@ class LingBotMapNode(LifecycleNode):
         if p.scale_source == "depth" and self._depth_input is None:
             self._depth_input = DepthInput(self._facade)  # kept, like every subscription
         self._scheduler = StreamScheduler(
-            list(self.cameras),
-            self._step,
-            p.queue_size,
-            self._on_inference_error,
+            list(self.cameras), self._step, p.queue_size, self._on_inference_error,
             max_wait_s=p.batch_max_wait_ms / 1e3,
         )
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
-        topics = [
-            camera.activate(p, self._depth_input, primary=i == 0)
-            for i, camera in enumerate(self.cameras.values())
-        ]
+        topics = [camera.activate(p, self._depth_input, primary=i == 0)
+                  for i, camera in enumerate(self.cameras.values())]
         self._active = True
         self.get_logger().info(
             f"active: listening on {', '.join(topics)} ({p.image_transport}, {p.qos_reliability})"
@@ -358,10 +332,8 @@ class LingBotMapNode(LifecycleNode):
             raise SessionError("not active")
         camera.restore(snapshot, scheduler.clear)
         poses = len(snapshot.trajectory_stamps_ns)
-        return (
-            f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
-            f"{camera.outputs.mapper.mode}; new frames continue its map frame"
-        )
+        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
+                f"{camera.outputs.mapper.mode}; new frames continue its map frame")
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change): one status for the
@@ -390,9 +362,8 @@ class LingBotMapNode(LifecycleNode):
             msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
             for camera in self.cameras.values():
                 worker = scheduler.stats(camera.name) if scheduler is not None else None
-                status = camera.status(
-                    f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(), worker, state
-                )
+                status = camera.status(f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(),
+                                       worker, state)
                 msg.status += status.status
         pub.publish(msg)
 

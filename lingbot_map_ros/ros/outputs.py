@@ -78,45 +78,25 @@ class MappingOutputs:
         on_map_error: `(exception)` of a map work that failed on the map thread (counted by the node).
     """
 
-    def __init__(
-        self,
-        node: Node,
-        config: OutputConfig,
-        lookup: TfLookup,
-        depth_input: DepthInput | None = None,
-        on_drop: Callable[[str, str], None] | None = None,
-        topic_prefix: str = "~/",
-        robot_map: Callable[[], np.ndarray | None] | None = None,
-        on_map_error: Callable[[Exception], None] | None = None,
-    ) -> None:
+    def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
+                 depth_input: DepthInput | None = None,
+                 on_drop: Callable[[str, str], None] | None = None, topic_prefix: str = "~/",
+                 robot_map: Callable[[], np.ndarray | None] | None = None,
+                 on_map_error: Callable[[Exception], None] | None = None) -> None:
         self._node = node
         self._robot_map = robot_map
         self.config = config
         self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
         self._tf = TfBroadcaster(node)
-        self._robot = RobotFrames(
-            lookup,
-            RobotTfConfig(
-                config.tf_mode,
-                config.base_frame,
-                config.odom_frame,
-                config.tf_timeout,
-                odometry_scale=config.scale.source == "odometry",
-            ),
-        )
+        self._robot = RobotFrames(lookup, RobotTfConfig(
+            config.tf_mode, config.base_frame, config.odom_frame, config.tf_timeout,
+            odometry_scale=config.scale.source == "odometry"))
         self._depth_input = depth_input if config.scale.source == "depth" else None
-        topics = {
-            "odometry": Odometry,
-            "camera_pose": PoseStamped,
-            "path": Path,
-            "depth": Image,
-            "camera_info": CameraInfo,
-            "frame_cloud": PointCloud2,
-        }
-        self._pubs = {
-            name: node.create_publisher(msg, topic_prefix + name, FRAME_QOS) for name, msg in topics.items()
-        }
+        topics = {"odometry": Odometry, "camera_pose": PoseStamped, "path": Path, "depth": Image,
+                  "camera_info": CameraInfo, "frame_cloud": PointCloud2}
+        self._pubs = {name: node.create_publisher(msg, topic_prefix + name, FRAME_QOS)
+                      for name, msg in topics.items()}
         self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper = Mapper(config.mapper_config())
@@ -139,11 +119,8 @@ class MappingOutputs:
             if config.path_max_length != self.config.path_max_length:
                 self._path = deque(self._path, maxlen=config.path_max_length)
             self.config = config
-            voxel = replace(
-                self.mapper.config.voxel,
-                conf_threshold=config.map_conf_threshold,
-                pixel_stride=config.map_stride,
-            )
+            voxel = replace(self.mapper.config.voxel, conf_threshold=config.map_conf_threshold,
+                            pixel_stride=config.map_stride)
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
             self.mapper.mapping_enabled = config.mapping_enabled
 
@@ -186,8 +163,7 @@ class MappingOutputs:
                 self._node.get_logger().warning(
                     f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
                     f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
-                    throttle_duration_sec=10.0,
-                )
+                    throttle_duration_sec=10.0)
             if frame.new_epoch:
                 self._path.clear()
                 self._map_odom = None
@@ -221,9 +197,8 @@ class MappingOutputs:
         elif frame.mode == "map_to_camera":
             self._tf.send(transform_msg(cam, header.stamp, map_frame, camera))
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
-        self._pubs["odometry"].publish(
-            odometry_msg(body, frame.twist, map_header, child, frame.pose_covariance, frame.twist_covariance)
-        )
+        self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
+                                                    frame.pose_covariance, frame.twist_covariance))
         self._pubs["camera_pose"].publish(pose_stamped_msg(cam, map_header))
         height, width = frame.depth.shape
         self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
@@ -321,10 +296,8 @@ class MappingOutputs:
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
         pgm, yaml = write_nav2_map(out_dir, f"map_{tag}", grid)
-        report = (
-            f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses); "
-            f"grid: {yaml} + {pgm.name} ({grid.data.shape[1]}x{grid.data.shape[0]} cells)"
-        )
+        report = (f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses); "
+                  f"grid: {yaml} + {pgm.name} ({grid.data.shape[1]}x{grid.data.shape[0]} cells)")
         if dropped:
             report += (
                 f"; the oldest {dropped} poses since the reset were dropped "
@@ -337,12 +310,8 @@ class MappingOutputs:
         with self.lock:
             map_odom = self._map_odom[0].tolist() if self._map_odom is not None else None
         cfg = self.config
-        return {
-            "map_frame": cfg.map_frame,
-            "odom_frame": cfg.odom_frame,
-            "base_frame": cfg.base_frame,
-            "map_odom": map_odom,
-        }
+        return {"map_frame": cfg.map_frame, "odom_frame": cfg.odom_frame, "base_frame": cfg.base_frame,
+                "map_odom": map_odom}
 
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
         """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes

@@ -28,14 +28,10 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
 SESSION_PARAMETERS = {
-    "scale_frames": "kv_cache.scale_frames",
-    "sliding_window": "kv_cache.sliding_window",
-    "max_window": "kv_cache.max_window",
-    "keyframe_interval": "keyframe.interval",
-    "image_width": "model.image_width",
-    "backend": "attention.backend",
-    "cuda_graphs": "model.cuda_graphs",
-    "compile_blocks": "model.compile_blocks",
+    "scale_frames": "kv_cache.scale_frames", "sliding_window": "kv_cache.sliding_window",
+    "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
+    "image_width": "model.image_width", "backend": "attention.backend",
+    "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
 }
 
 
@@ -102,16 +98,10 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
     policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
-    spec = EngineSpec(
-        preset=params.model_preset,
-        checkpoint=checkpoint,
-        device=device,
-        precision=precision,
-        seed=params.model_synthetic_seed,
-        session=policy,
-        cameras=tuple(name for name in params.cameras if name),
-        batch=BatchConfig(max_batch=params.batch_max_batch),
-    )
+    spec = EngineSpec(preset=params.model_preset, checkpoint=checkpoint, device=device, precision=precision,
+                      seed=params.model_synthetic_seed, session=policy,
+                      cameras=tuple(name for name in params.cameras if name),
+                      batch=BatchConfig(max_batch=params.batch_max_batch))
     try:
         session = build_engine(spec)
     except (CheckpointError, OSError) as exc:
@@ -138,3 +128,4 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(model=session.model, session=session, device=device, description=description)
+

@@ -77,10 +77,7 @@ class MappingServices:
         }
         return [
             node.create_service(
-                Trigger,
-                f"~/{name}",
-                self._guarded(name, handler),
-                qos_profile=SERVICE_QOS,
+                Trigger, f"~/{name}", self._guarded(name, handler), qos_profile=SERVICE_QOS,
                 callback_group=group,
             )
             for name, handler in handlers.items()

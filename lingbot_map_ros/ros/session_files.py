@@ -40,22 +40,12 @@ class SessionFiles:
     def compat(self, p: NodeParams) -> dict[str, Any]:
         """`persistence.compat_fields` of the configured model (hashing a 4.6 GB checkpoint takes seconds:
         done at the first save or load, then cached)."""
-        key = (
-            p.model_preset,
-            p.model_checkpoint,
-            p.model_image_width,
-            p.kv_cache_scale_frames,
-            p.model_synthetic_seed,
-        )
+        key = (p.model_preset, p.model_checkpoint, p.model_image_width, p.kv_cache_scale_frames,
+               p.model_synthetic_seed)
         if self._compat is None or self._compat[0] != key:
             checkpoint = Path(p.model_checkpoint).expanduser() if p.model_checkpoint else None
-            fields = persistence.compat_fields(
-                p.model_preset,
-                checkpoint,
-                p.model_image_width,
-                p.kv_cache_scale_frames,
-                p.model_synthetic_seed,
-            )
+            fields = persistence.compat_fields(p.model_preset, checkpoint, p.model_image_width,
+                                               p.kv_cache_scale_frames, p.model_synthetic_seed)
             self._compat = (key, fields)
         return dict(self._compat[1])
 
@@ -73,10 +63,8 @@ class SessionFiles:
         name = f"session_{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
         base.mkdir(parents=True, exist_ok=True)
         folder = save_session(resolve_under(base, name), snapshot)
-        return (
-            f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
-            f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it"
-        )
+        return (f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
+                f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it")
 
     def read(self, p: NodeParams) -> tuple[str, SessionSnapshot]:
         """The session named by `session.load_path`, validated against the configured model.

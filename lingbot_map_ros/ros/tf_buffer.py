@@ -85,8 +85,7 @@ class TfBuffer:
             if common is None:
                 raise TransformUnavailable(
                     f"'{target}' and '{source}' are not connected in TF (no common parent)",
-                    f"{target} -> {source}",
-                )
+                    f"{target} -> {source}")
             root_source = self._compose(up_source, common, stamp_s)
             root_target = self._compose(up_target, common, stamp_s)
         return invert_rigid(root_target) @ root_source
@@ -122,14 +121,12 @@ class TfBuffer:
             if stamp_s - stamps[-1] <= self.tolerance_s:
                 return edge.poses[-1]
             raise TransformUnavailable(
-                f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name
-            )
+                f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name)
         if stamp_s < stamps[0]:
             if stamps[0] - stamp_s <= self.tolerance_s:
                 return edge.poses[0]
             raise TransformUnavailable(
-                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[0]:.3f} s)", name
-            )
+                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[0]:.3f} s)", name)
         i = bisect.bisect_left(stamps, stamp_s)
         if stamps[i] == stamp_s:
             return edge.poses[i]

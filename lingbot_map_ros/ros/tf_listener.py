@@ -33,12 +33,8 @@ except ImportError:
     tf2_ros = None
 
 #: /tf_static as tf2_ros subscribes it (`StaticListenerQoS`).
-TF_STATIC_QOS = QoSProfile(
-    depth=100,
-    history=HistoryPolicy.KEEP_LAST,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
+TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 POLL_S = 0.005
 
 __all__ = ["TfLookup", "TransformUnavailable", "transform_to_matrix"]
@@ -73,9 +69,8 @@ class TfLookup:
         group = ReentrantCallbackGroup()
         self._subs = [
             node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS, callback_group=group),
-            node.create_subscription(
-                TFMessage, "/tf_static", self._on_static, TF_STATIC_QOS, callback_group=group
-            ),
+            node.create_subscription(TFMessage, "/tf_static", self._on_static, TF_STATIC_QOS,
+                                     callback_group=group),
         ]
 
     def _on_tf(self, msg: TFMessage) -> None:
@@ -87,9 +82,8 @@ class TfLookup:
     def _store(self, msg: TFMessage, static: bool) -> None:
         for tf in msg.transforms:
             stamp = tf.header.stamp.sec + 1e-9 * tf.header.stamp.nanosec
-            self.buffer.set_transform(
-                tf.header.frame_id, tf.child_frame_id, stamp, transform_to_matrix(tf.transform), static
-            )
+            self.buffer.set_transform(tf.header.frame_id, tf.child_frame_id, stamp,
+                                      transform_to_matrix(tf.transform), static)
 
     def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
         """`T_target_source` at `stamp_s`, waiting up to `timeout_s`.
@@ -99,14 +93,10 @@ class TfLookup:
         """
         if self._tf2 is not None:  # pragma: no cover - only on a real ROS install
             try:
-                tf = self._tf2.lookup_transform(
-                    target, source, RclTime(nanoseconds=int(stamp_s * 1e9)), Duration(seconds=timeout_s)
-                )
-            except (
-                tf2_ros.LookupException,
-                tf2_ros.ExtrapolationException,
-                tf2_ros.ConnectivityException,
-            ) as exc:
+                tf = self._tf2.lookup_transform(target, source, RclTime(nanoseconds=int(stamp_s * 1e9)),
+                                                Duration(seconds=timeout_s))
+            except (tf2_ros.LookupException, tf2_ros.ExtrapolationException,
+                    tf2_ros.ConnectivityException) as exc:
                 raise TransformUnavailable(str(exc), f"{target} -> {source}") from exc
             return transform_to_matrix(tf.transform)
         deadline = time.monotonic() + timeout_s

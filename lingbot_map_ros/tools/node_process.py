@@ -97,14 +97,10 @@ class NodeProcess:
             if client.wait_for_service(name, timeout_s, give_up=lambda: not self.alive()):
                 continue
             if not self.alive():
-                raise NodeProcessError(
-                    f"the node exited with code {self.proc.returncode} while starting; "
-                    f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
-                )
-            raise NodeProcessError(
-                f"service {name} not available after {timeout_s:g} s; the node's "
-                f"log ({self.log_path}) ends with:\n{self.log_tail()}"
-            )
+                raise NodeProcessError(f"the node exited with code {self.proc.returncode} while starting; "
+                                       f"its log ({self.log_path}) ends with:\n{self.log_tail()}")
+            raise NodeProcessError(f"service {name} not available after {timeout_s:g} s; the node's "
+                                   f"log ({self.log_path}) ends with:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGINT and wait; kill if it hangs (`killed`). Returns the exit code."""
