@@ -144,3 +144,41 @@ def test_memory_budget_merges_keyframes_into_submaps_and_still_closes_the_loop()
     assert result["ate_with"] <= 0.35 * result["ate_without"], result
     assert result["false_accepts"] == 0 and result["loops_accepted"] >= 1, result
     assert result["submaps"] >= 2 and result["keyframes"] <= 18, result
+
+
+def test_worker_thread_closes_the_loop_off_the_callers_thread() -> None:
+    """`LoopClosureWorker`: keyframes submitted from the stream's thread are processed on its own thread; the
+    loop event arrives there with the new correction; a forced pass and a clear run in order."""
+    import threading
+
+    from lingbot_map_ros.engine.loop import LoopClosureWorker
+    from lingbot_map_ros.tools.loop_oracle import DriftConfig, image_descriptor, oracle_session
+
+    scene = LoopScene.render(SceneConfig(width=112, height=84, frames=40, supersample=1, seed=18), turns=1.25)
+    session, oracle = oracle_session(scene, DriftConfig(scale_per_m=0.02, yaw_deg_per_m=1.0), seed=11)
+    config = LoopClosureConfig(min_similarity=0.5, queue_depth=64)  # all 40 frames fit: nothing dropped
+    closer = LoopCloser(config, 112, image_descriptor, PairVerifier(oracle))
+    events, threads = [], set()
+
+    def on_event(event: object) -> None:
+        events.append(event)
+        threads.add(threading.current_thread().name)
+
+    worker = LoopClosureWorker(closer, on_event)
+    try:
+        for i, image in enumerate(scene.images):
+            for result in session.push(image, meta=i):
+                worker.submit(result, float(result.meta))
+        worker.join_idle(60.0)
+        assert events and threads == {"loop_closure"}
+        assert events[-1].correction is closer.correction
+        optimizations = closer.stats.optimizations
+        worker.request_optimize()
+        worker.join_idle(60.0)
+        assert closer.stats.optimizations == optimizations + 1
+        worker.clear()
+        worker.join_idle(60.0)
+        assert len(closer.map) == 0 and closer.stats.keyframes == 0
+    finally:
+        worker.stop()
+    assert worker.dropped == 0
