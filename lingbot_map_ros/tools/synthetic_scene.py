@@ -61,9 +61,10 @@ def intrinsics(config: SceneConfig) -> np.ndarray:
     return np.array([[f, 0.0, config.width / 2.0], [0.0, f, config.height / 2.0], [0.0, 0.0, 1.0]])
 
 
-def camera_path(config: SceneConfig) -> np.ndarray:
-    """Camera-to-world poses [N, 4, 4] float64 (OpenCV optical axes) of one closed elliptical loop."""
-    phase = 2.0 * np.pi * np.arange(config.frames) / config.frames
+def camera_path(config: SceneConfig, turns: float = 1.0) -> np.ndarray:
+    """Camera-to-world poses [N, 4, 4] float64 (OpenCV optical axes) of `turns` times round the elliptical
+    loop (1: one closed loop; more: laps back through the start, for loop closure)."""
+    phase = 2.0 * np.pi * turns * np.arange(config.frames) / config.frames
     centre = np.stack([1.5 * np.cos(phase), -0.05 + 0.08 * np.sin(3.0 * phase), 2.6 * np.sin(phase)], axis=1)
     tangent = np.stack([-1.5 * np.sin(phase), np.zeros_like(phase), 2.6 * np.cos(phase)], axis=1)
     inward = -centre * np.array([1.0, 0.0, 1.0])

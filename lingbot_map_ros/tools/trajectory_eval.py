@@ -1,8 +1,8 @@
 """Trajectory error: Sim(3) Umeyama alignment and absolute trajectory error (ATE) of TUM trajectories.
 
 TUM files (one `timestamp tx ty tz qx qy qz qw` line per camera-to-world pose) are read and written by
-the engine's writers; this module only associates stamps, aligns and measures. numpy only (`evo` is not
-needed; its `evo_ape tum --align --correct_scale` computes the same numbers).
+the engine's writers; this module only associates stamps and measures. The alignment is `evo`'s Umeyama
+(`evo.core.geometry.umeyama_alignment`, the library `evo_ape tum --align --correct_scale` uses; issue 23).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from evo.core.geometry import umeyama_alignment
 
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.writers import read_tum
@@ -24,18 +25,10 @@ def umeyama_sim3(source: np.ndarray, target: np.ndarray, with_scale: bool = True
     source, target = np.asarray(source, np.float64), np.asarray(target, np.float64)
     if source.shape != target.shape or source.ndim != 2 or source.shape[1] != 3 or len(source) < 3:
         raise ValueError(f"need two matching point sets [N>=3, 3], got {source.shape} and {target.shape}")
-    mu_s, mu_t = source.mean(axis=0), target.mean(axis=0)
-    xs, xt = source - mu_s, target - mu_t
-    variance = (xs**2).sum() / len(source)
-    if variance <= 1e-18:
+    if ((source - source.mean(axis=0)) ** 2).sum() / len(source) <= 1e-18:
         raise ValueError("source points are all identical; a similarity is undefined")
-    u, d, vt = np.linalg.svd(xt.T @ xs / len(source))
-    sign = np.eye(3)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        sign[2, 2] = -1.0
-    rotation = u @ sign @ vt
-    scale = float(np.trace(np.diag(d) @ sign) / variance) if with_scale else 1.0
-    return Sim3(rotation, mu_t - scale * rotation @ mu_s, scale)
+    rotation, translation, scale = umeyama_alignment(source.T, target.T, with_scale)
+    return Sim3(rotation, translation, float(scale))
 
 
 @dataclass(frozen=True)

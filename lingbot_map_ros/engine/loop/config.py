@@ -1,0 +1,77 @@
+"""`LoopClosureConfig`: every `loop_closure.*` setting with its default and range (docs/loop_closure.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .pose_graph import GraphConfig
+from .verify import VerifyConfig
+
+
+@dataclass(frozen=True)
+class LoopClosureConfig:
+    """Keyframe selection, map, place recognition, edge uncertainties, verification and optimisation.
+
+    Attributes:
+        enabled: run the loop closer at all.
+        keyframe_translation: a new loop keyframe once the camera moved this fraction of the last keyframe's
+            median depth (stream units), or turned `keyframe_rotation_deg`.
+        point_stride / conf_threshold: pixels kept as a keyframe's points (every n-th row and column, depth
+            confidence above the threshold).
+        depth_stride: decimation of the network-grid depth kept for verification.
+        voxel_size: the derived voxel map's cell (map units).
+        exclude_recent: newest keyframes left out of the search (the query's own neighbourhood in time).
+        top_k / min_similarity: candidates verified per keyframe (best first), and their cosine floor.
+        max_keyframes / merge_size: memory budget: past it the oldest `merge_size` merge into one submap.
+        stream_sigma_floor / stream_sigma_rate: a stream edge's sigmas (rotation rad, translation and log
+            scale) = floor + rate x the step's length (stream units); translation floor x median depth.
+        loop_rotation_sigma / loop_translation_sigma / loop_scale_sigma: a verified loop edge's sigmas
+            (translation as a fraction of the keyframe's median depth).
+        queue_depth: keyframes waiting for the closer's thread (drop-oldest beyond).
+    """
+
+    enabled: bool = True
+    keyframe_translation: float = 0.1
+    keyframe_rotation_deg: float = 10.0
+    point_stride: int = 4
+    conf_threshold: float = 1.5
+    depth_stride: int = 2
+    voxel_size: float = 0.05
+    exclude_recent: int = 15
+    top_k: int = 3
+    min_similarity: float = 0.8
+    max_keyframes: int = 1000
+    merge_size: int = 10
+    stream_sigma_floor: float = 0.002
+    stream_sigma_rate: float = 0.05
+    loop_rotation_sigma: float = 0.01
+    loop_translation_sigma: float = 0.01
+    loop_scale_sigma: float = 0.01
+    queue_depth: int = 32
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+
+    def __post_init__(self) -> None:
+        positive = (
+            "keyframe_translation",
+            "keyframe_rotation_deg",
+            "voxel_size",
+            "stream_sigma_floor",
+            "stream_sigma_rate",
+            "loop_rotation_sigma",
+            "loop_translation_sigma",
+            "loop_scale_sigma",
+        )
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"loop_closure.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("point_stride", "depth_stride", "top_k", "queue_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"loop_closure.{name} must be >= 1, got {getattr(self, name)}")
+        if self.exclude_recent < 1 or self.merge_size < 2 or self.max_keyframes < self.exclude_recent + 2:
+            raise ValueError(
+                "loop_closure: need exclude_recent >= 1, merge_size >= 2 and "
+                "max_keyframes >= exclude_recent + 2"
+            )
+        if not -1.0 <= self.min_similarity <= 1.0:
+            raise ValueError(f"loop_closure.min_similarity must be in [-1, 1], got {self.min_similarity}")

@@ -1,0 +1,83 @@
+"""Place recognition: a global descriptor pooled from the model's own tokens, searched over keyframes.
+
+`ModelDescriptor` runs only the model's DINOv2 encoder (`aggregator.backbone_tokens`, no KV cache, no second
+network; as SwiftVGGT pools VGGT's encoder tokens) on a keyframe's network image and pools its patch tokens:
+each token L2-normalised, then averaged and L2-normalised ([C] float32, C = 1024 for the released model).
+`DescriptorIndex` holds one row per keyframe and returns the top-k cosine similarities outside a
+recent-keyframe exclusion window (numpy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ..contracts import StreamingModel
+
+
+class Describe(Protocol):
+    def __call__(self, image_net: np.ndarray) -> np.ndarray:
+        """[h, w, 3] uint8 network-size image -> [D] float32 unit descriptor."""
+
+
+class ModelDescriptor:
+    """Descriptor from the model's encoder tokens (module doc). Runs on the model's device, under
+    `torch.inference_mode`; touches no stream state."""
+
+    def __init__(self, model: StreamingModel) -> None:
+        self.model = model
+
+    def __call__(self, image_net: np.ndarray) -> np.ndarray:
+        model = self.model
+        dtype = model.precision.aggregator_dtype  # type: ignore[attr-defined]
+        with torch.inference_mode():
+            images = torch.from_numpy(np.ascontiguousarray(image_net)).to(model.device)
+            images = images.permute(2, 0, 1)[None].to(torch.float32).div_(255.0).to(dtype)
+            tokens = model.aggregator.backbone_tokens(images)[0].float()  # type: ignore[attr-defined]
+            pooled = torch.nn.functional.normalize(tokens, dim=-1).mean(dim=0)
+            return torch.nn.functional.normalize(pooled, dim=0).cpu().numpy().astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: int
+    similarity: float
+
+
+class DescriptorIndex:
+    """Descriptors of the keyframes in insertion order (rows [K, D] float32, unit norm)."""
+
+    def __init__(self) -> None:
+        self._keys: list[int] = []
+        self._rows: list[np.ndarray] = []
+        self._matrix: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: int, descriptor: np.ndarray) -> None:
+        self._keys.append(key)
+        self._rows.append(np.asarray(descriptor, np.float32))
+        self._matrix = None
+
+    def remove(self, keys: set[int]) -> None:
+        kept = [(k, r) for k, r in zip(self._keys, self._rows, strict=True) if k not in keys]
+        self._keys, self._rows = [k for k, _ in kept], [r for _, r in kept]
+        self._matrix = None
+
+    def query(
+        self, descriptor: np.ndarray, exclude_recent: int, top_k: int, min_similarity: float
+    ) -> list[Candidate]:
+        """The `top_k` most similar keyframes (cosine >= `min_similarity`), best first, leaving out the
+        `exclude_recent` newest (the query's own neighbourhood in time)."""
+        searchable = len(self._keys) - exclude_recent
+        if searchable <= 0:
+            return []
+        if self._matrix is None:
+            self._matrix = np.stack(self._rows)
+        sims = self._matrix[:searchable] @ np.asarray(descriptor, np.float32)
+        order = np.argsort(-sims, kind="stable")[:top_k]
+        return [Candidate(self._keys[i], float(sims[i])) for i in order if sims[i] >= min_similarity]
