@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
+from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
 from lingbot_map_ros.engine.persistence import compat_fields
@@ -59,7 +60,7 @@ class RunConfig:
     device: str = "cpu"
     image_width: int = 518
     scale_frames: int = 8
-    sliding_window: int = 64
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
     keyframe_interval: int = 1
     max_frames: int | None = None
     seed: int = 0
@@ -121,7 +122,8 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
         preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
         session=SessionConfig(
             scale_frames=config.scale_frames, sliding_window=config.sliding_window,
-            max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
+            max_window=max(DEFAULT_MAX_WINDOW, config.sliding_window),
+            keyframe_interval=config.keyframe_interval,
             image_width=config.image_width, backend="auto")), model)
 
 
@@ -204,7 +206,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
     p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
     p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument("--sliding-window", type=_sliding_window, default=64,
+    p.add_argument("--sliding-window", type=_sliding_window, default=DEFAULT_SLIDING_WINDOW,
                    help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)")
     p.add_argument("--keyframe-interval", type=int, default=1)
     p.add_argument("--max-frames", type=int, default=None)
