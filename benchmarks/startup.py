@@ -18,6 +18,7 @@ T0 = time.perf_counter()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,7 +31,7 @@ from lingbot_map_ros.engine.config import (  # noqa: E402
     DEFAULT_SLIDING_WINDOW,
     SessionConfig,
 )
-from lingbot_map_ros.model.graphed import set_compile_cache_dir  # noqa: E402
+from lingbot_map_ros.model.graphed import compile_cache_dir  # noqa: E402
 
 GIB = 2**30
 
@@ -62,7 +63,9 @@ def main() -> None:
     report: dict = {"args": vars(args) | {"out": str(args.out)}, "import_s": time.perf_counter() - T0}
     configure = time.perf_counter()
     if not args.no_compile:
-        report["cache_dir"] = str(set_compile_cache_dir(args.cache_dir))
+        cache_dir = compile_cache_dir(args.cache_dir)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)  # process-wide: set by this entry point
+        report["cache_dir"] = str(cache_dir)
     session = build_engine(
         EngineSpec(
             preset=args.preset,

@@ -222,3 +222,16 @@ def test_reanchors_at_max_stored_frames_in_the_same_map_frame(model: LingBotMap)
     assert (stats.epoch, stats.segment, stats.reanchors_total, stats.resets_total) == (0, 1, 1, 0)
     assert stats.timings_ms["reanchor"]["count"] == 1 and stats.alignment_scale > 0
     assert all(r.epoch == 0 and np.isfinite(r.pose_c2w).all() for r in results)
+
+
+def test_building_seeded_synthetic_weights_leaves_the_global_rng_alone() -> None:
+    """Process-wide state only at entry points: the builder draws the seeded weights from a forked RNG."""
+    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
+
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = build_engine(EngineSpec(preset="tiny", device="cpu", seed=7)).model
+    assert torch.equal(torch.get_rng_state(), state)
+    second = build_engine(EngineSpec(preset="tiny", device="cpu", seed=7)).model
+    for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,7 +66,7 @@ class RunConfig:
     keyframe_interval: int = 1
     max_frames: int | None = None
     seed: int = 0
-    threads: int | None = 1
+    threads: int | None = 1  # torch CPU threads, set by the entry point for the run (`torch_threads`)
     voxel_size: float = 0.02
     conf_threshold: float = 1.5
     pixel_stride: int = 2
@@ -111,13 +113,10 @@ class RunResult:
 def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
     """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights), or over
     ``model`` (an already built one: several cameras of one run share it)."""
-    import torch
 
     from lingbot_map_ros.engine.builder import EngineSpec, build_engine
     from lingbot_map_ros.engine.config import SessionConfig
 
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
     return build_engine(EngineSpec(
         preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
         session=SessionConfig(
@@ -245,6 +244,27 @@ def main_args(args: argparse.Namespace) -> int:
                        threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
                        pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
                        load_session=args.load, save_session=args.save)
+    with torch_threads(config.threads):  # process-wide: set by this entry point, restored after the run
+        return _run_topics(args, config)
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """``torch.set_num_threads(threads)`` for the block (None: unchanged); the previous count is restored
+    after it."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_topics(args: argparse.Namespace, config: RunConfig) -> int:
+    """`run` of one camera topic, or of several (tools/run_cameras.py)."""
     topics = args.topics or ([args.topic] if args.topic else None)
     if topics is None or len(topics) > 1:
         from lingbot_map_ros.tools.run_cameras import bag_camera_topics, run_cameras  # imports this module
