@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
+from lingbot_map_ros.cache.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW
 
 
 @dataclass
@@ -138,9 +139,9 @@ def main() -> None:
     parser.add_argument("--frames", default="100,1000,10000", help="checkpoints (frames stored)")
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--patches", type=int, default=999, help="patches per frame (999 = 518x378)")
-    parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--window", type=int, default=DEFAULT_SLIDING_WINDOW)
     parser.add_argument("--anchors", type=int, default=8)
-    parser.add_argument("--max-window", type=int, default=128)
+    parser.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()

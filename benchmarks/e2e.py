@@ -40,7 +40,7 @@ from stages import StageRecorder
 
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW, SessionConfig
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, StreamConfig
 
@@ -232,8 +232,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--plain-frames", type=int, default=300, help="plain-path run frames (0: none)")
     parser.add_argument("--keyframe-interval", type=int, default=0, help="0: ceil(frames / 320)")
     parser.add_argument("--anchors", type=int, default=8)
-    parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--max-window", type=int, default=128)
+    parser.add_argument("--window", type=int, default=DEFAULT_SLIDING_WINDOW)
+    parser.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW)
     parser.add_argument("--backend", default="auto", choices=BACKENDS)
     parser.add_argument("--modes", default="fast,plain", help=f"paths, comma-separated, of {sorted(MODES)}")
     parser.add_argument("--stream-modes", help="paths of the session runs (default: --modes)")

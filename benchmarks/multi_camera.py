@@ -36,7 +36,7 @@ from e2e import engine, random_frames, synchronize
 
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW, SessionConfig
 
 GIB = 2**30
 
@@ -157,8 +157,8 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=378)
     parser.add_argument("--width", type=int, default=518)
     parser.add_argument("--anchors", type=int, default=8)
-    parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--max-window", type=int, default=128)
+    parser.add_argument("--window", type=int, default=DEFAULT_SLIDING_WINDOW)
+    parser.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW)
     parser.add_argument("--keyframe-interval", type=int, default=1)
     parser.add_argument("--max-stored-frames", type=int, default=320)
     parser.add_argument("--no-cuda-graphs", action="store_true", help="eager single-camera steps too")

@@ -40,7 +40,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine  # noqa: E402
-from lingbot_map_ros.engine.config import SessionConfig  # noqa: E402
+from lingbot_map_ros.engine.config import (  # noqa: E402
+    DEFAULT_MAX_WINDOW,
+    DEFAULT_SLIDING_WINDOW,
+    SessionConfig,
+)
 from lingbot_map_ros.engine.geometry import rotation_angle  # noqa: E402
 from lingbot_map_ros.model import PrecisionPolicy  # noqa: E402
 
@@ -55,8 +59,8 @@ class SoakConfig:
     width: int = 56
     source_width: int = 112  # frames are pre-resized to this width (the session resizes to `width`)
     scale_frames: int = 8
-    sliding_window: int = 64
-    max_window: int = 128
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
+    max_window: int = DEFAULT_MAX_WINDOW
     max_stored_frames: int = 320
     device: str = "cpu"
     sample_every: int = 50

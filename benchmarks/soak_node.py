@@ -42,6 +42,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from soak import load_loop_frames  # noqa: E402
 
+from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW  # noqa: E402
+
 NODE = "soak_node"
 
 
@@ -53,7 +55,7 @@ class NodeSoakConfig:
     width: int = 56
     source_width: int = 112
     scale_frames: int = 8
-    sliding_window: int = 64
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
     max_map_points: int = 20_000
     path_length: int = 500
     in_flight: int = 10

@@ -18,6 +18,7 @@ T0 = time.perf_counter()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -25,8 +26,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine  # noqa: E402
-from lingbot_map_ros.engine.config import SessionConfig  # noqa: E402
-from lingbot_map_ros.model.graphed import set_compile_cache_dir  # noqa: E402
+from lingbot_map_ros.engine.config import (  # noqa: E402
+    DEFAULT_MAX_WINDOW,
+    DEFAULT_SLIDING_WINDOW,
+    SessionConfig,
+)
+from lingbot_map_ros.model.graphed import compile_cache_dir  # noqa: E402
 
 GIB = 2**30
 
@@ -42,8 +47,8 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=378, help="camera image height")
     parser.add_argument("--width", type=int, default=518, help="camera image width")
     parser.add_argument("--image-width", type=int, default=518, help="network input width")
-    parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--max-window", type=int, default=128)
+    parser.add_argument("--window", type=int, default=DEFAULT_SLIDING_WINDOW)
+    parser.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW)
     parser.add_argument("--keyframe-interval", type=int, default=1)
     parser.add_argument("--no-compile", action="store_true", help="model.compile_blocks false")
     parser.add_argument("--no-warmup", action="store_true")
@@ -58,7 +63,9 @@ def main() -> None:
     report: dict = {"args": vars(args) | {"out": str(args.out)}, "import_s": time.perf_counter() - T0}
     configure = time.perf_counter()
     if not args.no_compile:
-        report["cache_dir"] = str(set_compile_cache_dir(args.cache_dir))
+        cache_dir = compile_cache_dir(args.cache_dir)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)  # process-wide: set by this entry point
+        report["cache_dir"] = str(cache_dir)
     session = build_engine(
         EngineSpec(
             preset=args.preset,

@@ -7,6 +7,7 @@ what is checked here is that it leaves no trace in the stream.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -71,17 +72,26 @@ def test_parse_image_size_and_cross_check() -> None:
 
 
 def test_compile_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lingbot_map_ros.model.graphed import default_compile_cache_dir, set_compile_cache_dir
+    from lingbot_map_ros.model.graphed import compile_cache_dir, default_compile_cache_dir
+    from lingbot_map_ros.ros.process_settings import ProcessSettings
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_compile_cache_dir() == tmp_path / "xdg" / "lingbot_map_ros" / "torch_compile"
-    assert set_compile_cache_dir("") == default_compile_cache_dir() and default_compile_cache_dir().is_dir()
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(default_compile_cache_dir())
+    assert compile_cache_dir("") == default_compile_cache_dir() and default_compile_cache_dir().is_dir()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # the model layer sets no process-wide state
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "env"))
-    assert set_compile_cache_dir("") == tmp_path / "env"
-    assert set_compile_cache_dir(str(tmp_path / "param")) == tmp_path / "param"
+    assert compile_cache_dir("") == tmp_path / "env"
+    assert compile_cache_dir(str(tmp_path / "param")) == tmp_path / "param"
+    settings = ProcessSettings()  # the node's configure sets it, cleanup restores it
+    settings.set_compile_cache_dir(tmp_path / "param")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "param")
+    before = sys.getswitchinterval()
+    settings.set_switch_interval(0.0002)
+    assert sys.getswitchinterval() == pytest.approx(0.0002)
+    settings.restore()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "env")
+    assert sys.getswitchinterval() == before
 
 
 def _fields(r) -> tuple:

@@ -1,5 +1,5 @@
 """Faults over real DDS (node subprocess, tiny preset on CPU): bad checkpoints, out-of-memory / NaN / errors
-in a step (injected through `LINGBOT_MAP_FAULTS`, engine/faults.py), services racing inference and each
+in a step (injected through `LINGBOT_MAP_FAULTS`, test/fault_injection.py), services racing inference and each
 other, atomic ~/save_map files, SIGINT during a step (docs/reliability.md)."""
 
 from __future__ import annotations

@@ -8,14 +8,25 @@ token-major); queries are ``[T, num_heads, head_dim]``. Attention is non-causal 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 import torch
 import torch.nn.functional as F
 
 from lingbot_map_ros.cache.config import KVCacheConfig
 
+if TYPE_CHECKING:
+    from lingbot_map_ros.cache.batch import BatchBackend
+
+#: Global-attention backend names (the one list: `SessionConfig`, `attention.backend`, `run`, benchmarks).
 BACKENDS = ("auto", "torch", "flashinfer")
+
+
+def check_backend(name: object) -> str:
+    """``name`` when it is one of :data:`BACKENDS`, else ValueError: the one check of a backend name."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    return str(name)
 
 
 class AttentionBackend(Protocol):
@@ -120,14 +131,38 @@ def _heads_first(
     )
 
 
-def make_backend(name: str, config: KVCacheConfig, pool_tokens: int) -> AttentionBackend:
-    """Build the backend ``name`` ("auto", "torch" or "flashinfer") for ``config``.
+@overload
+def make_backend(
+    name: str, config: KVCacheConfig, pool_tokens: int, *, batch: Literal[False] = False
+) -> AttentionBackend: ...
 
-    ``auto`` picks torch SDPA everywhere: on CPU it is the only backend; on CUDA the visible keys are one
-    contiguous slab, where cuDNN SDPA beats FlashInfer's paged kernels (docs/cache.md, docs/benchmarks.md).
+
+@overload
+def make_backend(
+    name: str, config: KVCacheConfig, pool_tokens: int = 0, *, batch: Literal[True]
+) -> BatchBackend: ...
+
+
+def make_backend(
+    name: str, config: KVCacheConfig, pool_tokens: int = 0, *, batch: bool = False
+) -> AttentionBackend | BatchBackend:
+    """Build the backend ``name`` ("auto", "torch" or "flashinfer") for ``config``: the one backend factory.
+
+    ``batch=False``: the single-stream backend over a pool of ``pool_tokens`` tokens (``PagedKVCache``);
+    ``batch=True``: the batch backend of a shared pool, one request per stream (cache/batch.py;
+    ``pool_tokens`` unused). ``auto`` picks torch SDPA everywhere: on CPU it is the only backend; on CUDA the
+    visible keys are one contiguous slab, where cuDNN SDPA beats FlashInfer's paged kernels (docs/cache.md,
+    docs/benchmarks.md).
     """
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    check_backend(name)
+    if batch:
+        if name == "flashinfer":
+            from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
+
+            return FlashInferBatchAttention(config)
+        from lingbot_map_ros.cache.batch import TorchBatchAttention
+
+        return TorchBatchAttention(config)
     if name == "flashinfer":
         from lingbot_map_ros.cache.flashinfer_backend import FlashInferAttention
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import torch
 
-from lingbot_map_ros.cache.backends import BACKENDS, TorchAttention
+from lingbot_map_ros.cache.backends import TorchAttention, make_backend
 from lingbot_map_ros.cache.config import KVCacheConfig
 from lingbot_map_ros.cache.paged_kv_cache import CacheStep
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
@@ -104,25 +104,6 @@ class TorchBatchAttention:
             attention.run(q[r.query_start : r.query_stop], k_pool, v_pool) for r, attention in self._requests
         ]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
-
-
-def make_batch_backend(pool: SharedKVPool) -> BatchBackend:
-    """The batch backend named by ``pool.backend_name`` ("auto" = torch, as for single streams)."""
-    name = pool.backend_name
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
-    config = KVCacheConfig(
-        num_layers=pool.num_layers,
-        num_heads=pool.num_heads,
-        head_dim=pool.head_dim,
-        dtype=pool.dtype,
-        device=pool.device,
-    )
-    if name == "flashinfer":
-        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
-
-        return FlashInferBatchAttention(config)
-    return TorchBatchAttention(config)
 
 
 class BatchCacheStep:
@@ -215,10 +196,21 @@ def begin_batch(
     batch_plan = BatchPlan(tuple(requests))
     if backend is None:
         if pool.batch_backend is None:
-            pool.batch_backend = make_batch_backend(pool)
+            pool.batch_backend = make_backend(pool.backend_name, _pool_config(pool), batch=True)
         backend = pool.batch_backend
     backend.plan(batch_plan)
     return BatchCacheStep(pool, caches, steps, batch_plan, backend)
+
+
+def _pool_config(pool: SharedKVPool) -> KVCacheConfig:
+    """The head geometry, dtype and device of ``pool``'s batch backend."""
+    return KVCacheConfig(
+        num_layers=pool.num_layers,
+        num_heads=pool.num_heads,
+        head_dim=pool.head_dim,
+        dtype=pool.dtype,
+        device=pool.device,
+    )
 
 
 def end_batch(step: BatchCacheStep) -> None:

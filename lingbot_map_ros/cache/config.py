@@ -17,6 +17,12 @@ The cache calls ``"attention"`` before a layer's attention kernel and ``"attenti
 #: RoPE table ends at 1,024 frames, so 1,024 + 8 anchors changes nothing for any stream the reference can run.
 DEFAULT_MAX_SPECIAL_FRAMES = 1032
 
+#: Default live window of non-anchor keyframes and default pool capacity (upper bound of the window): the one
+#: definition of both defaults (KVCacheConfig, StreamConfig, SessionConfig, the node's parameters, `run`,
+#: benchmarks import them).
+DEFAULT_SLIDING_WINDOW = 64
+DEFAULT_MAX_WINDOW = 128
+
 
 def check_sliding_window(value: object, max_window: int) -> int:
     """``value`` when it is a live window the cache accepts (an int in ``[1, max_window]``), else ValueError.
@@ -46,8 +52,8 @@ class KVCacheConfig:
     scale_frames: int = 8
     #: Live window of non-anchor frames. A cache's ``config`` is replaced on a live resize
     #: (``PagedKVCache.set_sliding_window``), so ``cache.config.sliding_window`` is always the live value.
-    sliding_window: int = 64
-    max_window: int = 128
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
+    max_window: int = DEFAULT_MAX_WINDOW
     max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
     dtype: torch.dtype = torch.float32
     device: torch.device = torch.device("cpu")

@@ -32,7 +32,8 @@ class EngineSpec:
         checkpoint: weights file (.pt / .safetensors); None: synthetic weights seeded with ``seed``.
         device: torch device of the model.
         precision: compute dtypes; None: ``PrecisionPolicy.for_device(device)`` (bf16 aggregator on CUDA).
-        seed: ``torch.manual_seed`` before the synthetic weights are drawn (None: the global RNG as it is).
+        seed: seed of the synthetic weights, drawn from a forked RNG (the global RNG untouched); None: drawn
+            from the global RNG as it is.
         init_on_device: draw synthetic weights directly on ``device`` (fast for the released preset on a GPU;
             other values than the default CPU draw of the same seed). Ignored with a checkpoint.
         session: the streaming policy (anchors, window, keyframes, backend, CUDA graphs, ...).
@@ -78,10 +79,19 @@ def build_engine(
 
 
 def _build_model(spec: EngineSpec) -> LingBotMap:
+    if spec.synthetic and spec.seed is not None:
+        # The same synthetic weights in every process, drawn from a forked RNG: the process's global RNG
+        # state is the same after the build as before it (no process-wide state set here).
+        devices = [torch.device(spec.device)] if torch.device(spec.device).type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(spec.seed)
+            return _draw_model(spec)
+    return _draw_model(spec)
+
+
+def _draw_model(spec: EngineSpec) -> LingBotMap:
     device = torch.device(spec.device)
     config = ModelConfig.preset(spec.preset)
-    if spec.synthetic and spec.seed is not None:
-        torch.manual_seed(spec.seed)  # the same synthetic weights in every process
     if spec.synthetic and spec.init_on_device:
         with device:
             model = LingBotMap(config)

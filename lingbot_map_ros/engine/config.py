@@ -6,10 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
-from lingbot_map_ros.cache.backends import BACKENDS
+# The choices and defaults below are owned by cache/ and model/ and re-exported here, so ros/ and tools/ reach
+# them through engine/ (the node's parameter table, `run`'s flags, benchmarks): import them, never copy them.
+from lingbot_map_ros.cache.backends import BACKENDS as BACKENDS
+from lingbot_map_ros.cache.backends import check_backend
+from lingbot_map_ros.cache.config import DEFAULT_MAX_WINDOW as DEFAULT_MAX_WINDOW
+from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW as DEFAULT_SLIDING_WINDOW
 from lingbot_map_ros.cache.config import check_sliding_window
 from lingbot_map_ros.model import StreamConfig
-from lingbot_map_ros.model.config import PATCH_SIZE
+from lingbot_map_ros.model.config import PATCH_SIZE as PATCH_SIZE
+from lingbot_map_ros.model.config import check_image_width as check_image_width
 
 #: Length of the released model's 3D-RoPE table: the temporal index of a step must stay below it.
 ROPE_TABLE_FRAMES = 1024
@@ -45,8 +51,8 @@ class SessionConfig:
     """
 
     scale_frames: int = 8
-    sliding_window: int = 64
-    max_window: int = 128
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
+    max_window: int = DEFAULT_MAX_WINDOW
     keyframe_interval: int = 1
     image_width: int = 518
     device: str | None = None
@@ -68,13 +74,9 @@ class SessionConfig:
         _int_at_least("scale_frames", 1)
         _int_at_least("max_window", 1)
         _int_at_least("keyframe_interval", 1)
-        _int_at_least("image_width", PATCH_SIZE)
         _int_at_least("timing_window", 1)
         check_sliding_window(self.sliding_window, self.max_window)
-        if self.image_width % PATCH_SIZE:
-            raise ValueError(
-                f"SessionConfig.image_width must be a multiple of {PATCH_SIZE}, got {self.image_width}"
-            )
+        check_image_width(self.image_width, "SessionConfig.image_width")
         if not self.scale_frames < self.max_stored_frames <= ROPE_TABLE_FRAMES:
             raise ValueError(
                 f"SessionConfig.max_stored_frames must be in ({self.scale_frames}, {ROPE_TABLE_FRAMES}] "
@@ -85,8 +87,7 @@ class SessionConfig:
                 f"SessionConfig.camera_history must be > scale_frames={self.scale_frames}, "
                 f"got {self.camera_history}"
             )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"SessionConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        check_backend(self.backend)
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"SessionConfig.dtype must be a float dtype, got {self.dtype}")
 

@@ -22,8 +22,17 @@ import numpy as np
 
 from .geometry import OPTICAL_TO_BODY, invert_rigid, rigid
 
-#: TF modes (REP-105): which single edge the node publishes.
-TF_MODES = ("auto", "map_to_odom", "map_to_base", "map_to_camera")
+#: TF modes (REP-105): which single edge the node publishes (docs/robot.md). The one definition of the mode
+#: names: the node's `tf.mode` choices, the mapper, the fusion and the node's TF policy import them.
+TF_AUTO = "auto"
+MAP_TO_ODOM = "map_to_odom"
+MAP_TO_BASE = "map_to_base"
+MAP_TO_CAMERA = "map_to_camera"
+#: The modes that read the robot's TF (base -> camera extrinsics; odom -> base too in `map_to_odom`).
+ROBOT_TF_MODES = (MAP_TO_ODOM, MAP_TO_BASE)
+#: The modes a stream runs in (`auto` resolved by `choose_tf_mode`).
+RESOLVED_TF_MODES = (*ROBOT_TF_MODES, MAP_TO_CAMERA)
+TF_MODES = (TF_AUTO, *RESOLVED_TF_MODES)
 
 
 def choose_tf_mode(requested: str, has_extrinsics: bool, has_odometry: bool) -> str:
@@ -32,11 +41,11 @@ def choose_tf_mode(requested: str, has_extrinsics: bool, has_odometry: bool) -> 
     extrinsics, else `map_to_camera`."""
     if requested not in TF_MODES:
         raise ValueError(f"tf mode must be one of {TF_MODES}, got '{requested}'")
-    if requested != "auto":
+    if requested != TF_AUTO:
         return requested
     if has_extrinsics and has_odometry:
-        return "map_to_odom"
-    return "map_to_base" if has_extrinsics else "map_to_camera"
+        return MAP_TO_ODOM
+    return MAP_TO_BASE if has_extrinsics else MAP_TO_CAMERA
 
 
 def camera_rest_pose() -> np.ndarray:

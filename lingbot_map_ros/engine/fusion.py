@@ -13,17 +13,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from .frames import ROBOT_TF_MODES
 from .grid import Grid, GridConfig, OccupancyGridBuilder
 from .mapper import Mapper
 from .mapping import VoxelMap, VoxelMapConfig
 
-#: TF modes whose map frame is the robot's `map_frame` (the same for every camera).
-ROBOT_MODES = ("map_to_odom", "map_to_base")
-
 
 def in_robot_map(mapper: Mapper) -> bool:
     """True when `mapper`'s current stream is mapped in the robot's map frame (fusable)."""
-    return mapper.mode in ROBOT_MODES
+    return mapper.mode in ROBOT_TF_MODES
 
 
 def fuse_points(

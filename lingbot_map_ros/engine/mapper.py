@@ -26,7 +26,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .frames import FrameChain, camera_points, camera_rest_pose, saved_rigid, transform_points
+from .frames import (
+    MAP_TO_CAMERA,
+    MAP_TO_ODOM,
+    RESOLVED_TF_MODES,
+    ROBOT_TF_MODES,
+    FrameChain,
+    camera_points,
+    camera_rest_pose,
+    saved_rigid,
+    transform_points,
+)
 from .geometry import invert_rigid, rotation_vector
 from .grid import GridConfig, OccupancyGridBuilder
 from .mapping import Trajectory, VoxelMap, VoxelMapConfig
@@ -75,7 +85,7 @@ class RobotSample:
     `map_base` [4, 4] T_map_base in a map frame that already exists (another camera's, robot modes): a new
     epoch then starts in that map frame instead of one at the base's pose (several cameras, one map)."""
 
-    mode: str = "map_to_camera"
+    mode: str = MAP_TO_CAMERA
     base_cam: np.ndarray | None = None
     odom_base: np.ndarray | None = None
     map_base: np.ndarray | None = None
@@ -250,14 +260,14 @@ class Mapper:
         elif result.segment != self._segment:  # re-anchor: same map frame, re-estimate the scale
             self._segment = result.segment
             self.scale.restart()
-        base_cam = robot.base_cam if self.mode != "map_to_camera" else None
+        base_cam = robot.base_cam if self.mode != MAP_TO_CAMERA else None
         if result.is_keyframe:
             self._sample_scale(result, stamp_s, robot, sensor_depth)
         self.chain.scale = self.scale.value
         camera_pose = self.chain.camera_pose(result.pose_c2w)
         body_pose = camera_pose @ invert_rigid(base_cam) if base_cam is not None else camera_pose
         map_odom = None
-        if self.mode == "map_to_odom":
+        if self.mode == MAP_TO_ODOM:
             map_odom = body_pose @ invert_rigid(robot.odom_base)
         depth = (result.depth * np.float32(self.scale.value)).astype(np.float32)
         twist, twist_cov = self._twist(stamp_s, body_pose)
@@ -310,7 +320,7 @@ class Mapper:
         self.clear()
         try:
             mode = state["tf_mode"]
-            if mode not in ("map_to_odom", "map_to_base", "map_to_camera"):
+            if mode not in RESOLVED_TF_MODES:
                 raise ValueError(f"saved TF mode must be a concrete mode, got {mode!r}")
             chain = state["chain"]
             world_cam0 = saved_rigid(chain["world_cam0"], "world_cam0")  # type: ignore[index]
@@ -344,8 +354,8 @@ class Mapper:
     # ------------------------------------------------------------------------------------------------
     def _start_epoch(self, result: FrameResult, robot: RobotSample) -> None:
         self.mode = robot.mode
-        if robot.mode in ("map_to_odom", "map_to_base"):
-            if robot.base_cam is None or (robot.mode == "map_to_odom" and robot.odom_base is None):
+        if robot.mode in ROBOT_TF_MODES:
+            if robot.base_cam is None or (robot.mode == MAP_TO_ODOM and robot.odom_base is None):
                 raise ValueError(f"TF mode {robot.mode} needs the robot transforms of the first frame")
             map_cam0 = np.asarray(robot.base_cam, np.float64)
             if robot.map_base is not None:

@@ -1,8 +1,7 @@
 """Map accumulation: a voxel-grid point map with a hard point budget, a bounded trajectory, file writers.
 
 Points and poses are in whatever frame the caller inserts them in: `engine/mapper.py` (the node and `run`)
-inserts map-frame points (REP-103/REP-105, metres once the scale is known); `VoxelMap.integrate` keeps the
-older model-world path for direct users of `FrameResult`. numpy only.
+inserts map-frame points (REP-103/REP-105, metres once the scale is known). numpy only.
 
 `VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
 (weight capped at ``max_weight`` so a voxel follows later, better-constrained observations). Voxels live in
@@ -24,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .result import FrameResult
 from .trajectory import Trajectory
 from .writers import read_ply, read_tum, write_ply, write_tum
 
@@ -109,12 +107,6 @@ class VoxelMap:
 
     def __len__(self) -> int:
         return self._weight.shape[0] - self._num_free
-
-    def integrate(self, result: FrameResult) -> int:
-        """Add a frame's points above ``conf_threshold`` on the ``pixel_stride`` grid; returns N added."""
-        xyz, rgb = result.points(self.config.conf_threshold, self.config.pixel_stride)
-        self.insert(xyz, rgb)
-        return xyz.shape[0]
 
     def insert(self, xyz: np.ndarray, rgb: np.ndarray) -> None:
         """Accumulate points.

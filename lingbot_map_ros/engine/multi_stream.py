@@ -141,14 +141,6 @@ class MultiStreamSession:
             frames = {name: q.popleft() for name, q in self._queues.items() if q}
         return self.run_round(frames)
 
-    def push(self, name: str, rgb: np.ndarray, meta: object = None) -> RoundResults:
-        """Queue a frame of ``name`` and run one round over every camera with a queued frame, without waiting
-        (single-threaded callers: tests, bag replay)."""
-        self.submit(name, rgb, meta)
-        with self._ready:
-            frames = {n: q.popleft() for n, q in self._queues.items() if q}
-        return self.run_round(frames)
-
     # ------------------------------------------------------------------ rounds
 
     def run_round(self, frames: dict[str, tuple[np.ndarray, object]]) -> RoundResults:

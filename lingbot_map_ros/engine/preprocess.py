@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from lingbot_map_ros.model.config import PATCH_SIZE
+from lingbot_map_ros.model.config import PATCH_SIZE, check_image_width
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,7 @@ def preprocess_geometry(source_hw: tuple[int, int], image_width: int = 518) -> P
         ValueError: ``image_width`` not a positive multiple of ``PATCH_SIZE``, or an image too small / too
             flat for one patch row.
     """
-    if image_width <= 0 or image_width % PATCH_SIZE:
-        raise ValueError(f"image_width must be a positive multiple of {PATCH_SIZE}, got {image_width}")
+    check_image_width(image_width)
     src_h, src_w = int(source_hw[0]), int(source_hw[1])
     if src_h <= 0 or src_w <= 0:
         raise ValueError(f"expected a non-empty image, got H×W = {src_h}×{src_w}")

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import unproject_depth
-
 PHASE_ANCHOR = 1
 PHASE_STREAMING = 2
 
@@ -55,15 +53,3 @@ class FrameResult:
         """(H, W) of the original image."""
         return self.rgb.shape[0], self.rgb.shape[1]
 
-    def points(self, conf_threshold: float = 1.5, stride: int = 4) -> tuple[np.ndarray, np.ndarray]:
-        """Coloured world points of this frame.
-
-        Args:
-            conf_threshold: keep pixels with ``depth_conf > conf_threshold`` (the reference viewer uses 1.5).
-            stride: keep every ``stride``-th row and column of the original image.
-        Returns:
-            (xyz [N, 3] float32 in the map frame, rgb [N, 3] uint8).
-        """
-        mask = self.depth_conf > conf_threshold
-        xyz, flat = unproject_depth(self.depth, self.intrinsics, self.pose_c2w, mask=mask, stride=stride)
-        return xyz, self.rgb.reshape(-1, 3)[flat]

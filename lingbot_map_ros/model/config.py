@@ -10,6 +10,15 @@ import torch
 PATCH_SIZE = 14
 
 
+def check_image_width(value: object, name: str = "image_width") -> int:
+    """``value`` when it is a network input width (a positive int multiple of :data:`PATCH_SIZE`), else
+    ValueError naming ``name``: the one check of the patch multiple (`SessionConfig`, pre-processing, the
+    node's `model.image_width`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < PATCH_SIZE or value % PATCH_SIZE:
+        raise ValueError(f"{name} must be a positive multiple of {PATCH_SIZE} (patch size), got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of `LingBotMap` (the released values are the defaults).

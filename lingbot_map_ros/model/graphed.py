@@ -283,11 +283,12 @@ def default_compile_cache_dir() -> Path:
     return Path(base) / "lingbot_map_ros" / "torch_compile"
 
 
-def set_compile_cache_dir(configured: str) -> Path:
-    """Point torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels) at a
-    directory that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets
-    it, else `default_compile_cache_dir()`. Must run before the first compile of the process (OSError
-    when the directory cannot be made)."""
+def compile_cache_dir(configured: str) -> Path:
+    """The directory for torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels)
+    that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets it, else
+    `default_compile_cache_dir()`; made here (OSError when it cannot be). The entry point (the node's
+    configure through `ros/process_settings.py`, benchmarks/startup.py) writes it to
+    `TORCHINDUCTOR_CACHE_DIR` before the first compile: the model layer sets no process-wide state."""
     if configured:
         path = Path(configured).expanduser()
     elif os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
@@ -295,5 +296,4 @@ def set_compile_cache_dir(configured: str) -> Path:
     else:
         path = default_compile_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     return path

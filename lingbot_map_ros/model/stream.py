@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache import DEFAULT_MAX_SPECIAL_FRAMES, KVCacheConfig, KVCacheStats, PagedKVCache
-from lingbot_map_ros.cache.config import StageHook, check_sliding_window
+from lingbot_map_ros.cache.config import (
+    DEFAULT_MAX_WINDOW,
+    DEFAULT_SLIDING_WINDOW,
+    StageHook,
+    check_sliding_window,
+)
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.config import ModelConfig
@@ -40,8 +45,8 @@ class StreamConfig:
     """
 
     scale_frames: int = 8
-    sliding_window: int = 64
-    max_window: int = 128
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
+    max_window: int = DEFAULT_MAX_WINDOW
     max_special_frames: int = DEFAULT_MAX_SPECIAL_FRAMES
     camera_history: int = DEFAULT_CAMERA_HISTORY
     backend: str = "auto"

@@ -9,7 +9,7 @@ the same publisher or subscription for the same (type, topic, QoS) every time it
 that transparent to code written for a `Node` (`MappingOutputs`, `TfBroadcaster`, `FrameIntake.subscribe`:
 their `destroy_*` calls become no-ops), and the node gates the callbacks with its lifecycle state instead.
 Topics therefore never vanish from the ROS graph on deactivate, as with lifecycle publishers. Everything is
-destroyed by `destroy_all` once spinning has stopped (shutdown).
+destroyed with the node when its context shuts down, after spinning has stopped (ros/shutdown.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _qos_key(qos: QoSProfile | int) -> tuple:
 
 
 class KeptEntities:
-    """Publishers and subscriptions of `node`, created on first request and kept until `destroy_all`.
+    """Publishers and subscriptions of `node`, created on first request and kept until the node is destroyed.
 
     Args:
         node: the node that owns them.
@@ -82,16 +82,6 @@ class KeptEntities:
         with self._lock:
             return len(self._publishers), len(self._subscriptions)
 
-    def destroy_all(self) -> None:
-        """Destroy every kept entity; call only when no executor spins the node any more."""
-        with self._lock:
-            for pub in self._publishers.values():
-                self._node.destroy_publisher(pub)
-            for sub in self._subscriptions.values():
-                self._node.destroy_subscription(sub)
-            self._publishers.clear()
-            self._subscriptions.clear()
-
 
 class NodeFacade:
     """A stand-in for `node` whose `create_publisher`/`create_subscription` return kept entities and whose
@@ -115,7 +105,7 @@ class NodeFacade:
         return self._kept.subscription(msg_type, topic, callback, qos, **kwargs)
 
     def destroy_publisher(self, publisher: Any) -> bool:
-        return True  # kept until shutdown (KeptEntities.destroy_all)
+        return True  # kept until the node is destroyed at shutdown
 
     def destroy_subscription(self, subscription: Any) -> bool:
         return True

@@ -45,10 +45,8 @@ class OutputConfig:
     tf_mode: str = "map_to_camera"
     tf_timeout: float = 0.2
     tf_transform_tolerance: float = 0.1
-    tf_publish_rate: float = 20.0
     scale: ScaleConfig = ScaleConfig()
     grid: GridConfig = GridConfig()
-    grid_rate: float = 0.5
     covariance: CovarianceConfig = CovarianceConfig()
     mapping_enabled: bool = True
     #: Several cameras (docs/node.md): the map frame of this camera while it is mapped without the robot
@@ -77,7 +75,6 @@ class OutputConfig:
             tf_mode=p.tf_mode,
             tf_timeout=p.tf_timeout,
             tf_transform_tolerance=p.tf_transform_tolerance,
-            tf_publish_rate=p.tf_publish_rate,
             scale=ScaleConfig(
                 source=p.scale_source,
                 factor=p.scale_factor,
@@ -90,7 +87,6 @@ class OutputConfig:
             grid=GridConfig(
                 resolution=p.grid_resolution, min_height=p.grid_min_height, max_height=p.grid_max_height
             ),
-            grid_rate=p.grid_rate,
             covariance=CovarianceConfig(
                 position_std=p.covariance_position_std,
                 orientation_std=p.covariance_orientation_std,

@@ -3,8 +3,15 @@ whether it applies live (docs/node.md has the same table; `config/lingbot_map.ya
 
 from __future__ import annotations
 
-from ..cache.backends import BACKENDS
-from ..model.config import PATCH_SIZE
+from ..engine.config import (
+    BACKENDS,
+    DEFAULT_MAX_WINDOW,
+    DEFAULT_SLIDING_WINDOW,
+    PATCH_SIZE,
+    ROPE_TABLE_FRAMES,
+)
+from ..engine.frames import TF_AUTO, TF_MODES
+from ..engine.scale import SCALE_SOURCES
 from .param_spec import ParamSpec
 
 PARAMETERS: tuple[ParamSpec, ...] = (
@@ -62,16 +69,16 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("attention.backend", "auto", "Global-attention backend.", choices=BACKENDS),
     ParamSpec(
         "kv_cache.sliding_window",
-        64,
+        DEFAULT_SLIDING_WINDOW,
         "Non-anchor frames kept in the KV cache.",
         live=True,
-        int_range=(1, 1024),
+        int_range=(1, ROPE_TABLE_FRAMES),
     ),
     ParamSpec(
         "kv_cache.max_window",
-        128,
+        DEFAULT_MAX_WINDOW,
         "Cache pool capacity: upper bound of kv_cache.sliding_window.",
-        int_range=(1, 1024),
+        int_range=(1, ROPE_TABLE_FRAMES),
     ),
     ParamSpec("kv_cache.scale_frames", 8, "Anchor frames (phase 1), never evicted.", int_range=(1, 64)),
     ParamSpec(
@@ -83,11 +90,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("camera_frame", "", "Camera optical frame; empty: the input image header's frame_id."),
     ParamSpec(
         "tf.mode",
-        "auto",
+        TF_AUTO,
         "The single TF edge published: map_to_odom (odom -> base and base -> camera from TF), map_to_base "
         "(base -> camera from TF), map_to_camera (bare camera), auto (the first whose chain is in TF, chosen "
         "when a stream starts).",
-        choices=("auto", "map_to_odom", "map_to_base", "map_to_camera"),
+        choices=TF_MODES,
     ),
     ParamSpec(
         "tf.timeout",
@@ -112,7 +119,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "none",
         "Metric scale: odometry (odom -> base via TF), depth (depth_image topic), fixed (scale.factor), "
         "none (model units).",
-        choices=("none", "fixed", "odometry", "depth"),
+        choices=SCALE_SOURCES,
     ),
     ParamSpec("scale.factor", 1.0, "Metres per model unit with scale.source fixed.", float_range=(1e-6, 1e6)),
     ParamSpec(

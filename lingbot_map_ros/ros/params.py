@@ -19,7 +19,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from ..model.config import PATCH_SIZE
+from ..engine.config import PATCH_SIZE, check_image_width
 from .param_spec import ParamSpec, ParamValue
 from .param_table import PARAMETERS
 from .streams import frame_id_problem, reserved_frames
@@ -103,8 +103,10 @@ def cross_check(values: dict[str, object]) -> list[str]:
     if isinstance(size, str) and size and parse_image_size(size) is None:
         problems.append(f"model.warmup_image_size must be WxH (e.g. 640x480) or empty, got {size!r}")
     width = values.get("model.image_width", PATCH_SIZE)
-    if isinstance(width, int) and width % PATCH_SIZE:
-        problems.append(f"model.image_width must be a multiple of {PATCH_SIZE} (patch size), got {width}")
+    try:
+        check_image_width(width, "model.image_width")
+    except ValueError as exc:
+        problems.append(str(exc))
     cameras = tuple(values.get("cameras", ("",)))
     problems += camera_names_problems(cameras)
     if len(cameras) > 1 and values.get("scale.source") == "depth":

@@ -7,7 +7,6 @@ through `StreamingSession` (docs/architecture.md, engine/ contract).
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,9 @@ from ..engine.config import SessionConfig
 from ..engine.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.session import StreamingModel, StreamingSession
 from ..model import CheckpointError, PrecisionPolicy
-from ..model.graphed import set_compile_cache_dir
+from ..model.graphed import compile_cache_dir
 from .params import NodeParams, field_name, parse_image_size
+from .process_settings import ProcessSettings
 
 #: Python's GIL switch interval while a CUDA pipeline runs (default 5 ms; see build_pipeline).
 GIL_SWITCH_INTERVAL_S = 0.0002
@@ -48,9 +48,13 @@ class Pipeline:
     session: StreamingSession | MultiStreamSession
     device: torch.device
     description: str
+    #: Process-wide settings configure changed for this pipeline (restored by `release`).
+    settings: ProcessSettings
 
     def release(self) -> None:
-        """Drop the model and session and return cached GPU memory (cleanup)."""
+        """Drop the model and session, return cached GPU memory and restore the process-wide settings
+        (cleanup)."""
+        self.settings.restore()
         cuda = self.device.type == "cuda"
         del self.session
         del self.model
@@ -94,7 +98,7 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         )
     compiling = params.model_compile_blocks and params.model_cuda_graphs and device.type == "cuda"
     try:
-        cache_dir = set_compile_cache_dir(params.model_compile_cache_dir) if compiling else None
+        cache_dir = compile_cache_dir(params.model_compile_cache_dir) if compiling else None
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
     policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
@@ -114,18 +118,23 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         f"image width {params.model_image_width}, "
         f"compile_blocks {compiling}" + (f" (cache {cache_dir})" if cache_dir else "")
     )
+    settings = ProcessSettings()  # set from here on (after the last failure that leaves nothing to restore)
+    if cache_dir is not None:
+        settings.set_compile_cache_dir(cache_dir)  # before the first compile (the warm-up's)
     if device.type == "cuda":
         # The inference thread gives the GIL back ~60 times a frame (graph replays, waits, the output copy);
         # with Python's default 5 ms switch interval each time it can wait 5 ms behind any busy Python thread
         # of the node (rclpy's executor). Measured on the H200 through the node at 60 Hz: 0.25 FPS posed with
         # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node").
-        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        settings.set_switch_interval(GIL_SWITCH_INTERVAL_S)
     warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
     if warmup_hw is not None and device.type == "cuda":
         try:
             seconds = session.warm_up(warmup_hw)
         except Exception as exc:  # e.g. out of memory: one clear configure error
+            settings.restore()
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
-    return Pipeline(model=session.model, session=session, device=device, description=description)
+    return Pipeline(model=session.model, session=session, device=device, description=description,
+                    settings=settings)
 

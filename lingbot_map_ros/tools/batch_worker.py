@@ -7,8 +7,8 @@ the options) is written into it and the folder is renamed to `OUT/<name>/`, so `
 a complete bag. A failure inside the run (unreadable bag, no camera topic, out of memory) is returned as a
 failed row and the actor goes on; the driver (tools/batch_pool.py) replaces an actor that dies.
 
-Process-wide state: the actor sets the persistent torch.compile cache once, the torch thread count for every
-bag (`build_session`), and captures the RNG state right after building the model (what `run` has when its
+Process-wide state: the actor sets the persistent torch.compile cache once, the torch thread count once
+(`options.threads`), and captures the RNG state right after building the model (what `run` has when its
 first frame arrives); before every bag it restores that state, so no bag sees what an earlier bag left behind.
 """
 
@@ -65,9 +65,16 @@ class BagWorker:
     `progress` answers from its own thread while a bag runs."""
 
     def __init__(self, options: RunConfig) -> None:
-        from lingbot_map_ros.model.graphed import set_compile_cache_dir
+        import os
 
-        set_compile_cache_dir("")  # TORCHINDUCTOR_CACHE_DIR or the per-user default, before any compile
+        import torch
+
+        from lingbot_map_ros.model.graphed import compile_cache_dir
+
+        # a Ray actor is its own process: its entry point sets the process-wide settings (architecture.md)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir(""))  # before any compile
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
         self._model = build_session(replace(options, progress=False)).model  # seeds, threads, weights
         self._state = ProcessState.capture()
         self._lock = threading.Lock()

@@ -26,7 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
+from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
 from lingbot_map_ros.engine.persistence import compat_fields
@@ -60,11 +62,11 @@ class RunConfig:
     device: str = "cpu"
     image_width: int = 518
     scale_frames: int = 8
-    sliding_window: int = 64
+    sliding_window: int = DEFAULT_SLIDING_WINDOW
     keyframe_interval: int = 1
     max_frames: int | None = None
     seed: int = 0
-    threads: int | None = 1
+    threads: int | None = 1  # torch CPU threads, set by the entry point for the run (`torch_threads`)
     voxel_size: float = 0.02
     conf_threshold: float = 1.5
     pixel_stride: int = 2
@@ -111,18 +113,16 @@ class RunResult:
 def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
     """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights), or over
     ``model`` (an already built one: several cameras of one run share it)."""
-    import torch
 
     from lingbot_map_ros.engine.builder import EngineSpec, build_engine
     from lingbot_map_ros.engine.config import SessionConfig
 
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
     return build_engine(EngineSpec(
         preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
         session=SessionConfig(
             scale_frames=config.scale_frames, sliding_window=config.sliding_window,
-            max_window=max(128, config.sliding_window), keyframe_interval=config.keyframe_interval,
+            max_window=max(DEFAULT_MAX_WINDOW, config.sliding_window),
+            keyframe_interval=config.keyframe_interval,
             image_width=config.image_width, backend="auto")), model)
 
 
@@ -237,7 +237,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
     p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
     p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument("--sliding-window", type=_sliding_window, default=64,
+    p.add_argument("--sliding-window", type=_sliding_window, default=DEFAULT_SLIDING_WINDOW,
                    help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)")
     p.add_argument("--keyframe-interval", type=int, default=1)
     p.add_argument("--max-frames", type=int, default=None)
@@ -277,6 +277,27 @@ def _sliding_window(text: str) -> int:
 def main_args(args: argparse.Namespace) -> int:
     """Run `run` from parsed arguments."""
     config = run_config(args, args.bag, args.output)
+    with torch_threads(config.threads):  # process-wide: set by this entry point, restored after the run
+        return _run_topics(args, config)
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """``torch.set_num_threads(threads)`` for the block (None: unchanged); the previous count is restored
+    after it."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_topics(args: argparse.Namespace, config: RunConfig) -> int:
+    """`run` of one camera topic, or of several (tools/run_cameras.py)."""
     topics = args.topics or ([args.topic] if args.topic else None)
     if topics is None or len(topics) > 1:
         from lingbot_map_ros.tools.run_cameras import bag_camera_topics, run_cameras  # imports this module
