@@ -7,8 +7,9 @@ node's `~/odometry`; a second child process (this script with `--robot`) is the 
 transform a message), JOINTS Hz messages of `JOINT_FRAMES` joint transforms (`base_link -> wheel_i`, as
 robot_state_publisher sends them) and `camera_info` at INFO Hz, all stamped with the wall clock. Scenarios
 run back to back on the same node: the robot's rates are set, `~/reset` makes `auto` choose the mode again
-(bare camera: `map_to_camera`; with odometry: `map_to_odom`, which looks up TF for every frame), --settle-s
-unmeasured, then --seconds measured: odometry messages per second of frames published in the window.
+(bare camera: `map_to_camera`, images in frame `bare_optical`; with odometry: `map_to_odom`, which looks up TF
+for every frame), --settle-s unmeasured, then --seconds measured: odometry messages per second of frames
+published in the window.
 
     python benchmarks/tf_rates.py                                    # the default table (docs/benchmarks.md)
     python benchmarks/tf_rates.py --scenarios bare:0:0:0,odom30:30:0:0 --seconds 8 --settle-s 4
@@ -290,12 +291,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     published: list[int] = []
     stop = threading.Event()
+    # A bare camera has its own frame: the node's `map -> bare_optical` must not become the parent of the
+    # robot's camera_optical in the listener's buffer (a frame has one parent) for the scenarios after it.
+    frame = {"id": "camera_optical"}
 
     def camera() -> None:
         next_t = time.monotonic()
         while not stop.is_set():
             now_ns = time.time_ns()
             image.header.stamp = Time(sec=now_ns // 1_000_000_000, nanosec=now_ns % 1_000_000_000)
+            image.header.frame_id = frame["id"]
             pub.publish(image)
             with lock:
                 published.append(now_ns)
@@ -322,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         cam = threading.Thread(target=camera, daemon=True)
         cam.start()
         for s in scenarios:
+            frame["id"] = "camera_optical" if s.odom_hz or s.joints_hz else "bare_optical"
             set_robot(s)
             time.sleep(0.5)
             future = reset.call_async(Trigger.Request())
