@@ -363,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                 "node_threads": threads,
                 "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 "tf_rejected": {k: v for k, v in diagnostics.items() if k.startswith("tf.")},
+                "node_counters": {
+                    k: v for k, v in diagnostics.items() if k.startswith(("rejected_", "frames_"))
+                },
             }
             report["scenarios"].append(row)
             print(

@@ -150,7 +150,8 @@ class TfLookup:
             except TransformUnavailable:
                 if time.monotonic() >= deadline:
                     raise
-            time.sleep(POLL_S)
+            if not self.drain():  # waiting anyway: take what arrived since the listener's last batch
+                time.sleep(POLL_S)
 
     def _lookup_now(self, target: str, source: str, stamp_s: float) -> np.ndarray:
         if self._tf2 is None:
