@@ -48,10 +48,10 @@ TINY_NODE_PARAMS: dict[str, Any] = {
     "map.stride": 4,
     "map.conf_threshold": 0.0,
 }
-PYTHON = (
-    REPO / ".venv" / "bin" / "python"
-    if (REPO / ".venv" / "bin" / "python").exists()
-    else Path(sys.executable)
+#: The node processes' python: the venv's, or `LINGBOT_NODE_PYTHON` (e.g. a venv with the real tf2_ros).
+PYTHON = Path(
+    os.environ.get("LINGBOT_NODE_PYTHON")
+    or (REPO / ".venv" / "bin" / "python" if (REPO / ".venv" / "bin" / "python").exists() else sys.executable)
 )
 _DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "lingbot_ros_domains"
 _domain_lock_file = None  # kept open for the whole test session: holds the domain id

@@ -155,3 +155,42 @@ def test_the_guard_counts_and_swallows_what_a_callback_raises() -> None:
     assert response.message == "ValueError: expected non-zero quaternions"
     assert guard_callback("timer", lambda: 3, on_error)() == 3
     assert failures == [("subscription_tf", "ValueError"), ("service_reset", "ValueError")]
+
+
+def test_checked_samples_in_tf2s_cpp_core_interpolate_like_the_package_buffer() -> None:
+    """With the real tf2 (a ROS install; skipped without): what `_Tf2Store` hands to tf2's C++ `BufferCore`
+    looks up as the package's buffer does; a far-future sample, which the checks keep out, blinds it."""
+    tf2_ros = pytest.importorskip("tf2_ros")
+    from rclpy.duration import Duration
+    from rclpy.time import Time as RclTime
+
+    from lingbot_map_ros.ros.tf_listener import _Tf2Store, transform_to_matrix
+
+    core, ours = tf2_ros.Buffer(cache_time=Duration(seconds=10.0)), TfBuffer()
+    store = _Tf2Store(core)
+    mount = sample(q=(-0.5, 0.5, -0.5, 0.5), parent="base_link", child="camera", stamp=0.0)
+    for s, static in [(mount, True)] + [
+        (
+            sample(
+                q=(0.0, 0.0, math.sin(0.05 * i), math.cos(0.05 * i)),
+                t=(0.1 * i, 0.0, 0.0),
+                stamp=10.0 + 0.1 * i,
+            ),
+            False,
+        )
+        for i in range(20)
+    ]:
+        assert check_sample(s, static, now_s=12.0, max_future_s=5.0) is None
+        store(s, static)
+        ours.add_sample(s, static)
+    for t in (10.0, 10.55, 11.9):
+        got = transform_to_matrix(
+            core.lookup_transform_core("odom", "camera", RclTime(nanoseconds=round(t * 1e9))).transform
+        )
+        np.testing.assert_allclose(got, ours.lookup("odom", "camera", t), atol=1e-9)
+    future = sample(stamp=11.0 + 1e5)  # what the checks keep out would blind tf2: it prunes what is older
+    assert "in the future" in check_sample(future, False, now_s=12.0, max_future_s=5.0)
+    store(future, False)
+    store(sample(stamp=12.0), False)  # a good sample after it is refused as too old ("TF_OLD_DATA")
+    with pytest.raises(tf2_ros.ExtrapolationException):
+        core.lookup_transform_core("odom", "camera", RclTime(nanoseconds=round(11.9e9)))
