@@ -21,6 +21,7 @@ camera). Prints a table and writes tf_rates_<UTC time>.json into --out (default 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -376,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         set_robot(Scenario("off", 0, 0, 0))
     finally:
         stop.set()
-        robot.stdin.close()
+        with contextlib.suppress(OSError):  # the robot may have died (its log says why)
+            robot.stdin.close()
         robot.terminate()
         if node.poll() is None:
             node.send_signal(2)

@@ -27,7 +27,8 @@ def test_odometry_keeps_75_percent_of_the_bare_rate_under_robot_tf(
     dds_env: dict[str, str], tmp_path: Path
 ) -> None:
     out = tmp_path / "tf_rates.json"
-    env = dict(os.environ, **dds_env, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, **dds_env, PYTHONPATH=path, OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "benchmarks/tf_rates.py", "--seconds", "6", "--settle-s", "3", "--json", str(out)],
         cwd=REPO,
