@@ -234,10 +234,10 @@ def diagnostic_array(
     """Build the /diagnostics message.
 
     Level: OK, or WARN once frames were dropped, rejected or failed inference, or TF samples were rejected
-    (`tf.rejected_total`; the message gives the counts; the node keeps mapping in every case). Keys: every `runtime` entry, the worker counters, `state`
-    (lifecycle state) and the session statistics flattened under `session.` (e.g. `session.sliding_window`,
-    `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g. two cameras alternating on the image
-    topic) makes the level ERROR and leads the message.
+    (`tf.rejected_total`; the message gives the counts; the node keeps mapping in every case). Keys: every
+    `runtime` entry, the worker counters, `state` (lifecycle state) and the session statistics flattened under
+    `session.` (e.g. `session.sliding_window`, `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g.
+    two cameras alternating on the image topic) makes the level ERROR and leads the message.
     """
     values: dict[str, object] = {"state": state}
     values.update(runtime)
