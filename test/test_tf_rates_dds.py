@@ -4,7 +4,7 @@ Runs `benchmarks/tf_rates.py` (one node, tiny preset on CPU, a 10 Hz camera; a r
 `odom -> base_link`, joint transforms and camera_info with wall-clock stamps): the bare camera, then
 odometry at 30 Hz, then `/tf` at 200 Hz + 6 joints at 100 Hz + camera_info at 30 Hz, back to back on the same
 node in this one test. Each loaded rate must be at least 75 % of the bare one, with the node in `map_to_odom`
-(a TF lookup per frame). Before issue 19 the last case gave 0.19-0.28 of the bare rate here
+(a TF lookup per frame). Before issue 19 the last case gave 0.19-0.34 of the bare rate here
 (docs/benchmarks.md, "TF at robot rates").
 """
 
