@@ -32,8 +32,9 @@ from .tf_wire import TfSample, parse_tf_message
 #: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
 #: rejected (a zero quaternion is no rotation; tf2's C++ core raises on one).
 NORM_TOLERANCE = 1e-3
-#: How often the listener thread takes what arrived (s); the DDS history below holds what arrives meanwhile.
-TAKE_PERIOD_S = 0.01
+#: How often the listener thread takes what arrived (s); the DDS history below holds what arrives meanwhile,
+#: and a lookup that waits for data takes it at once (`TfLookup.lookup`). Each wake-up hands the GIL over.
+TAKE_PERIOD_S = 0.05
 #: /tf as tf2_ros subscribes it, with a deeper history (the listener takes every `TAKE_PERIOD_S`).
 TF_LISTEN_QOS = QoSProfile(
     depth=1000,
@@ -81,7 +82,8 @@ def check_sample(sample: TfSample, static: bool, now_s: float | None, max_future
         return "parent and child are the same frame"
     if not all(map(math.isfinite, sample.translation)):
         return f"non-finite translation {sample.translation}"
-    norm = math.sqrt(math.fsum(q * q for q in sample.rotation))
+    qx, qy, qz, qw = sample.rotation
+    norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
     if not math.isfinite(norm):
         return f"non-finite rotation {sample.rotation}"
     if abs(norm - 1.0) > NORM_TOLERANCE:

@@ -59,31 +59,43 @@ def parse_tf_message(data: bytes) -> list[TfSample]:
         raise WireError(f"malformed TFMessage ({len(data)} bytes): {exc}") from exc
 
 
+#: Per byte order: the sequence count; stamp + the first string's length; a string length; the 7 doubles.
+_STRUCTS = {
+    o: (struct.Struct(o + "I"), struct.Struct(o + "iII"), struct.Struct(o + "I"), struct.Struct(o + "7d"))
+    for o in "<>"
+}
+
+
 def _parse_cdr(buf: memoryview, order: str) -> list[TfSample]:
-    u32, i32u32, seven = struct.Struct(order + "I"), struct.Struct(order + "iI"), struct.Struct(order + "7d")
-    end = len(buf)
-    (count,) = u32.unpack_from(buf, _HEADER)
-    pos = 4  # body offset (alignment is relative to the body)
+    count_s, head_s, len_s, seven = _STRUCTS[order]
+    body = buf[_HEADER:]  # alignment is relative to the body
+    end = len(body)
+    (count,) = count_s.unpack_from(body, 0)
     if count * 72 > end:  # each transform needs at least 72 bytes: a bogus count must not allocate
-        raise WireError(f"TFMessage claims {count} transforms in {end} bytes")
+        raise WireError(f"TFMessage claims {count} transforms in {end + _HEADER} bytes")
     out: list[TfSample] = []
+    pos = 4
     for _ in range(count):
         pos += -pos % 4
-        sec, nanosec = i32u32.unpack_from(buf, _HEADER + pos)
-        pos += 8
-        names = []
-        for _ in range(2):
-            pos += -pos % 4
-            (length,) = u32.unpack_from(buf, _HEADER + pos)
-            start = _HEADER + pos + 4
-            if length < 1 or start + length > end:
-                raise WireError(f"string of {length} bytes runs past the end ({end} bytes)")
-            names.append(str(buf[start : start + length - 1], "utf-8").lstrip("/"))
-            pos += 4 + length
+        sec, nanosec, length = head_s.unpack_from(body, pos)
+        pos += 12
+        if length < 1 or pos + length > end:
+            raise WireError(f"frame_id of {length} bytes runs past the end ({end + _HEADER} bytes)")
+        parent = str(body[pos : pos + length - 1], "utf-8")
+        pos += length
+        pos += -pos % 4
+        (length,) = len_s.unpack_from(body, pos)
+        pos += 4
+        if length < 1 or pos + length > end:
+            raise WireError(f"child_frame_id of {length} bytes runs past the end ({end + _HEADER} bytes)")
+        child = str(body[pos : pos + length - 1], "utf-8")
+        pos += length
         pos += -pos % 8
-        tx, ty, tz, qx, qy, qz, qw = seven.unpack_from(buf, _HEADER + pos)
+        tx, ty, tz, qx, qy, qz, qw = seven.unpack_from(body, pos)
         pos += 56
-        out.append(TfSample(names[0], names[1], sec + 1e-9 * nanosec, (tx, ty, tz), (qx, qy, qz, qw)))
+        if parent[:1] == "/" or child[:1] == "/":
+            parent, child = parent.lstrip("/"), child.lstrip("/")
+        out.append(TfSample(parent, child, sec + 1e-9 * nanosec, (tx, ty, tz), (qx, qy, qz, qw)))
     return out
 
 
