@@ -15,7 +15,9 @@ published in the window.
     python benchmarks/tf_rates.py --scenarios bare:0:0:0,odom30:30:0:0 --seconds 8 --settle-s 4
 
 A scenario is NAME:ODOM_HZ:JOINTS_HZ:INFO_HZ; the first one is the reference of the ratio column (the bare
-camera). Prints a table and writes tf_rates_<UTC time>.json into --out (default benchmarks/results/).
+camera). `--rounds N` runs the scenarios N times in turn (a shared machine's load drifts over tens of seconds;
+interleaving spreads it over all of them) and each row sums its rounds. Prints a table and writes
+tf_rates_<UTC time>.json into --out (default benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -196,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--camera-hz", type=float, default=10.0)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--height", type=int, default=48)
-    parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per scenario")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per scenario and round")
     parser.add_argument("--settle-s", type=float, default=5.0, help="unmeasured seconds after each switch")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="repeat the scenarios in turn; each row sums its rounds"
+    )
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="node parameter")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--json", type=Path, default=None, help="write the JSON here instead of --out/<time>")
@@ -327,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         tf2 = "tf2_ros.Buffer" if "TF backend tf2_ros" in (log_dir / "node.log").read_text() else None
         cam = threading.Thread(target=camera, daemon=True)
         cam.start()
-        for s in scenarios:
+        for round_index, s in ((r, s) for r in range(args.rounds) for s in scenarios):
             frame["id"] = "camera_optical" if s.odom_hz or s.joints_hz else "bare_optical"
             set_robot(s)
             time.sleep(0.5)
@@ -353,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds = (t1 - t0) / 1e9
             row = {
                 "name": s.name,
+                "round": round_index,
+                "seconds": seconds,
+                "posed": posed,
                 "odom_hz": s.odom_hz,
                 "joints_hz": s.joints_hz,
                 "info_hz": s.info_hz,
@@ -375,6 +383,19 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         set_robot(Scenario("off", 0, 0, 0))
+        report["rounds"], report["scenarios"] = report["scenarios"], []
+        for s in scenarios:  # each scenario over its rounds: frames posed / seconds measured
+            rows = [r for r in report["rounds"] if r["name"] == s.name]
+            summary = dict(rows[-1], round="all", seconds=sum(r["seconds"] for r in rows))
+            summary["posed"] = sum(r["posed"] for r in rows)
+            summary["odometry_per_s"] = summary["posed"] / summary["seconds"]
+            summary["tf_mode"] = "/".join(sorted({r["tf_mode"] for r in rows}))
+            summary["node_cpu_cores"] = sum(r["node_cpu_cores"] for r in rows) / len(rows)
+            summary["loadavg_1min"] = [
+                min(r["loadavg_1min"][0] for r in rows),
+                max(r["loadavg_1min"][1] for r in rows),
+            ]
+            report["scenarios"].append(summary)
     finally:
         stop.set()
         with contextlib.suppress(OSError):  # the robot may have died (its log says why)

@@ -30,7 +30,18 @@ def test_odometry_keeps_75_percent_of_the_bare_rate_under_robot_tf(
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, **dds_env, PYTHONPATH=path, OMP_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, "benchmarks/tf_rates.py", "--seconds", "5", "--settle-s", "2", "--json", str(out)],
+        [
+            sys.executable,
+            "benchmarks/tf_rates.py",
+            "--rounds",
+            "2",
+            "--seconds",
+            "4",
+            "--settle-s",
+            "2",
+            "--json",
+            str(out),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
