@@ -189,7 +189,7 @@ class TfIngest:
         """Take, check and store everything that arrived; the number of samples taken. Static first (a
         batch's dynamic samples may need them)."""
         taken = 0
-        now_s = self._now_s()
+        now_s: float | None = None
         max_future_s = self.max_future_s
         with self.lock:
             for sub, static in self._subs:
@@ -197,6 +197,8 @@ class TfIngest:
                     got = sub.handle.take_message(sub.msg_type, True)
                     if got is None:
                         break
+                    if not taken:
+                        now_s = self._now_s()  # once per batch, and not at all for an empty one
                     try:
                         samples = parse_tf_message(got[0])
                         for sample in samples:

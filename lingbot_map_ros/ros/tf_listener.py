@@ -145,13 +145,20 @@ class TfLookup:
         """
         deadline = time.monotonic() + timeout_s
         while True:
+            stored = self._stored()
             try:
                 return self._lookup_now(target, source, stamp_s)
             except TransformUnavailable:
                 if time.monotonic() >= deadline:
                     raise
-            if not self.drain():  # waiting anyway: take what arrived since the listener's last batch
-                time.sleep(POLL_S)
+            # Waiting anyway: take what arrived (the listener thread would only in its next batch), and look
+            # up again only once something new was stored (a lookup costs far more than an empty take).
+            while self._stored() == stored and time.monotonic() < deadline:
+                if not self.drain():
+                    time.sleep(POLL_S)
+
+    def _stored(self) -> int:
+        return self._ingest.check.accepted if self._ingest is not None else 0
 
     def _lookup_now(self, target: str, source: str, stamp_s: float) -> np.ndarray:
         if self._tf2 is None:
