@@ -4,13 +4,14 @@ sample checked before it is stored.
 Why not ordinary subscription callbacks (issue 19): with rclpy every message wakes the executor, which
 rebuilds its wait set from all the node's entities in Python (~40 here) and hands the callback to a worker
 thread, and rclpy then builds nine nested Python message objects per transform (~160 µs). At a robot's
-200 Hz odometry + 100 Hz joints that kept one core busy with Python under the GIL, and the inference thread
-(which gives the GIL back around every torch op) waited for it at each op: 10 → 0.5 odometry/s on this 2-core
-CPU. Here the two subscriptions belong to a callback group that never executes (`ManualTakeGroup`: the
-executor leaves them out of its wait set), and `TfIngest`'s thread takes their messages serialized every
-`period_s` (`take_message(raw=True)`, a few µs each), reads them with `tf_wire.parse_tf_message` and hands
-each checked sample to the store (`TfBuffer.add_sample`, or tf2's C++ `BufferCore`): O(1) Python work per
-transform, no logging per message, one short lock per batch that the lookups never wait on for long.
+200 Hz odometry + 100 Hz joints that kept half a core busy with Python under the GIL, and the inference
+thread (which gives the GIL back around every torch op) waited for it at each op: 10 → 2–3 odometry/s on this
+2-core CPU (docs/benchmarks.md). Here the two subscriptions belong to a callback group that never executes
+(`ManualTakeGroup`: the executor leaves them out of its wait set), and `TfIngest`'s thread takes their
+messages serialized every `period_s` (`take_message(raw=True)`, ~25 µs each), reads them with
+`tf_wire.parse_tf_message` and hands each checked sample to the store (`TfBuffer.add_sample`, or tf2's C++
+`BufferCore`): O(1) Python work per transform, no logging per message, one short lock per batch that the
+lookups never wait on for long.
 
 `SampleCheck` rejects, and counts per edge (/diagnostics `tf.rejected.<parent> -> <child>`, one WARN an edge):
 empty or equal frame ids, a non-finite translation or rotation, a quaternion whose norm is not within
