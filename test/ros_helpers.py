@@ -47,12 +47,10 @@ TINY_NODE_PARAMS: dict[str, Any] = {
     "map.stride": 4,
     "map.conf_threshold": 0.0,
 }
-#: The interpreter of node and helper processes; `LINGBOT_NODE_PYTHON` picks another (e.g. the venv of the
-#: real-tf2 build, docs/robot.md "Checked with real tf2").
-PYTHON = Path(os.environ.get("LINGBOT_NODE_PYTHON", "")) if os.environ.get("LINGBOT_NODE_PYTHON") else (
-    REPO / ".venv" / "bin" / "python"
-    if (REPO / ".venv" / "bin" / "python").exists()
-    else Path(sys.executable)
+#: The node processes' python: the venv's, or `LINGBOT_NODE_PYTHON` (e.g. a venv with the real tf2_ros).
+PYTHON = Path(
+    os.environ.get("LINGBOT_NODE_PYTHON")
+    or (REPO / ".venv" / "bin" / "python" if (REPO / ".venv" / "bin" / "python").exists() else sys.executable)
 )
 def configure_dds_environment() -> dict[str, str]:
     """Set the DDS variables in os.environ (children inherit them); returns what was set.

@@ -35,7 +35,7 @@ def _same(got: list[FrameResult], expected: list[FrameResult]) -> None:
         np.testing.assert_allclose(a.depth, b.depth, atol=1e-5, rtol=0)
         np.testing.assert_allclose(a.pose_enc, b.pose_enc, atol=1e-5, rtol=0)
         # focal = (W / 2) / tan(fov / 2) with the random tiny model's near-zero FoV (focal ~1e4 px): a FoV
-        # difference far inside pose_enc's 1e-5 moves it by ~1.5e-5 relative (batched vs single reduction order)
+        # difference far inside pose_enc's 1e-5 moves it by ~1.5e-5 relative (batched vs single reductions)
         np.testing.assert_allclose(a.intrinsics, b.intrinsics, rtol=1e-4)
 
 

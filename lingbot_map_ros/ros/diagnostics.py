@@ -234,12 +234,12 @@ def diagnostic_array(
 ) -> DiagnosticArray:
     """Build the /diagnostics message.
 
-    Level: OK, or WARN once frames were dropped, rejected or failed inference (the message gives the counts;
-    the node keeps mapping in every case). Keys: every `runtime` entry, the worker counters, `state`
-    (lifecycle state) and the session statistics flattened under `session.` (e.g. `session.sliding_window`,
-    `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g. two cameras alternating on the image
-    topic) makes the level ERROR and leads the message; any of `warnings` (a TF gap, a refused TF edge) makes
-    it at least WARN and leads the message too.
+    Level: OK, or WARN once frames were dropped, rejected or failed inference, or TF samples were rejected
+    (`tf.rejected_total`; the message gives the counts; the node keeps mapping in every case). Keys: every
+    `runtime` entry, the worker counters, `state` (lifecycle state) and the session statistics flattened under
+    `session.` (e.g. `session.sliding_window`, `session.cache.kv_cache.sliding_window`). Any of `errors` (e.g.
+    two cameras alternating on the image topic) makes the level ERROR and leads the message; any of `warnings`
+    (a TF gap, a refused TF edge) makes it at least WARN and leads the message too.
     """
     values: dict[str, object] = {"state": state}
     values.update(runtime)
@@ -259,6 +259,10 @@ def diagnostic_array(
         level = DiagnosticStatus.WARN
         message = "mapping; {frames_dropped} dropped, {rejected_total} rejected, {failed_total} failed"
         message = message.format(**problems)
+    tf_rejected = int(values.get("tf.rejected_total", 0))  # bad TF samples from the robot (tf_ingest.py)
+    if tf_rejected:
+        level = DiagnosticStatus.WARN
+        message += f"; {tf_rejected} TF samples rejected"
     if warnings:
         level = max(level, DiagnosticStatus.WARN)
         message = "; ".join([*warnings, message])

@@ -10,10 +10,20 @@ that transparent to code written for a `Node` (`MappingOutputs`, `TfBroadcaster`
 their `destroy_*` calls become no-ops), and the node gates the callbacks with its lifecycle state instead.
 Topics therefore never vanish from the ROS graph on deactivate, as with lifecycle publishers. Everything is
 destroyed with the node when its context shuts down, after spinning has stopped (ros/shutdown.py).
+
+`CallbackGuard` is the one guard of every subscription, timer and service callback created on the node
+(rclpy's own parameter and lifecycle services included): an exception that escapes a callback would end the
+executor's spin and with it the node (issue 19: a zero quaternion on /tf did). It is counted and logged by
+the node (`failed_<where>_<ExceptionType>`, once then at most every 10 s) and the callback returns as if it
+had done nothing (a service answers its default response, `success: false` with the reason where it has one).
+The node's callbacks keep their own handling (rejections, failures by cause); this is the net below them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -112,3 +122,78 @@ class NodeFacade:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._node, name)
+
+
+def guard_callback(
+    where: str,
+    callback: Callable[..., Any],
+    on_error: Callable[[str, Exception], None],
+    fallback: Callable[..., Any] | None = None,
+) -> Callable[..., Any]:
+    """`callback` that never raises an `Exception`: `on_error(where, exc)`, then `fallback(exc, *args)`."""
+
+    def failed(exc: Exception, args: tuple) -> Any:
+        with contextlib.suppress(Exception):  # reporting must not raise either (the logger at shutdown)
+            on_error(where, exc)
+        return fallback(exc, *args) if fallback is not None else None
+
+    if inspect.iscoroutinefunction(callback):
+
+        @functools.wraps(callback)
+        async def guarded_async(*args: Any) -> Any:
+            try:
+                return await callback(*args)
+            except Exception as exc:  # noqa: BLE001 - the guard's purpose
+                return failed(exc, args)
+
+        return guarded_async
+
+    @functools.wraps(callback)
+    def guarded(*args: Any) -> Any:
+        try:
+            return callback(*args)
+        except Exception as exc:  # noqa: BLE001 - the guard's purpose
+            return failed(exc, args)
+
+    return guarded
+
+
+def _service_fallback(exc: Exception, request: Any = None, response: Any = None, *rest: Any) -> Any:
+    """What a failed service callback answers: its response as given, `success: false` and the reason."""
+    if hasattr(response, "success"):
+        response.success = False
+    if hasattr(response, "message"):
+        response.message = f"{type(exc).__name__}: {exc}"
+    return response
+
+
+def _name(text: str) -> str:
+    return text.strip("~/").replace("/", "_") or "root"
+
+
+class CallbackGuard:
+    """Mixin of a node class, before rclpy's `Node` in its bases: every subscription, timer and service
+    callback created on the node is wrapped by `guard_callback`; failures go to `callback_failed`."""
+
+    def callback_failed(self, where: str, exc: Exception) -> None:
+        self.get_logger().error(f"{where} failed: {type(exc).__name__}: {exc}", throttle_duration_sec=10.0)
+
+    def _report(self, where: str, exc: Exception) -> None:
+        self.callback_failed(where, exc)
+
+    def create_subscription(self, msg_type: Any, topic: str, callback: Callable[..., Any], *args: Any,
+                            **kwargs: Any) -> Any:
+        guarded = guard_callback(f"subscription_{_name(topic)}", callback, self._report)
+        return super().create_subscription(msg_type, topic, guarded, *args, **kwargs)
+
+    def create_timer(self, timer_period_sec: float, callback: Callable[..., Any] | None, *args: Any,
+                     **kwargs: Any) -> Any:
+        if callback is not None:
+            name = getattr(callback, "__name__", "callback")
+            callback = guard_callback(f"timer_{_name(name)}", callback, self._report)
+        return super().create_timer(timer_period_sec, callback, *args, **kwargs)
+
+    def create_service(self, srv_type: Any, srv_name: str, callback: Callable[..., Any], *args: Any,
+                       **kwargs: Any) -> Any:
+        guarded = guard_callback(f"service_{_name(srv_name)}", callback, self._report, _service_fallback)
+        return super().create_service(srv_type, srv_name, guarded, *args, **kwargs)

@@ -45,7 +45,7 @@ from .camera import CameraHost, CameraStream, StepResults
 from .camera_step import step_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
-from .entities import KeptEntities, NodeFacade
+from .entities import CallbackGuard, KeptEntities, NodeFacade
 from .fused import FusedMap
 from .intake import InputFrame
 from .outputs import MappingOutputs
@@ -69,7 +69,7 @@ PUBLISH_QUEUE_STEPS = 2
 PUBLISH_DRAIN_S = 1.0
 
 
-class LingBotMapNode(LifecycleNode):
+class LingBotMapNode(CallbackGuard, LifecycleNode):
     """Lifecycle node `lingbot_map` (see module doc and docs/node.md for the interface).
 
     Raises:
@@ -97,7 +97,7 @@ class LingBotMapNode(LifecycleNode):
         self._stream_change = threading.Lock()  # resets and loads (services in their own callback groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
-        self._tf_lookup = TfLookup(self._facade)
+        self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)
         self._depth_input: DepthInput | None = None
         host = CameraHost(self, self._facade, lambda: self.params, lambda: self._active, self._submit,
                           self.reset_camera, self._tf_lookup, MutuallyExclusiveCallbackGroup(),
@@ -116,6 +116,13 @@ class LingBotMapNode(LifecycleNode):
             self, self._timer_group, self.params, self._active_outputs,
             self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
         )
+
+    def callback_failed(self, where: str, exc: Exception) -> None:
+        """`CallbackGuard`: an exception escaped a callback (`failed_<where>_<ExceptionType>`, logged)."""
+        causes = getattr(self, "_causes", None)  # rclpy's own services are created before it
+        if causes is None or not self.context.ok():
+            return super().callback_failed(where, exc)
+        causes.callback_failed(where, exc)
 
     def _make_cameras(self, host: CameraHost, names: tuple[str, ...]) -> dict[str, CameraStream]:
         """One `CameraStream` per name; the unnamed camera shares the node's counters. Frames of each camera
@@ -363,11 +370,12 @@ class LingBotMapNode(LifecycleNode):
         clock = self._clock_watch.check(use_sim_time, now.nanoseconds)
         if not self._named:
             camera = self.cameras[""]
-            runtime = {**self.stats.snapshot(), "clock": clock, **camera.runtime()}
+            runtime = {**self.stats.snapshot(), "clock": clock, **camera.runtime(), **self._tf_lookup.stats()}
             worker = scheduler.stats("") if scheduler is not None else None
             msg = camera.status(name, hardware, now.to_msg(), runtime, worker, state)
         else:
-            runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras)}
+            runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras),
+                       **self._tf_lookup.stats()}
             if self._fused is not None and self._active:
                 runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
             multi = pipeline.session if pipeline else None
@@ -407,6 +415,7 @@ class LingBotMapNode(LifecycleNode):
         """After a successful set: update the snapshot and the outputs, report the change at once."""
         try:
             self.params = apply_update(self.params, params)
+            self._tf_lookup.max_future_s = self.params.tf_max_future_s
             for i, camera in enumerate(self.cameras.values()):
                 outputs = camera.outputs
                 if outputs is not None:

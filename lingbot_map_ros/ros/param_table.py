@@ -115,6 +115,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         float_range=(0.1, 1000.0),
     ),
     ParamSpec(
+        "tf.max_future_s",
+        5.0,
+        "An incoming /tf sample stamped more than this many seconds after the node's clock is rejected, "
+        "not stored (/diagnostics tf.rejected.<edge>): one far-future sample would hide every newer one.",
+        live=True,
+        float_range=(0.0, 1e9),
+    ),
+    ParamSpec(
         "scale.source",
         "none",
         "Metric scale: odometry (odom -> base via TF), depth (depth_image topic), fixed (scale.factor), "

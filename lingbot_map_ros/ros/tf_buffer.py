@@ -1,11 +1,13 @@
 """A small TF buffer (numpy only, no rclpy): what the node needs of `tf2_ros.Buffer` without tf2_ros.
 
-Edges `parent -> child` arrive as `(parent, child, stamp_s, T_parent_child [4, 4], static)`. Dynamic edges
-keep their last `cache_s` seconds; a lookup at time t interpolates between the two samples around t (linear
-translation, slerp rotation, as tf2), and fails rather than extrapolate (except within `tolerance_s` of the
-newest or oldest sample). Static edges hold at every time. `lookup(target, source, t)` returns
-`T_target_source` along the tree: up from both frames to their common ancestor. `t = 0` means "latest
-common time" as in tf2 (each dynamic edge's newest sample).
+Edges `parent -> child` arrive as `(parent, child, stamp_s, T_parent_child [4, 4], static)` (`set_transform`)
+or as the listener's checked `TfSample`s (`add_sample`: stored as received, O(1) Python work per sample in
+the usual in-order case; the [4, 4] matrices are built at lookup, for the two samples around the stamp only).
+Dynamic edges keep their last `cache_s` seconds; a lookup at time t interpolates between the two samples
+around t (linear translation, slerp rotation, as tf2), and fails rather than extrapolate (except within
+`tolerance_s` of the newest or oldest sample). Static edges hold at every time. `lookup(target, source, t)`
+returns `T_target_source` along the tree: up from both frames to their common ancestor. `t = 0` means
+"latest common time" as in tf2 (each dynamic edge's newest sample).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.geometry import interpolate_pose, invert_rigid
+from ..engine.geometry import interpolate_pose, invert_rigid, pose_from_quat
+from .tf_wire import TfSample
 
 
 class TransformUnavailable(LookupError):
@@ -32,7 +35,13 @@ class _Edge:
     parent: str
     static: bool
     stamps: list[float] = field(default_factory=list)
-    poses: list[np.ndarray] = field(default_factory=list)
+    poses: list[np.ndarray | TfSample] = field(default_factory=list)  # [4, 4] T_parent_child, or as received
+
+
+def _matrix(value: np.ndarray | TfSample) -> np.ndarray:
+    if isinstance(value, TfSample):
+        return pose_from_quat(value.translation, value.rotation)
+    return value
 
 
 class TfBuffer:
@@ -46,8 +55,15 @@ class TfBuffer:
 
     def set_transform(self, parent: str, child: str, stamp_s: float, pose: np.ndarray, static: bool) -> None:
         """Add one sample of `parent -> child` (a child has one parent; a new parent replaces the edge)."""
-        pose = np.asarray(pose, np.float64)
-        parent, child = parent.lstrip("/"), child.lstrip("/")
+        self._store(parent.lstrip("/"), child.lstrip("/"), stamp_s, np.asarray(pose, np.float64), static)
+
+    def add_sample(self, sample: TfSample, static: bool) -> None:
+        """Add one checked sample as received (a unit quaternion); its matrix is built at lookup."""
+        self._store(sample.parent, sample.child, sample.stamp_s, sample, static)
+
+    def _store(
+        self, parent: str, child: str, stamp_s: float, pose: np.ndarray | TfSample, static: bool
+    ) -> None:
         with self._lock:
             edge = self._edges.get(child)
             if edge is None or edge.parent != parent or edge.static != static:
@@ -55,15 +71,20 @@ class TfBuffer:
             if static:
                 edge.stamps, edge.poses = [stamp_s], [pose]
                 return
-            i = bisect.bisect_right(edge.stamps, stamp_s)
-            if i > 0 and edge.stamps[i - 1] == stamp_s:
-                edge.poses[i - 1] = pose
+            stamps = edge.stamps
+            if not stamps or stamp_s > stamps[-1]:  # the usual case: in order, appended
+                stamps.append(stamp_s)
+                edge.poses.append(pose)
             else:
-                edge.stamps.insert(i, stamp_s)
-                edge.poses.insert(i, pose)
-            cut = bisect.bisect_left(edge.stamps, edge.stamps[-1] - self.cache_s)
-            if cut:
-                del edge.stamps[:cut], edge.poses[:cut]
+                i = bisect.bisect_right(stamps, stamp_s)
+                if i > 0 and stamps[i - 1] == stamp_s:
+                    edge.poses[i - 1] = pose
+                else:
+                    stamps.insert(i, stamp_s)
+                    edge.poses.insert(i, pose)
+            if stamps[0] < stamps[-1] - 2.0 * self.cache_s:  # trim in batches: amortised O(1) per sample
+                cut = bisect.bisect_left(stamps, stamps[-1] - self.cache_s)
+                del stamps[:cut], edge.poses[:cut]
 
     def frames(self) -> dict[str, str]:
         """child -> parent of every known edge."""
@@ -115,20 +136,22 @@ class TfBuffer:
     def _sample(self, child: str, edge: _Edge, stamp_s: float) -> np.ndarray:
         name = f"{edge.parent} -> {child}"
         if edge.static or stamp_s == 0.0:
-            return edge.poses[-1]
+            return _matrix(edge.poses[-1])
         stamps = edge.stamps
+        oldest = bisect.bisect_left(stamps, stamps[-1] - self.cache_s)  # older ones wait for the batch trim
         if stamp_s > stamps[-1]:
             if stamp_s - stamps[-1] <= self.tolerance_s:
-                return edge.poses[-1]
+                return _matrix(edge.poses[-1])
             raise TransformUnavailable(
                 f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name)
-        if stamp_s < stamps[0]:
-            if stamps[0] - stamp_s <= self.tolerance_s:
-                return edge.poses[0]
+        if stamp_s < stamps[oldest]:
+            if stamps[oldest] - stamp_s <= self.tolerance_s:
+                return _matrix(edge.poses[oldest])
             raise TransformUnavailable(
-                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[0]:.3f} s)", name)
+                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[oldest]:.3f} s)", name)
         i = bisect.bisect_left(stamps, stamp_s)
         if stamps[i] == stamp_s:
-            return edge.poses[i]
+            return _matrix(edge.poses[i])
         t0, t1 = stamps[i - 1], stamps[i]
-        return interpolate_pose(edge.poses[i - 1], edge.poses[i], (stamp_s - t0) / (t1 - t0))
+        alpha = (stamp_s - t0) / (t1 - t0)
+        return interpolate_pose(_matrix(edge.poses[i - 1]), _matrix(edge.poses[i]), alpha)

@@ -1,30 +1,32 @@
-"""TF lookups for the node: `tf2_ros.Buffer` + `TransformListener` when importable, else `TfBuffer`
-(tf_buffer.py) fed by subscriptions to `/tf` and `/tf_static` with tf2_ros's QoS.
+"""TF lookups for the node: tf2's C++ `BufferCore` (through `tf2_ros.Buffer`) when tf2_ros is importable, as
+on every robot, else the package's `TfBuffer` (tf_buffer.py); both fed by `TfIngest` (tf_ingest.py: `/tf` and
+`/tf_static` taken in batches on the listener's own thread, off the executor, every sample checked first).
 
 `TfLookup.lookup(target, source, stamp_s, timeout_s)` returns `T_target_source` [4, 4] or raises
 `TransformUnavailable` naming the missing edge, after waiting up to `timeout_s` for the data (the caller's
-thread sleeps; the subscriptions run on the executor's other threads).
+thread polls; the listener thread stores). `stats()` gives the /diagnostics keys (`tf.backend`, `tf.samples`,
+`tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`).
 """
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import yaml
-from geometry_msgs.msg import Transform
-from rclpy.callback_groups import ReentrantCallbackGroup
+from geometry_msgs.msg import Quaternion, Transform, Vector3
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from ..engine.geometry import pose_from_quat
+from .tf_buffer import TfBuffer, TransformUnavailable
+from .tf_ingest import TF_STATIC_QOS, TfIngest
+from .tf_wire import TfSample
 
 try:
     from tf2_msgs.msg import TFMessage
 except ImportError:  # PyPI wheels without tf2_msgs (scripts/build_tf2_msgs.py): no robot TF can be read
     TFMessage = None
-
-from ..engine.geometry import pose_from_quat
-from .tf import TF_QOS
-from .tf_buffer import TfBuffer, TransformUnavailable
 
 try:  # pragma: no cover - only on a real ROS install
     import tf2_ros
@@ -33,14 +35,13 @@ try:  # pragma: no cover - only on a real ROS install
 except ImportError:
     tf2_ros = None
 
-#: /tf_static as tf2_ros subscribes it (`StaticListenerQoS`).
-TF_STATIC_QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
 POLL_S = 0.005
 #: How long `parents` reuses tf2's frame listing (it is text to parse).
 GRAPH_REFRESH_S = 0.1
+#: Default of `tf.max_future_s` for a `TfLookup` made without it (the parameter table's is the node's).
+MAX_FUTURE_S = 5.0
 
-__all__ = ["TfLookup", "TransformUnavailable", "transform_to_matrix"]
+__all__ = ["TF_STATIC_QOS", "TfLookup", "TransformUnavailable", "transform_to_matrix"]
 
 
 def transform_to_matrix(tf: Transform) -> np.ndarray:
@@ -49,68 +50,133 @@ def transform_to_matrix(tf: Transform) -> np.ndarray:
     return pose_from_quat([t.x, t.y, t.z], [q.x, q.y, q.z, q.w])
 
 
-class TfLookup:
-    """TF listener of `node` (module doc). `use_tf2_ros=False` forces the package's own buffer (tests)."""
+class _Tf2Store:  # pragma: no cover - only on a real ROS install
+    """Checked samples into tf2's C++ core. tf2_py reads a TransformStamped by attribute and insists only on
+    the types of translation and rotation, so one reusable stand-in carries each sample (no message built)."""
 
-    def __init__(self, node: Node, use_tf2_ros: bool = True, cache_s: float = 10.0) -> None:
-        self._node = node
-        self._subs = []
+    def __init__(self, buffer: object) -> None:
+        self._buffer = buffer
+        self._stamp = SimpleNamespace(sec=0, nanosec=0)
+        self._header = SimpleNamespace(stamp=self._stamp, frame_id="")
+        self._t, self._q = Vector3(), Quaternion()
+        self._msg = SimpleNamespace(
+            header=self._header,
+            child_frame_id="",
+            transform=SimpleNamespace(translation=self._t, rotation=self._q),
+        )
+
+    def __call__(self, sample: TfSample, static: bool) -> None:
+        ns = round(sample.stamp_s * 1e9)
+        self._stamp.sec, self._stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+        self._header.frame_id, self._msg.child_frame_id = sample.parent, sample.child
+        t, q = self._t, self._q
+        t.x, t.y, t.z = sample.translation
+        q.x, q.y, q.z, q.w = sample.rotation
+        if static:
+            self._buffer.set_transform_static(self._msg, "default_authority")
+        else:
+            self._buffer.set_transform(self._msg, "default_authority")
+
+
+class TfLookup:
+    """TF listener of `node` (module doc). `use_tf2_ros=False` forces the package's own buffer (tests).
+
+    Args:
+        node: the node (or its `NodeFacade`): the subscriptions are created on it.
+        use_tf2_ros: use tf2's C++ core when importable.
+        cache_s: seconds of history kept per edge.
+        max_future_s: `tf.max_future_s` (later changes: set `max_future_s`).
+    """
+
+    def __init__(
+        self, node: Node, use_tf2_ros: bool = True, cache_s: float = 10.0, max_future_s: float = MAX_FUTURE_S
+    ) -> None:
         self._tf2 = None
         self._graph: tuple[float, dict[str, str]] = (-GRAPH_REFRESH_S, {})
+        self.buffer: TfBuffer | None = None
+        self._ingest: TfIngest | None = None
+        logger = node.get_logger()
         if use_tf2_ros and tf2_ros is not None:  # pragma: no cover - only on a real ROS install
             self._tf2 = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
-            self._listener = tf2_ros.TransformListener(self._tf2, node, spin_thread=False)
-            self.buffer = None
-            return
-        self.buffer = TfBuffer(cache_s)
+            store = _Tf2Store(self._tf2)
+            self.backend = "tf2_ros BufferCore (C++)"
+        else:
+            self.buffer = TfBuffer(cache_s)
+            store = self.buffer.add_sample
+            self.backend = "lingbot_map_ros TfBuffer"
         if TFMessage is None:
-            node.get_logger().error(
+            logger.error(
                 "neither tf2_ros nor tf2_msgs is importable: the robot's TF cannot be read, so tf.mode auto "
                 "maps as a bare camera and the robot modes drop every frame (tf_unavailable); build tf2_msgs "
                 "with scripts/build_tf2_msgs.py"
             )
             return
-        group = ReentrantCallbackGroup()
-        self._subs = [
-            node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS, callback_group=group),
-            node.create_subscription(TFMessage, "/tf_static", self._on_static, TF_STATIC_QOS,
-                                     callback_group=group),
-        ]
+        clock = node.get_clock()
 
-    def _on_tf(self, msg: TFMessage) -> None:
-        self._store(msg, static=False)
+        def now_s() -> float | None:
+            ns = clock.now().nanoseconds
+            return ns * 1e-9 if ns > 0 else None  # sim time before /clock: no future check
 
-    def _on_static(self, msg: TFMessage) -> None:
-        self._store(msg, static=True)
+        context = node.context
+        self._ingest = TfIngest(node, store, now_s, max_future_s, logger.warning, context.ok)
+        logger.info(f"TF backend {self.backend}; /tf and /tf_static taken on the listener thread")
 
-    def _store(self, msg: TFMessage, static: bool) -> None:
-        for tf in msg.transforms:
-            stamp = tf.header.stamp.sec + 1e-9 * tf.header.stamp.nanosec
-            self.buffer.set_transform(tf.header.frame_id, tf.child_frame_id, stamp,
-                                      transform_to_matrix(tf.transform), static)
+    @property
+    def max_future_s(self) -> float:
+        return self._ingest.max_future_s if self._ingest is not None else MAX_FUTURE_S
+
+    @max_future_s.setter
+    def max_future_s(self, value: float) -> None:
+        if self._ingest is not None:
+            self._ingest.max_future_s = value
+
+    def drain(self) -> int:
+        """Store what arrived now (the listener thread does it every few ms; tests call it not to wait)."""
+        return self._ingest.drain() if self._ingest is not None else 0
+
+    def stats(self) -> dict[str, object]:
+        """/diagnostics keys of the listener (module doc)."""
+        values: dict[str, object] = {"tf.backend": self.backend}
+        if self._ingest is not None:
+            values.update(self._ingest.check.stats())
+        return values
 
     def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
-        """`T_target_source` at `stamp_s`, waiting up to `timeout_s`.
+        """`T_target_source` at `stamp_s` (0: latest), waiting up to `timeout_s`.
 
         Raises:
             TransformUnavailable: still missing after the timeout (its `edge` names what is missing).
         """
-        if self._tf2 is not None:  # pragma: no cover - only on a real ROS install
-            try:
-                tf = self._tf2.lookup_transform(target, source, RclTime(nanoseconds=int(stamp_s * 1e9)),
-                                                Duration(seconds=timeout_s))
-            except (tf2_ros.LookupException, tf2_ros.ExtrapolationException,
-                    tf2_ros.ConnectivityException) as exc:
-                raise TransformUnavailable(str(exc), f"{target} -> {source}") from exc
-            return transform_to_matrix(tf.transform)
         deadline = time.monotonic() + timeout_s
         while True:
+            stored = self._stored()
             try:
-                return self.buffer.lookup(target, source, stamp_s)
+                return self._lookup_now(target, source, stamp_s)
             except TransformUnavailable:
                 if time.monotonic() >= deadline:
                     raise
-            time.sleep(POLL_S)
+            # Waiting anyway: take what arrived (the listener thread would only in its next batch), and look
+            # up again only once something new was stored (a lookup costs far more than an empty take).
+            while self._stored() == stored and time.monotonic() < deadline:
+                if not self.drain():
+                    time.sleep(POLL_S)
+
+    def _stored(self) -> int:
+        return self._ingest.check.accepted if self._ingest is not None else 0
+
+    def _lookup_now(self, target: str, source: str, stamp_s: float) -> np.ndarray:
+        if self._tf2 is None:
+            return self.buffer.lookup(target, source, stamp_s)
+        try:  # pragma: no cover - only on a real ROS install
+            tf = self._tf2.lookup_transform_core(target, source, RclTime(nanoseconds=round(stamp_s * 1e9)))
+        except (
+            tf2_ros.LookupException,
+            tf2_ros.ExtrapolationException,
+            tf2_ros.ConnectivityException,
+            tf2_ros.InvalidArgumentException,
+        ) as exc:
+            raise TransformUnavailable(str(exc), f"{target} -> {source}") from exc
+        return transform_to_matrix(tf.transform)
 
     def parents(self) -> dict[str, str]:
         """The TF graph now, child -> parent (for the one-parent check, engine/tf_tree.py): tf2's
@@ -125,7 +191,7 @@ class TfLookup:
         return self._graph[1]
 
     def destroy(self) -> None:
-        for sub in self._subs:
-            self._node.destroy_subscription(sub)
-        self._subs = []
+        """Stop the listener thread (the subscriptions are the node's: kept until it is destroyed)."""
+        if self._ingest is not None:
+            self._ingest.stop()
         self._tf2 = None

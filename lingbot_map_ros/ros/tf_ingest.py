@@ -1,0 +1,234 @@
+"""TF ingestion off the executor: `/tf` and `/tf_static` taken in batches on the listener's own thread, every
+sample checked before it is stored.
+
+Why not ordinary subscription callbacks (issue 19): with rclpy every message wakes the executor, which
+rebuilds its wait set from all the node's entities in Python (~40 here) and hands the callback to a worker
+thread, and rclpy then builds nine nested Python message objects per transform (~160 µs). At a robot's
+200 Hz odometry + 100 Hz joints that kept half a core busy with Python under the GIL, and the inference
+thread (which gives the GIL back around every torch op) waited for it at each op: 10 → 2–3 odometry/s on this
+2-core CPU (docs/benchmarks.md). Here the two subscriptions belong to a callback group that never executes
+(`ManualTakeGroup`: the executor leaves them out of its wait set), and `TfIngest`'s thread takes their
+messages serialized every `period_s` (`take_message(raw=True)`, ~25 µs each), reads them with
+`tf_wire.parse_tf_message` and hands each checked sample to the store (`TfBuffer.add_sample`, or tf2's C++
+`BufferCore`): O(1) Python work per transform, no logging per message, one short lock per batch that the
+lookups never wait on for long.
+
+`SampleCheck` rejects, and counts per edge (/diagnostics `tf.rejected.<parent> -> <child>`, one WARN an edge):
+empty or equal frame ids, a non-finite translation or rotation, a quaternion whose norm is not within
+`NORM_TOLERANCE` of 1 (those within are normalised), and a dynamic sample stamped more than `tf.max_future_s`
+after the node's clock (it would hide every newer sample: tf2 refuses to look up before the newest stamp).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from .tf_wire import TfSample, parse_tf_message
+
+#: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
+#: rejected (a zero quaternion is no rotation; tf2's C++ core raises on one).
+NORM_TOLERANCE = 1e-3
+#: How often the listener thread takes what arrived (s); the DDS history below holds what arrives meanwhile,
+#: and a lookup that waits for data takes it at once (`TfLookup.lookup`). Each wake-up hands the GIL over.
+TAKE_PERIOD_S = 0.05
+#: /tf as tf2_ros subscribes it, with a deeper history (the listener takes every `TAKE_PERIOD_S`).
+TF_LISTEN_QOS = QoSProfile(
+    depth=1000,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+#: /tf_static as tf2_ros subscribes it (`StaticListenerQoS`).
+TF_STATIC_QOS = QoSProfile(
+    depth=100,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+__all__ = ["ManualTakeGroup", "NORM_TOLERANCE", "SampleCheck", "TfIngest", "check_sample"]
+
+
+class ManualTakeGroup(CallbackGroup):
+    """A callback group whose entities the executor never waits on nor runs: their owner takes their messages
+    itself (`TfIngest`)."""
+
+    def can_execute(self, entity: object) -> bool:
+        return False
+
+    def beginning_execution(self, entity: object) -> bool:
+        return False
+
+    def ending_execution(self, entity: object) -> None:
+        pass
+
+
+def check_sample(sample: TfSample, static: bool, now_s: float | None, max_future_s: float) -> str | None:
+    """Why `sample` must not be stored, or None (then its rotation has been normalised in place).
+
+    Args:
+        sample: as received.
+        static: from /tf_static (valid at all times: its stamp is not checked).
+        now_s: the node's clock in seconds; None when it does not run yet (sim time before /clock).
+        max_future_s: the largest accepted `stamp - now` of a dynamic sample.
+    """
+    if not sample.parent or not sample.child:
+        return "empty frame id"
+    if sample.parent == sample.child:
+        return "parent and child are the same frame"
+    if not all(map(math.isfinite, sample.translation)):
+        return f"non-finite translation {sample.translation}"
+    qx, qy, qz, qw = sample.rotation
+    norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
+    if not math.isfinite(norm):
+        return f"non-finite rotation {sample.rotation}"
+    if abs(norm - 1.0) > NORM_TOLERANCE:
+        return f"quaternion norm {norm:.6g} (expected 1 within {NORM_TOLERANCE:g})"
+    if norm != 1.0:
+        sample.rotation = tuple(q / norm for q in sample.rotation)
+    if not static and now_s is not None and sample.stamp_s - now_s > max_future_s:
+        return f"stamped {sample.stamp_s - now_s:.3f} s in the future (tf.max_future_s {max_future_s:g})"
+    return None
+
+
+class SampleCheck:
+    """`check_sample` with per-edge rejection counts and one WARN per edge.
+
+    Args:
+        warn: logs one line (the node logger's `warning`).
+    """
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self.warn = warn
+        self.rejected: dict[str, int] = {}  # edge -> count (written by the listener thread only)
+        self.accepted = 0
+        self.malformed = 0
+
+    def __call__(self, sample: TfSample, static: bool, now_s: float | None, max_future_s: float) -> bool:
+        reason = check_sample(sample, static, now_s, max_future_s)
+        if reason is None:
+            self.accepted += 1
+            return True
+        edge = sample.edge
+        count = self.rejected.get(edge, 0) + 1
+        self.rejected[edge] = count
+        if count == 1:
+            kind = "/tf_static" if static else "/tf"
+            self.warn(
+                f"TF sample rejected on {edge} ({kind}): {reason}; not stored, later ones on this edge "
+                f"are counted in /diagnostics (tf.rejected.{edge})"
+            )
+        return False
+
+    def stats(self) -> dict[str, int]:
+        """/diagnostics keys: `tf.samples`, `tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`."""
+        rejected = dict(self.rejected)
+        out = {
+            "tf.samples": self.accepted,
+            "tf.rejected_total": sum(rejected.values()) + self.malformed,
+            "tf.malformed": self.malformed,
+        }
+        out.update({f"tf.rejected.{edge}": n for edge, n in sorted(rejected.items())})
+        return out
+
+
+class TfIngest:
+    """The `/tf` + `/tf_static` subscriptions of `node` and the thread that takes, checks and stores them.
+
+    Args:
+        node: the node (or its `NodeFacade`); the subscriptions are created on it, serialized (`raw=True`), in
+            a `ManualTakeGroup`.
+        store: `(sample, static)` of every accepted sample (on the listener thread, one batch at a time).
+        now_s: the node's clock in seconds, None while it does not run (checked once per batch).
+        max_future_s: `tf.max_future_s` (read every batch: a live parameter sets the attribute).
+        warn: the node logger's `warning`.
+        ok: False once the node's context shut down (the thread ends).
+        period_s: time between two batches.
+    """
+
+    def __init__(
+        self,
+        node: object,
+        store: Callable[[TfSample, bool], None],
+        now_s: Callable[[], float | None],
+        max_future_s: float,
+        warn: Callable[[str], None],
+        ok: Callable[[], bool],
+        period_s: float = TAKE_PERIOD_S,
+    ) -> None:
+        from tf2_msgs.msg import TFMessage
+
+        self.max_future_s = max_future_s
+        self.check = SampleCheck(warn)
+        self._store, self._now_s, self._ok, self._period_s = store, now_s, ok, period_s
+        group = ManualTakeGroup()
+        self._subs = [
+            (
+                node.create_subscription(
+                    TFMessage, "/tf_static", _never_called, TF_STATIC_QOS, callback_group=group, raw=True
+                ),
+                True,
+            ),
+            (
+                node.create_subscription(
+                    TFMessage, "/tf", _never_called, TF_LISTEN_QOS, callback_group=group, raw=True
+                ),
+                False,
+            ),
+        ]
+        self.lock = threading.Lock()  # held while one batch is stored (tests and lookups may drain too)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lingbot_map_tf", daemon=True)
+        self._thread.start()
+
+    def drain(self) -> int:
+        """Take, check and store everything that arrived; the number of samples taken. Static first (a
+        batch's dynamic samples may need them)."""
+        taken = 0
+        now_s: float | None = None
+        max_future_s = self.max_future_s
+        with self.lock:
+            for sub, static in self._subs:
+                while True:
+                    got = sub.handle.take_message(sub.msg_type, True)
+                    if got is None:
+                        break
+                    if not taken:
+                        now_s = self._now_s()  # once per batch, and not at all for an empty one
+                    try:
+                        samples = parse_tf_message(got[0])
+                        for sample in samples:
+                            if self.check(sample, static, now_s, max_future_s):
+                                self._store(sample, static)
+                        taken += len(samples)
+                    except Exception as exc:  # noqa: BLE001 - bad bytes (WireError) or a store that refused it
+                        self.check.malformed += 1
+                        if self.check.malformed == 1:
+                            self.check.warn(
+                                f"TF message dropped ({type(exc).__name__}: {exc}); later ones are "
+                                "counted in /diagnostics (tf.malformed)"
+                            )
+        return taken
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            if not self._ok():
+                return
+            try:
+                self.drain()
+            except Exception:  # noqa: BLE001 - the listener must outlive anything (a destroyed handle at exit)
+                if not self._ok():
+                    return
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+
+def _never_called(msg: object) -> None:  # pragma: no cover - a ManualTakeGroup's callbacks never run
+    raise AssertionError("TF messages are taken by TfIngest, not by the executor")
