@@ -199,6 +199,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
     ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
+        "inference.overlap",
+        True,
+        "One camera: a one-deep pipeline on the inference thread (StreamingSession.push_overlapped): a "
+        "frame's host work (pre-processing, decoding, publishing hand-off) runs while the previous frame's "
+        "step is on the GPU; when no next frame is waiting the frame in flight is collected at once, so a "
+        "camera slower than the model waits one step, not two. false: one synchronous push per frame.",
+        live=True,
+    ),
+    ParamSpec(
         "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
     ),
     ParamSpec(
