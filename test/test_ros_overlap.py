@@ -1,9 +1,12 @@
-"""Issue 22: the node's inference thread on the overlapped path (`inference.overlap`), without DDS traffic.
+"""Issue 22: the node's inference thread on the overlapped path (`inference.overlap`) and the depth head only
+where it is used (`depth.every_n`), without DDS traffic.
 
 The scheduler's idle hook (called after a step that left no frame queued, and when stopping), and one camera
-of an in-process tiny node stepped through `step_cameras(..., overlap=True)` + `flush_cameras`: each
-overlapped step hands back the frame before's results, the flush the frame in flight, and the poses, depths
-and frame order equal those of the synchronous `push` path on the same frames.
+of an in-process tiny node (`depth.every_n` 2) stepped through `step_cameras(..., overlap=True)` +
+`flush_cameras`: each overlapped step hands back the frame before's results, the flush the frame in flight,
+and the poses, depths and frame order equal those of the synchronous `push` path on the same frames; frames
+without a depth are published (pose outputs) without map work, and a subscriber of `~/depth` makes every
+frame run the depth head.
 """
 
 from __future__ import annotations
@@ -66,7 +69,13 @@ def node() -> Iterator[LingBotMapNode]:
     """An in-process tiny node with one camera, configured and active (not spinning: no callbacks run)."""
     context = rclpy.Context()
     rclpy.init(context=context)
-    params = {**TINY_NODE_PARAMS, "autostart": False, "kv_cache.scale_frames": S0, "tf.mode": "map_to_camera"}
+    params = {
+        **TINY_NODE_PARAMS,
+        "autostart": False,
+        "kv_cache.scale_frames": S0,
+        "tf.mode": "map_to_camera",
+        "depth.every_n": 2,
+    }
     node = LingBotMapNode(
         context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]
     )
@@ -82,18 +91,23 @@ def _frame(generation: int, rgb: np.ndarray, i: int) -> InputFrame:
     return InputFrame(Header(stamp=Time(sec=i), frame_id="cam"), rgb, time.monotonic(), generation)
 
 
-def _run(node: LingBotMapNode, frames: list[np.ndarray], overlap: bool) -> list[tuple[int, list]]:
-    """Step `frames` one at a time as the inference thread does; (stamp of each step's frame, its results)."""
+def _run(
+    node: LingBotMapNode, frames: list[np.ndarray], overlap: bool, publish: bool = False
+) -> list[tuple[int, list]]:
+    """Step `frames` one at a time as the inference thread does (and publish each step's results, as the
+    publish thread does, with `publish`); (stamp of each step's frame, its results)."""
     camera = node.cameras[""]
     steps: list[tuple[int, list]] = []
-    for i, rgb in enumerate(frames):
-        frame = _frame(camera.generation, rgb, i)
-        done, errors = step_cameras(node.cameras, [("", frame)], node._pipeline.session, overlap=overlap)
+    for i, rgb in enumerate([*frames, None]):
+        if rgb is None:
+            done, errors = flush_cameras(node.cameras)
+        else:
+            frame = _frame(camera.generation, rgb, i)
+            done, errors = step_cameras(node.cameras, [("", frame)], node._pipeline.session, overlap=overlap)
         assert not errors
-        steps.append((i, [r for step in done for r in step.results]))
-    done, errors = flush_cameras(node.cameras)
-    assert not errors
-    steps.append((-1, [r for step in done for r in step.results]))
+        for step in done if publish else []:
+            camera.publish(step)
+        steps.append((i if rgb is not None else -1, [r for step in done for r in step.results]))
     return steps
 
 
@@ -101,7 +115,9 @@ def test_overlapped_steps_return_the_frame_before_and_equal_push(node: LingBotMa
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(FRAMES)]
     camera = node.cameras[""]
-    overlapped = _run(node, frames, overlap=True)
+    published = camera.outputs.frames_published
+    map_works = camera.outputs.map.stats()["map_worker.submitted"]
+    overlapped = _run(node, frames, overlap=True, publish=True)
     camera.reset(lambda name: 0)
     sync = _run(node, frames, overlap=False)
 
@@ -126,7 +142,31 @@ def test_overlapped_steps_return_the_frame_before_and_equal_push(node: LingBotMa
     for a, b in zip(got, want, strict=True):
         assert a.index == b.index and a.is_keyframe == b.is_keyframe
         np.testing.assert_array_equal(a.pose_c2w, b.pose_c2w)
-        np.testing.assert_array_equal(a.depth, b.depth)
+        assert (a.depth is None) == (b.depth is None)
+        if a.depth is not None:
+            np.testing.assert_array_equal(a.depth, b.depth)
+    # depth.every_n 2: streaming frames 1, 3 (0-based since the anchors) skip the depth head; anchors never
+    assert [r.depth is None for r in got] == [False, False, False, True, False, True, False]
+    # every frame published its pose outputs; only those with a depth went to the map thread
+    assert camera.outputs.frames_published - published == FRAMES
+    assert camera.outputs.map.stats()["map_worker.submitted"] - map_works == FRAMES - 2
+
+
+def test_a_depth_subscriber_makes_every_frame_run_the_depth_head(node: LingBotMapNode) -> None:
+    from sensor_msgs.msg import Image
+
+    camera = node.cameras[""]
+    camera.reset(lambda name: 0)
+    assert not camera.outputs.depth_wanted()
+    subscription = node.create_subscription(Image, "~/depth", lambda msg: None, 10)
+    try:
+        assert camera.outputs.depth_wanted()
+        rng = np.random.default_rng(2)
+        frames = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(S0 + 4)]
+        results = [r for _, out in _run(node, frames, overlap=True) for r in out]
+        assert len(results) == len(frames) and all(r.depth is not None for r in results)
+    finally:
+        node.destroy_subscription(subscription)
 
 
 def test_a_reset_drops_the_frame_in_flight(node: LingBotMapNode) -> None:

@@ -103,8 +103,10 @@ def _model_step(
     results = {}
     for name, frame in frames.items():
         try:
-            push = cameras[name].session.push_overlapped if overlap else cameras[name].session.push
-            results[name] = push(frame.rgb, meta=frame)
+            camera = cameras[name]
+            push = camera.session.push_overlapped if overlap else camera.session.push
+            outputs = camera.outputs
+            results[name] = push(frame.rgb, meta=frame, depth=outputs is not None and outputs.depth_wanted())
         except Exception as exc:  # noqa: BLE001 - counted as this camera's failure
             errors[name] = exc
     return results

@@ -197,6 +197,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         int_range=(1, 50_000_000),
     ),
     ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
+    ParamSpec(
+        "depth.every_n",
+        1,
+        "Run the depth head (~2.7 ms of a ~31 ms step on an H200) on every n-th streaming frame only, and on "
+        "every frame while ~/depth has a subscriber (with publish.depth); frames without it still get "
+        "TF, odometry, camera_pose and camera_info, but no ~/depth, ~/frame_cloud or map update. 1: every "
+        "frame (docs/performance.md, issue 22).",
+        int_range=(1, 1000),
+    ),
     ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
         "inference.overlap",

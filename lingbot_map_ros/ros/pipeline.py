@@ -32,6 +32,7 @@ SESSION_PARAMETERS = {
     "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
     "image_width": "model.image_width", "backend": "attention.backend",
     "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
+    "depth_every_n": "depth.every_n",
 }
 
 
