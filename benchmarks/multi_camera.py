@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from e2e import engine, random_frames, synchronize
+from results import record
 
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
@@ -165,6 +166,7 @@ def main() -> None:
     parser.add_argument("--distinct-frames", type=int, default=8, help="random frames cycled per camera")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the runs here")
+    parser.add_argument("--record", type=Path, help="append the runs to this results file (results.py)")
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -179,10 +181,12 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     print_table(runs)
+    rows = [{**asdict(r), "aggregate_fps": r.aggregate_fps, "camera_fps": r.camera_fps} for r in runs]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        rows = [{**asdict(r), "aggregate_fps": r.aggregate_fps, "camera_fps": r.camera_fps} for r in runs]
         args.json.write_text(json.dumps(rows, indent=2))
+    if args.record:
+        record(args.record, {"backend": args.backend, "rows": rows}, args.device)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ class StreamingSession:
             done, image_net = self._admit(rgb)
             try:
                 if self._anchors.anchoring:
-                    return done + self._run(rgb, meta, image_net), None
+                    return done + self._run(rgb, meta, image_net, True), None
                 self._reanchor_if_due()
                 keyframe = self._anchors.next_keyframe()
                 images = self._steps.to_model([image_net])
