@@ -74,7 +74,9 @@ def multi_camera_rows(run: dict) -> list[list[str]]:
             + [
                 row["backend"],
                 str(row["cameras"]),
+                str(row.get("max_batch", "–")),
                 _f(row["aggregate_fps"], 2),
+                _f(row.get("vs_single"), 2),
                 _f(row["camera_fps"], 2),
                 f"{_f(row['p50_ms'])} / {_f(row['p99_ms'])}",
                 _f(row["peak_gib"], 2),
@@ -113,7 +115,17 @@ TABLES: dict[str, tuple[list[str], Callable[[dict], list[list[str]]]]] = {
         node_rows,
     ),
     "multi_camera": (
-        RUN_HEAD + ["backend", "cameras", "aggregate FPS", "FPS per camera", "p50 / p99 ms", "peak GiB"],
+        RUN_HEAD
+        + [
+            "backend",
+            "cameras",
+            "max batch",
+            "aggregate FPS",
+            "x single-stream",
+            "FPS per camera",
+            "p50 / p99 ms",
+            "peak GiB",
+        ],
         multi_camera_rows,
     ),
 }

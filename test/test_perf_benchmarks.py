@@ -78,7 +78,7 @@ def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
     assert runs[1]["pool_gib"] > runs[0]["pool_gib"] > 0
     assert "| 2 | auto |" in out
     table = run(["benchmarks/render_results.py", str(tmp_path / "multi_camera_cpu.json")])
-    assert "| auto | 2 |" in table and "| cpu |" in table
+    assert "| auto | 2 | 8 |" in table and "| cpu |" in table
 
 
 def test_results_are_recorded_and_rendered(tmp_path: Path) -> None:

@@ -197,6 +197,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         int_range=(1, 50_000_000),
     ),
     ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
+    ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
         "depth.every_n",
         1,
@@ -206,7 +207,6 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "frame (docs/performance.md, issue 22).",
         int_range=(1, 1000),
     ),
-    ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
         "inference.overlap",
         True,
