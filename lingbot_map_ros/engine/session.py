@@ -120,7 +120,8 @@ class StreamingSession:
         resolution change first complete the frame in flight and then run as in :meth:`push`.
 
         Raises as :meth:`push`; a failed or non-finite step of the frame in flight also drops this frame
-        (its step ran on the failed caches) and recovers as :meth:`push` does.
+        (its step ran on the failed caches) and recovers as :meth:`push` does; when this frame's own step
+        fails to launch, the frame in flight is kept (the next call or :meth:`flush` returns it).
         """
         rgb = validate_rgb(rgb)
         with self._lock:
@@ -131,12 +132,14 @@ class StreamingSession:
                 keyframe, depth = self._next_step(depth)
                 with self._timer.stage("model"):
                     launched = self._steps.launch([image_net], keyframe, depth)
-                previous = self._in_flight
-                self._in_flight = InFlightFrame(rgb, meta, image_net, keyframe, launched)
-                if previous is not None:
-                    done.append(self._finish(previous))
-                return done
-            except Exception as exc:
+            except Exception as exc:  # this frame's step failed; the frame in flight ran before it: kept
+                self._recover(exc)
+                raise
+            previous = self._in_flight
+            self._in_flight = InFlightFrame(rgb, meta, image_net, keyframe, launched)
+            try:
+                return done + ([self._finish(previous)] if previous is not None else [])
+            except Exception as exc:  # the frame in flight failed: this frame's step ran on its caches
                 self._in_flight = None
                 self._recover(exc)
                 raise

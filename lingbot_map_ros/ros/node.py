@@ -273,7 +273,10 @@ class LingBotMapNode(LifecycleNode):
         several cameras) and hand their results to the publish thread, in order; each camera's error."""
         pipeline = self._pipeline
         session = pipeline.session if pipeline else None
-        steps, errors = step_cameras(self.cameras, batch, session, overlap=self.params.inference_overlap)
+        # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
+        cuda = pipeline is not None and pipeline.model.device.type == "cuda"
+        overlap = self.params.inference_overlap and cuda
+        steps, errors = step_cameras(self.cameras, batch, session, overlap=overlap)
         self._hand_off(steps)
         return [errors.get(name) for name, _ in batch]
 
