@@ -218,6 +218,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         live=True,
     ),
     ParamSpec(
+        "inference.gil_switch_interval_ms",
+        0.2,
+        "On CUDA: Python's GIL switch interval (sys.setswitchinterval; Python's default 5 ms). The inference "
+        "thread gives the GIL back ~60 times a step and waits up to this long each time behind the node's "
+        "other threads (docs/performance.md).",
+        float_range=(0.01, 5.0),
+    ),
+    ParamSpec(
         "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
     ),
     ParamSpec(
