@@ -116,7 +116,7 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         # The inference thread gives the GIL back ~60 times a frame (graph replays, waits, the output copy);
         # with Python's default 5 ms switch interval each time it can wait 5 ms behind any busy Python thread
         # of the node (rclpy's executor). Measured on the H200 through the node at 60 Hz: 0.25 FPS posed with
-        # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node"); `inference.gil_switch_interval_ms`.
+        # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node"); inference.gil_switch_interval_ms.
         sys.setswitchinterval(params.inference_gil_switch_interval_ms / 1e3)
     warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
     if warmup_hw is not None and device.type == "cuda":
