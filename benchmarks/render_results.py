@@ -49,12 +49,15 @@ def startup_rows(run: dict) -> list[list[str]]:
 
 def node_rows(run: dict) -> list[list[str]]:
     r = run["result"]
+    common = ("model.compile_cache_dir", "model.warmup_image_size")  # the benchmark's own settings
+    settings = ", ".join(f"{k}={v}" for k, v in r.get("params", {}).items() if k not in common) or "defaults"
     rows = []
     for hz, rate in r["rates"].items():
         lat = rate["odometry_latency_ms"]
         rows.append(
             _run_cells(run)
             + [
+                settings,
                 hz,
                 _f(rate["fps_posed"], 2),
                 f"{rate['dropped']} / {rate['published']}",
@@ -105,6 +108,7 @@ TABLES: dict[str, tuple[list[str], Callable[[dict], list[list[str]]]]] = {
     "node_e2e": (
         RUN_HEAD
         + [
+            "parameters",
             "camera Hz",
             "FPS posed",
             "dropped / published",
