@@ -91,9 +91,16 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
     )
 
 
+def sessions(model: torch.nn.Module, args: argparse.Namespace, names: tuple[str, ...]) -> object:
+    """A `MultiStreamSession` of cameras `names` over `model`; no names: a `StreamingSession`."""
+    batch = BatchConfig(max_batch=args.max_batch)
+    spec = EngineSpec(session=session_config(args), cameras=names, batch=batch)
+    return build_engine(spec, model)
+
+
 def run_single(model: torch.nn.Module, args: argparse.Namespace) -> float:
     """FPS of one camera on the single-stream path (`StreamingSession.push`), timed as the rounds are."""
-    session = build_engine(EngineSpec(session=session_config(args)), model)
+    session = sessions(model, args, ())
     frames = random_frames(args.distinct_frames, (args.height, args.width), seed=0)
     for i in range(args.anchors + args.warmup):
         session.push(frames[i % len(frames)], meta=i)
@@ -111,8 +118,7 @@ def run_cameras(
     device = model.device
     config = session_config(args)
     names = [f"cam{i}" for i in range(cameras)]
-    batch = BatchConfig(max_batch=args.max_batch)
-    multi = build_engine(EngineSpec(session=config, cameras=tuple(names), batch=batch), model)
+    multi = sessions(model, args, tuple(names))
     feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
     rounds = iter(range(10**9))
 
