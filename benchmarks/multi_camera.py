@@ -10,6 +10,13 @@ single-camera default path), then every camera's result is decoded. Reported per
   frame may also wait up to one round plus ``batch.max_wait_ms`` in its queue);
 * GPU memory: the weights (once), the N cameras' KV regions of the one shared pool, the camera histories,
   and the peak allocated over the run (CUDA only; on CPU the weights and pool bytes).
+* (issue 22) "x single": the aggregate over one camera on the single-stream path (`StreamingSession.push`,
+  same configuration, same process, same frame counts), measured after the camera counts unless
+  ``--no-single``. Use ``--warmup`` >= the window (64) so that the timed frames see a full window.
+
+The sessions use the node's defaults on CUDA: CUDA graphs and compiled blocks (``--no-compile-blocks``: the
+graphs alone; ``--cache-dir``: the compile cache). ``--max-batch 1`` runs every camera's frame as its own
+graphed single step instead of one eager batched step (`batch.max_batch` of the node).
 
 The anchor phase and ``--warmup`` streaming rounds per camera count are not timed. Re-anchors (every
 ``--max-stored-frames`` keyframes) are timed: they are part of a long stream. Model: random weights in the
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,10 +41,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from e2e import engine, random_frames, synchronize
+from results import record
 
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW, SessionConfig
+from lingbot_map_ros.engine.multi_stream import BatchConfig
+from lingbot_map_ros.model.graphed import compile_cache_dir
 
 GIB = 2**30
 
@@ -66,11 +77,9 @@ class CameraRun:
         return self.frames_per_camera / self.wall_s
 
 
-def run_cameras(
-    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float
-) -> CameraRun:
-    device = model.device
-    config = SessionConfig(
+def session_config(args: argparse.Namespace) -> SessionConfig:
+    """The streaming policy of every camera (and of the single-stream baseline)."""
+    return SessionConfig(
         scale_frames=args.anchors,
         sliding_window=args.window,
         max_window=args.max_window,
@@ -79,9 +88,38 @@ def run_cameras(
         max_stored_frames=args.max_stored_frames,
         backend=args.backend,
         cuda_graphs=not args.no_cuda_graphs,
+        compile_blocks=args.compile_blocks,
     )
+
+
+def sessions(model: torch.nn.Module, args: argparse.Namespace, names: tuple[str, ...]) -> object:
+    """A `MultiStreamSession` of cameras `names` over `model`; no names: a `StreamingSession`."""
+    batch = BatchConfig(max_batch=args.max_batch)
+    spec = EngineSpec(session=session_config(args), cameras=names, batch=batch)
+    return build_engine(spec, model)
+
+
+def run_single(model: torch.nn.Module, args: argparse.Namespace) -> float:
+    """FPS of one camera on the single-stream path (`StreamingSession.push`), timed as the rounds are."""
+    session = sessions(model, args, ())
+    frames = random_frames(args.distinct_frames, (args.height, args.width), seed=0)
+    for i in range(args.anchors + args.warmup):
+        session.push(frames[i % len(frames)], meta=i)
+    synchronize(model.device)
+    start = time.perf_counter()
+    for i in range(args.frames):
+        session.push(frames[i % len(frames)], meta=i)
+    synchronize(model.device)
+    return args.frames / (time.perf_counter() - start)
+
+
+def run_cameras(
+    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float
+) -> CameraRun:
+    device = model.device
+    config = session_config(args)
     names = [f"cam{i}" for i in range(cameras)]
-    multi = build_engine(EngineSpec(session=config, cameras=tuple(names)), model)
+    multi = sessions(model, args, tuple(names))
     feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
     rounds = iter(range(10**9))
 
@@ -128,17 +166,21 @@ def run_cameras(
     return run
 
 
-def print_table(runs: list[CameraRun]) -> None:
+def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
     base = runs[0].aggregate_fps if runs else float("nan")
+    if single_fps is not None:
+        print(f"one camera on the single-stream path (StreamingSession.push): {single_fps:.2f} FPS")
     print(
-        "| cameras | backend | aggregate FPS | x 1 camera | FPS per camera | p50 ms | p99 ms per camera "
-        "| weights GiB | KV pool GiB | camera histories GiB | peak allocated GiB | batched steps (size: n) |"
+        "| cameras | backend | aggregate FPS | x 1 camera | x single | FPS per camera | p50 ms "
+        "| p99 ms per camera | weights GiB | KV pool GiB | camera histories GiB | peak allocated GiB "
+        "| batched steps (size: n) |"
     )
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     for r in runs:
         peak = "-" if r.peak_gib is None else f"{r.peak_gib:.2f}"
+        single = "-" if single_fps is None else f"{r.aggregate_fps / single_fps:.2f}"
         print(
-            f"| {r.cameras} | {r.backend} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
+            f"| {r.cameras} | {r.backend} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} | {single} "
             f"| {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} "
             f"| {r.history_gib:.3f} | {peak} | {r.batches} |"
         )
@@ -162,27 +204,56 @@ def main() -> None:
     parser.add_argument("--keyframe-interval", type=int, default=1)
     parser.add_argument("--max-stored-frames", type=int, default=320)
     parser.add_argument("--no-cuda-graphs", action="store_true", help="eager single-camera steps too")
+    parser.add_argument(
+        "--compile-blocks", action=argparse.BooleanOptionalAction, default=None, help="default: on CUDA"
+    )
+    parser.add_argument("--cache-dir", default="", help="torch.compile cache (model.compile_cache_dir)")
+    parser.add_argument("--max-batch", type=int, default=8, help="batch.max_batch")
+    parser.add_argument("--no-single", action="store_true", help="no single-stream baseline row")
     parser.add_argument("--distinct-frames", type=int, default=8, help="random frames cycled per camera")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the runs here")
+    parser.add_argument("--record", type=Path, help="append the runs to this results file (results.py)")
     args = parser.parse_args()
 
     device = torch.device(args.device)
+    if args.compile_blocks is None:
+        args.compile_blocks = device.type == "cuda"  # the node's default (model.compile_blocks)
+    if args.compile_blocks:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir(args.cache_dir))  # this entry point's
     torch.set_grad_enabled(False)
     model = engine(args, "fast").model  # random weights made on the device (benchmarks/e2e.py)
     weights = sum(p.numel() * p.element_size() for p in model.parameters()) / GIB
-    print(f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}")
+    print(
+        f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}, "
+        f"compiled blocks {args.compile_blocks}, max batch {args.max_batch}"
+    )
     runs = []
     for cameras in args.cameras.split(","):
         runs.append(run_cameras(model, args, int(cameras), weights))
         gc.collect()  # the previous cameras' pool and histories go before the next count allocates
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print_table(runs)
+    # last: whatever the first session of the process pays once (compilation, cuDNN plans) is paid by then
+    single_fps = None if args.no_single else run_single(model, args)
+    print_table(runs, single_fps)
+    rows = [
+        {
+            **asdict(r),
+            "aggregate_fps": r.aggregate_fps,
+            "camera_fps": r.camera_fps,
+            "single_stream_fps": single_fps,
+            "vs_single": None if single_fps is None else r.aggregate_fps / single_fps,
+            "compile_blocks": args.compile_blocks,
+            "max_batch": args.max_batch,
+        }
+        for r in runs
+    ]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        rows = [{**asdict(r), "aggregate_fps": r.aggregate_fps, "camera_fps": r.camera_fps} for r in runs]
         args.json.write_text(json.dumps(rows, indent=2))
+    if args.record:
+        record(args.record, {"backend": args.backend, "rows": rows}, args.device)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segments", type=int, default=1, help="also report latency per time segment")
     parser.add_argument("--start-timeout-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=REPO / "output" / "node_e2e")
+    parser.add_argument("--record", type=Path, help="append the report to this results file (results.py)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -307,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     configured = [line for line in log_path.read_text(errors="replace").splitlines() if "configured:" in line]
     report["configure_line"] = configured[-1] if configured else None
     (args.out / "node_e2e.json").write_text(json.dumps(report, indent=1))
+    if args.record:
+        from results import record  # benchmarks/results.py
+
+        record(args.record, {k: v for k, v in report.items() if k != "diagnostics"}, "cuda")
     print(json.dumps({k: v for k, v in report.items() if k != "diagnostics"}))
     return 0
 

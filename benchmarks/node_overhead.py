@@ -53,8 +53,7 @@ from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: 
 from lingbot_map_ros.ros.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
 from lingbot_map_ros.ros.output_config import FRAME_QOS, OutputConfig  # noqa: E402
 from lingbot_map_ros.ros.outputs import MappingOutputs  # noqa: E402
-from lingbot_map_ros.ros.params import declare_parameters, read_parameters  # noqa: E402
-from lingbot_map_ros.ros.pipeline import GIL_SWITCH_INTERVAL_S  # noqa: E402
+from lingbot_map_ros.ros.params import SPECS, declare_parameters, read_parameters  # noqa: E402
 from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
 from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
 
@@ -214,7 +213,12 @@ def main() -> None:
     parser.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
     parser.add_argument("--subscribers", action="store_true")
     parser.add_argument("--keyframe-interval", type=int, default=1)
-    parser.add_argument("--switch-interval", type=float, default=GIL_SWITCH_INTERVAL_S, help="seconds")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=SPECS["inference.gil_switch_interval_ms"].default / 1e3,  # the node's, on CUDA
+        help="seconds",
+    )
     parser.add_argument(
         "--set",
         action="append",

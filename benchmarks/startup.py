@@ -24,6 +24,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from results import record  # noqa: E402  (benchmarks/results.py)
 
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine  # noqa: E402
 from lingbot_map_ros.engine.config import (  # noqa: E402
@@ -56,11 +57,17 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=300, help="streaming frames after the anchor phase")
     parser.add_argument("--steady-from", type=int, default=100, help="first steady-state frame")
     parser.add_argument("--grow-window", type=int, default=0, help="then grow the window live")
+    parser.add_argument("--depth-every-n", type=int, default=1, help="SessionConfig.depth_every_n")
+    parser.add_argument(
+        "--window-frames", type=int, default=300, help="frames of each latency window (first steady, last)"
+    )
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--record", type=Path, help="append the report to this results file (results.py)")
     args = parser.parse_args()
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    report: dict = {"args": vars(args) | {"out": str(args.out)}, "import_s": time.perf_counter() - T0}
+    report: dict = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    report["import_s"] = time.perf_counter() - T0
     configure = time.perf_counter()
     if not args.no_compile:
         cache_dir = compile_cache_dir(args.cache_dir)
@@ -78,6 +85,7 @@ def main() -> None:
                 keyframe_interval=args.keyframe_interval,
                 image_width=args.image_width,
                 compile_blocks=not args.no_compile,
+                depth_every_n=args.depth_every_n,
             ),
         )
     )
@@ -133,6 +141,8 @@ def main() -> None:
         latency_ms_p50=float(np.percentile(latency, 50)),
         latency_ms_p90=float(np.percentile(latency, 90)),
         latency_ms_p99=float(np.percentile(latency, 99)),
+        latency_windows=latency_windows(delivered, base, args.steady_from, args.window_frames),
+        reanchors=session.stats().reanchors_total,
         stages_ms={k: round(v["mean"], 3) for k, v in session.stats().timings_ms.items()},
         kv=asdict(session.stats().cache.kv_cache),
     )
@@ -158,6 +168,32 @@ def main() -> None:
     print(line, flush=True)
     if args.out:
         args.out.write_text(line + "\n")
+    if args.record:
+        record(args.record, report, args.device)
+
+
+def latency_windows(
+    delivered: list[tuple[int, float, float]], base: int, first: int, frames: int
+) -> dict[str, dict[str, float]]:
+    """Latency p50 / p99 (ms) of the first `frames` steady frames (from streaming frame `first`: the window
+    is full) and of the last `frames` (re-anchors included), and the ratio of their p99s (issue 22: p99 at
+    frame 5,000 within 10 % of the first full-window frames)."""
+    latency = {index - base: seconds * 1e3 for index, seconds, _ in delivered}
+    last = max(latency) + 1 if latency else 0
+    spans = {"first": (first, first + frames), "last": (max(first, last - frames), last)}
+    out: dict[str, dict[str, float]] = {}
+    for name, (start, end) in spans.items():
+        values = np.asarray([latency[i] for i in range(start, end) if i in latency])
+        if values.size:
+            out[name] = {
+                "frames": f"{start}-{end - 1}",
+                "p50": float(np.percentile(values, 50)),
+                "p99": float(np.percentile(values, 99)),
+                "max": float(values.max()),
+            }
+    if len(out) == 2:
+        out["p99_last_over_first"] = {"ratio": out["last"]["p99"] / out["first"]["p99"]}
+    return out
 
 
 if __name__ == "__main__":

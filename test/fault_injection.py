@@ -133,7 +133,6 @@ class FaultInjectingModel:
         out = self.model.step(images, state, keyframe=keyframe, **kwargs)
         if "nan" in kinds:
             nan = float("nan")
-            out = replace(
-                out, pose_enc=torch.full_like(out.pose_enc, nan), depth=torch.full_like(out.depth, nan)
-            )
+            depth = None if out.depth is None else torch.full_like(out.depth, nan)  # None: no depth head
+            out = replace(out, pose_enc=torch.full_like(out.pose_enc, nan), depth=depth)
         return out

@@ -68,6 +68,7 @@ def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
             "benchmarks/multi_camera.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width",
             "56", "--frames", "3", "--cameras", "1,2", "--anchors", "2", "--window", "2", "--max-window", "4",
             "--warmup", "1", "--max-stored-frames", "4", "--json", str(tmp_path / "runs.json"),
+            "--record", str(tmp_path / "multi_camera_cpu.json"),
         ]
     )  # fmt: skip
     runs = json.loads((tmp_path / "runs.json").read_text())
@@ -76,3 +77,27 @@ def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
     assert all(r["aggregate_fps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in runs)
     assert runs[1]["pool_gib"] > runs[0]["pool_gib"] > 0
     assert "| 2 | auto |" in out
+    table = run(["benchmarks/render_results.py", str(tmp_path / "multi_camera_cpu.json")])
+    assert "| auto | 2 | 8 |" in table and "| cpu |" in table
+
+
+def test_results_are_recorded_and_rendered(tmp_path: Path) -> None:
+    """Issue 22: startup.py appends its runs (date, commit, command, device) to a results file, and
+    render_results.py makes the docs' tables from it."""
+    results = tmp_path / "startup_cpu.json"
+    args = [
+        "benchmarks/startup.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width", "56",
+        "--image-width", "56", "--window", "2", "--max-window", "4", "--no-compile", "--no-warmup",
+        "--frames", "6", "--steady-from", "1", "--window-frames", "2", "--depth-every-n", "2",
+        "--record", str(results),
+    ]  # fmt: skip
+    run(args)
+    run(args)  # appended, not overwritten
+    runs = json.loads(results.read_text())["runs"]
+    assert len(runs) == 2 and runs[0]["device"] == "cpu" and runs[0]["commit"]
+    assert runs[0]["command"].startswith("python3 benchmarks/startup.py --device cpu")
+    windows = runs[0]["result"]["latency_windows"]
+    assert windows["first"]["frames"] == "1-2" and windows["last"]["frames"] == "4-5"
+    table = run(["benchmarks/render_results.py", str(results)])
+    rows = [line for line in table.splitlines() if line.startswith("| 20")]
+    assert len(rows) == 2 and all("| overlapped | 2 | 6 |" in row for row in rows), table

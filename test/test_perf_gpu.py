@@ -68,3 +68,22 @@ def test_live_window_increase_reallocates_the_pool_once_on_cuda(model) -> None:
     kv = grown.stats().cache.kv_cache
     assert (kv.pool_reallocations, kv.pool_window, kv.window_frames) == (1, 6, 6)
     assert roomy.stats().cache.kv_cache.pool_reallocations == 0
+
+
+def test_depth_every_n_on_cuda_graphs_keeps_the_poses(model) -> None:
+    """Issue 22: skipping the depth head's graph (`depth_every_n` 2) leaves the poses bit-identical up to the
+    first re-anchor and the depths of the frames that have one; the overlapped path follows the schedule."""
+    every, skipping = _session(model), _session(model, depth_every_n=2)
+    assert skipping.warm_up((84, 112)) > 0
+    want, got = [], []
+    for i, frame in enumerate(_frames(50, seed=2)):  # a re-anchor at 24 stored frames
+        want += every.push(frame, meta=i)
+        got += skipping.push_overlapped(frame, meta=i)
+    got += skipping.flush()
+    assert [r.index for r in got] == [r.index for r in want] == list(range(50))
+    assert any(r.depth is None for r in got) and skipping.stats().reanchors_total >= 1
+    for a, b in zip(want, got, strict=True):
+        if b.segment == 0:
+            assert np.array_equal(a.pose_c2w, b.pose_c2w)
+        if b.depth is not None and b.segment == 0:
+            assert np.array_equal(a.depth, b.depth)

@@ -93,3 +93,36 @@ def test_compiled_regions_equal_plain_step(model: LingBotMap, monkeypatch: pytes
         b = model.step(images[index : index + 1], compiled)
         for name in ("pose_enc", "depth", "depth_conf"):
             torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=1e-4, atol=1e-5)
+
+
+def test_segmented_step_without_depth_skips_only_the_depth_head(
+    model: LingBotMap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: `step(..., depth=False)` on the segmented path skips the depth segment; the pose and the
+    caches are those of the step with depth (the next frames' outputs are equal too)."""
+    torch.manual_seed(2)
+    images = torch.rand(S0 + 6, 3, *HW)
+    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, camera_history=6)
+    full, skipping = model.new_stream(config), model.new_stream(config)
+    model.step(images[:S0], full)
+    model.step(images[:S0], skipping)
+    full.graphed = GraphedStreamStep(model, full.camera, HW, S0, capture=False)
+    skipping.graphed = GraphedStreamStep(model, skipping.camera, HW, S0, capture=False)
+    monkeypatch.setattr(model, "_graphed_step", lambda state, *args: state.graphed)
+    segments_run: list[int] = []
+    depth_segment = skipping.graphed._graphs[-2]
+    skipping.graphed._graphs[-2] = lambda: (segments_run.append(1), depth_segment())
+    for index in range(S0, images.shape[0]):
+        with_depth = index % 2 == 0
+        a = model.step(images[index : index + 1], full)
+        b = model.step(images[index : index + 1], skipping, depth=with_depth)
+        torch.testing.assert_close(b.pose_enc_list, a.pose_enc_list, rtol=0, atol=0)
+        if with_depth:
+            torch.testing.assert_close(b.depth, a.depth, rtol=0, atol=0)
+        else:
+            assert b.depth is None and b.depth_conf is None
+    assert len(segments_run) == 3  # the depth head ran for the 3 steps that wanted it
+    plain = model.new_stream(config)
+    model.step(images[:S0], plain)
+    out = model.step(images[S0 : S0 + 1], plain, depth=False)  # the plain path too
+    assert out.depth is None and out.depth_conf is None and out.pose_enc.shape == (1, 9)

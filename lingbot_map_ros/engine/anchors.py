@@ -67,11 +67,13 @@ class StreamAnchors:
         """The stream must restart before the next step: after a failed step, or with its cache full."""
         return self.needs_reanchor or frames_stored >= self.config.max_stored_frames
 
-    def to_map(self, pose_enc: np.ndarray, depth_net: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A frame's pose encoding [9] and depth [h, w] (stream frame) → its [4, 4] float64 camera → map pose
-        and its depth in map scale."""
+    def to_map(
+        self, pose_enc: np.ndarray, depth_net: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """A frame's pose encoding [9] and depth [h, w] (stream frame; None without the depth head) → its
+        [4, 4] float64 camera → map pose and its depth in map scale."""
         pose = self.align.apply_pose(pose_encoding_to_c2w(pose_enc))
-        return pose, depth_net * np.float32(self.align.scale)
+        return pose, None if depth_net is None else depth_net * np.float32(self.align.scale)
 
     def keep(self, record: KeyframeRecord) -> None:
         """Keep a decoded keyframe for a later re-anchor (the last S0 only)."""

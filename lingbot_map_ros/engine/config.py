@@ -48,6 +48,9 @@ class SessionConfig:
         realign_conf_threshold: pixels used for the re-anchor depth-scale estimate need confidence above
             this in both the old and the new prediction (falls back to all pixels when too few pass).
         timing_window: number of recent steps the per-stage timing statistics average over.
+        depth_every_n: run the depth head on every n-th streaming frame only (plus frames pushed with
+            ``depth=True`` and what a re-anchor needs: engine/depth_schedule.py); the others' results have no
+            depth (``FrameResult.depth`` None). 1 (default): every frame.
     """
 
     scale_frames: int = 8
@@ -64,6 +67,7 @@ class SessionConfig:
     camera_history: int | None = None
     realign_conf_threshold: float = 1.5
     timing_window: int = 100
+    depth_every_n: int = 1
 
     def __post_init__(self) -> None:
         def _int_at_least(name: str, low: int) -> None:
@@ -75,6 +79,7 @@ class SessionConfig:
         _int_at_least("max_window", 1)
         _int_at_least("keyframe_interval", 1)
         _int_at_least("timing_window", 1)
+        _int_at_least("depth_every_n", 1)
         check_sliding_window(self.sliding_window, self.max_window)
         check_image_width(self.image_width, "SessionConfig.image_width")
         if not self.scale_frames < self.max_stored_frames <= ROPE_TABLE_FRAMES:

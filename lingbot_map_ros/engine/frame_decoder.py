@@ -45,10 +45,13 @@ class FrameDecoder:
         Args:
             rgbs: S [H, W, 3] uint8 original images; ``metas`` their pass-through metas.
             images_net: S [h, w, 3] uint8 network inputs (kept with a keyframe for a re-anchor).
-            outputs: the step's pose_enc [S, 9], depth and depth_conf [S, h, w] float32 (network grid).
+            outputs: the step's pose_enc [S, 9], depth and depth_conf [S, h, w] float32 (network grid; both
+                None for a step without the depth head).
             keyframe, phase: the step's keyframe flag and phase (`PHASE_ANCHOR` / `PHASE_STREAMING`).
         """
         pose_encs, depths, confs = outputs
+        if depths is None:  # a step without the depth head (engine/depth_schedule.py)
+            depths = confs = [None] * len(pose_encs)
         return [
             self._decode(*frame, keyframe, phase)
             for frame in zip(rgbs, metas, images_net, pose_encs, depths, confs, strict=True)
@@ -78,8 +81,8 @@ class FrameDecoder:
             phase=phase,
             pose_c2w=pose,
             intrinsics=geometry.intrinsics_to_source(k_net),
-            depth=geometry.map_to_source(depth_net),
-            depth_conf=geometry.map_to_source(conf_net, fill=0.0),
+            depth=None if depth_net is None else geometry.map_to_source(depth_net),
+            depth_conf=None if conf_net is None else geometry.map_to_source(conf_net, fill=0.0),
             rgb=rgb,
             pose_enc=pose_enc.astype(np.float32),
             epoch=self.epoch,

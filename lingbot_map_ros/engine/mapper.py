@@ -120,9 +120,10 @@ class PosedFrame:
     twist: np.ndarray
     pose_covariance: np.ndarray
     twist_covariance: np.ndarray
-    depth: np.ndarray
+    depth: np.ndarray | None
     intrinsics: np.ndarray
     scale: ScaleState
+    image_hw: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,8 @@ class MapWork:
     is_keyframe: bool
     pose_c2w: np.ndarray
     camera_pose: np.ndarray
-    depth: np.ndarray
-    depth_conf: np.ndarray
+    depth: np.ndarray | None
+    depth_conf: np.ndarray | None
     intrinsics: np.ndarray
     rgb: np.ndarray
     voxel: VoxelMapConfig
@@ -269,14 +270,15 @@ class Mapper:
         map_odom = None
         if self.mode == MAP_TO_ODOM:
             map_odom = body_pose @ invert_rigid(robot.odom_base)
-        depth = (result.depth * np.float32(self.scale.value)).astype(np.float32)
+        depth = result.depth if result.depth is None else (result.depth * np.float32(self.scale.value))
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
         frame = PosedFrame(
             stamp_s=stamp_s, index=result.index, epoch=result.epoch, is_keyframe=result.is_keyframe,
             new_epoch=new_epoch, mode=self.mode, camera_pose=camera_pose, body_pose=body_pose,
             map_odom=map_odom, twist=twist, pose_covariance=self._pose_covariance(),
-            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, scale=self.scale.state())
+            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, scale=self.scale.state(),
+            image_hw=result.image_hw)
         work = MapWork(
             serial=self._serial, is_keyframe=result.is_keyframe,
             pose_c2w=np.asarray(result.pose_c2w, np.float64), camera_pose=camera_pose, depth=depth,
@@ -291,6 +293,8 @@ class Mapper:
         if work.serial != self._map_serial:
             self._clear_map()
             self._map_serial = work.serial
+        if work.depth is None:  # the step skipped the depth head (SessionConfig.depth_every_n): no points
+            return FrameCloud(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8), map_changed=False)
         mask = work.depth_conf > work.voxel.conf_threshold
         cam_xyz, flat = camera_points(work.depth, work.intrinsics, mask, work.voxel.pixel_stride)
         points = transform_points(work.camera_pose, cam_xyz)
@@ -372,7 +376,7 @@ class Mapper:
         if source == "odometry" and robot.odom_base is not None and robot.base_cam is not None:
             odom_cam = robot.odom_base @ robot.base_cam
             self.scale.add_odometry(result.pose_c2w[:3, 3], odom_cam[:3, 3], stamp_s)
-        elif source == "depth" and sensor_depth is not None:
+        elif source == "depth" and sensor_depth is not None and result.depth is not None:
             self.scale.add_depth(result.depth, result.depth_conf, sensor_depth, stamp_s)
 
     def _integrate(self, work: MapWork, points: np.ndarray, colors: np.ndarray, cam_xyz: np.ndarray) -> bool:

@@ -25,11 +25,12 @@ class LaunchedStep:
 
     Attributes:
         outputs: pose_enc [S, 9], depth [S, h, w], depth_conf [S, h, w] float32 tensors (on CUDA: pinned host
-            buffers that the copies queued behind the step fill).
+            buffers that the copies queued behind the step fill); depth and depth_conf None for a step
+            without the depth head.
         done: CUDA event recorded after those copies; None off CUDA (the outputs are ready).
     """
 
-    outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    outputs: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
     done: torch.cuda.Event | None = None
 
 
@@ -56,29 +57,37 @@ class ModelSteps:
         images = batch.permute(0, 3, 1, 2).to(torch.float32).div_(255.0).contiguous()
         return images.to(self.dtype)
 
-    def step(self, images_net: list[np.ndarray], keyframe: bool) -> tuple[np.ndarray, ...]:
-        """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w]) float32 numpy."""
-        return self.collect(self.launch(images_net, keyframe))
+    def step(self, images_net: list[np.ndarray], keyframe: bool, depth: bool = True) -> tuple:
+        """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w]) float32 numpy
+        (depth and conf None when ``depth`` is False: the depth head did not run)."""
+        return self.collect(self.launch(images_net, keyframe, depth))
 
-    def launch(self, images_net: list[np.ndarray], keyframe: bool) -> LaunchedStep:
+    def launch(self, images_net: list[np.ndarray], keyframe: bool, depth: bool = True) -> LaunchedStep:
         """Upload the frames and queue ``model.step`` and the copies of its outputs to the host.
 
         On CUDA this returns once the work is queued and :meth:`collect` waits for it; elsewhere it is
-        synchronous.
+        synchronous. ``depth`` False skips the depth head.
         """
         images = self.to_model(images_net)
         with torch.inference_mode():
-            return self.to_host(self.model.step(images, self.state, keyframe=keyframe))
+            if depth:  # the call as before issue 22 (test doubles of the model need not know `depth`)
+                return self.to_host(self.model.step(images, self.state, keyframe=keyframe))
+            return self.to_host(self.model.step(images, self.state, keyframe=keyframe, depth=False))
 
     def to_host(self, out: object) -> LaunchedStep:
         """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf to the host (see `launch`)."""
         with torch.inference_mode():
-            outputs = tuple(t.detach().float() for t in (out.pose_enc, out.depth, out.depth_conf))
+            outputs = tuple(
+                None if t is None else t.detach().float() for t in (out.pose_enc, out.depth, out.depth_conf)
+            )
             if self.device.type != "cuda":
                 return LaunchedStep(outputs)
-            hosts = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs)
+            hosts = tuple(
+                None if t is None else torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in outputs
+            )
             for host, t in zip(hosts, outputs, strict=True):
-                host.copy_(t, non_blocking=True)
+                if t is not None:
+                    host.copy_(t, non_blocking=True)
             done = torch.cuda.Event()
             done.record(torch.cuda.current_stream(self.device))
             return LaunchedStep(hosts, done)
@@ -91,11 +100,11 @@ class ModelSteps:
         """
         if launched.done is not None:
             launched.done.synchronize()
-        arrays = tuple(t.numpy() for t in launched.outputs)
+        arrays = tuple(None if t is None else t.numpy() for t in launched.outputs)
         bad = [
             name
             for name, a in zip(("pose", "depth", "depth_conf"), arrays, strict=True)
-            if not np.isfinite(a).all()
+            if a is not None and not np.isfinite(a).all()
         ]
         if bad:
             raise NonFiniteOutputError(

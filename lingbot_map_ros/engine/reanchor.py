@@ -35,15 +35,16 @@ class KeyframeRecord:
     Attributes:
         image_net: [h, w, 3] uint8 network input before /255 (re-feeding it reproduces the input exactly).
         pose_c2w: [4, 4] float64 published camera → map pose.
-        depth_net: [h, w] float32 published depth (map scale) on the network grid.
-        conf_net: [h, w] float32 confidence on the network grid.
+        depth_net: [h, w] float32 published depth (map scale) on the network grid; None for a keyframe
+            whose step skipped the depth head (`SessionConfig.depth_every_n`).
+        conf_net: [h, w] float32 confidence on the network grid (None with ``depth_net``).
         meta: the frame's ``push`` meta (e.g. the ROS header), kept for a saved session's anchor stamps.
     """
 
     image_net: np.ndarray
     pose_c2w: np.ndarray
-    depth_net: np.ndarray
-    conf_net: np.ndarray
+    depth_net: np.ndarray | None
+    conf_net: np.ndarray | None
     meta: object = None
 
 
@@ -57,7 +58,8 @@ def estimate_alignment(
     """Sim(3) from a restarted stream's world frame to the session's map frame.
 
     Args:
-        records: the re-anchored keyframes, oldest first (their published poses/depths).
+        records: the re-anchored keyframes, oldest first (their published poses/depths; the scale comes
+            from those with a depth, 1 when none has one).
         new_c2w: [S0, 4, 4] their poses predicted by the restarted stream (its own world frame).
         new_depth: [S0, h, w] their depths predicted by the restarted stream.
         new_conf: [S0, h, w] the matching confidences.
@@ -70,9 +72,14 @@ def estimate_alignment(
             f"expected one new pose and depth per record ({len(records)}), got {new_c2w.shape[0]} poses "
             f"and {new_depth.shape[0]} depths"
         )
-    old_depth = np.stack([r.depth_net for r in records]).astype(np.float64)
-    old_conf = np.stack([r.conf_net for r in records])
-    new_depth = np.asarray(new_depth, dtype=np.float64)
+    with_depth = [i for i, r in enumerate(records) if r.depth_net is not None]  # the scale's pixels
+    if with_depth:
+        old_depth = np.stack([records[i].depth_net for i in with_depth]).astype(np.float64)
+        old_conf = np.stack([records[i].conf_net for i in with_depth])
+        new_depth = np.asarray(new_depth, dtype=np.float64)[with_depth]
+        new_conf = np.asarray(new_conf)[with_depth]
+    else:
+        old_depth = old_conf = new_depth = new_conf = np.zeros((0,))
     valid = np.isfinite(old_depth) & np.isfinite(new_depth) & (old_depth > 0) & (new_depth > 0)
     confident = valid & (old_conf > conf_threshold) & (np.asarray(new_conf) > conf_threshold)
     use = confident if confident.sum() >= MIN_SCALE_PIXELS else valid

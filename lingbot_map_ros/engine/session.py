@@ -30,6 +30,7 @@ from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from .anchors import StreamAnchors
 from .config import SessionConfig
 from .contracts import AnchorState, NonFiniteOutputError, SessionCounters, SessionStats, StreamingModel
+from .depth_schedule import DepthSchedule
 from .frame_decoder import FrameDecoder
 from .model_steps import ModelSteps
 from .preprocess import preprocess_geometry, resize_uint8, validate_rgb
@@ -82,12 +83,13 @@ class StreamingSession:
 
     # ------------------------------------------------------------------ public API
 
-    def push(self, rgb: np.ndarray, meta: object = None) -> list[FrameResult]:
+    def push(self, rgb: np.ndarray, meta: object = None, depth: bool = False) -> list[FrameResult]:
         """Feed one frame.
 
         Args:
             rgb: [H, W, 3] uint8 RGB image (original resolution).
             meta: passed through to the frame's ``FrameResult.meta`` (e.g. the ROS header).
+            depth: run the depth head for this frame whatever ``depth_every_n`` says.
         Returns:
             ``[]`` while the anchor phase collects frames, the S0 anchor results when it completes, then one
             result per frame.
@@ -100,12 +102,12 @@ class StreamingSession:
         with self._lock:
             done, image_net = self._admit(rgb)
             try:
-                return done + self._run(rgb, meta, image_net)
+                return done + self._run(rgb, meta, image_net, depth)
             except Exception as exc:
                 self._recover(exc)
                 raise
 
-    def push_overlapped(self, rgb: np.ndarray, meta: object = None) -> list[FrameResult]:
+    def push_overlapped(self, rgb: np.ndarray, meta: object = None, depth: bool = False) -> list[FrameResult]:
         """Feed one frame through a one-deep pipeline: returns the results of the frame before it.
 
         The frame's pre-processing runs while the previous frame's step is still on the GPU; its step is
@@ -118,23 +120,26 @@ class StreamingSession:
         resolution change first complete the frame in flight and then run as in :meth:`push`.
 
         Raises as :meth:`push`; a failed or non-finite step of the frame in flight also drops this frame
-        (its step ran on the failed caches) and recovers as :meth:`push` does.
+        (its step ran on the failed caches) and recovers as :meth:`push` does; when this frame's own step
+        fails to launch, the frame in flight is kept (the next call or :meth:`flush` returns it).
         """
         rgb = validate_rgb(rgb)
         with self._lock:
             done, image_net = self._admit(rgb, sync=self._needs_sync(rgb))
             try:
                 if self._anchors.anchoring or self._reanchor_due():
-                    return done + self._run(rgb, meta, image_net)
-                keyframe = self._anchors.next_keyframe()
+                    return done + self._run(rgb, meta, image_net, depth)
+                keyframe, depth = self._next_step(depth)
                 with self._timer.stage("model"):
-                    launched = self._steps.launch([image_net], keyframe)
-                previous = self._in_flight
-                self._in_flight = InFlightFrame(rgb, meta, image_net, keyframe, launched)
-                if previous is not None:
-                    done.append(self._finish(previous))
-                return done
-            except Exception as exc:
+                    launched = self._steps.launch([image_net], keyframe, depth)
+            except Exception as exc:  # this frame's step failed; the frame in flight ran before it: kept
+                self._recover(exc)
+                raise
+            previous = self._in_flight
+            self._in_flight = InFlightFrame(rgb, meta, image_net, keyframe, launched)
+            try:
+                return done + ([self._finish(previous)] if previous is not None else [])
+            except Exception as exc:  # the frame in flight failed: this frame's step ran on its caches
                 self._in_flight = None
                 self._recover(exc)
                 raise
@@ -154,7 +159,7 @@ class StreamingSession:
             done, image_net = self._admit(rgb)
             try:
                 if self._anchors.anchoring:
-                    return done + self._run(rgb, meta, image_net), None
+                    return done + self._run(rgb, meta, image_net, True), None
                 self._reanchor_if_due()
                 keyframe = self._anchors.next_keyframe()
                 images = self._steps.to_model([image_net])
@@ -311,16 +316,22 @@ class StreamingSession:
         self._counters.frames_total += 1
         return done, image_net
 
-    def _run(self, rgb: np.ndarray, meta: object, image_net: np.ndarray) -> list[FrameResult]:
+    def _run(self, rgb: np.ndarray, meta: object, image_net: np.ndarray, depth: bool) -> list[FrameResult]:
         """One frame, synchronously (anchor phase, re-anchor, or a plain streaming frame)."""
         if self._anchors.anchoring:
             pending = self._anchors.add_pending(rgb, meta, image_net)
             return self._run_anchor_phase(pending) if pending else []
         self._reanchor_if_due()
-        keyframe = self._anchors.next_keyframe()
+        keyframe, depth = self._next_step(depth)
         with self._timer.stage("model"):
-            outputs = self._steps.step([image_net], keyframe=keyframe)
+            outputs = self._steps.step([image_net], keyframe=keyframe, depth=depth)
         return [self._streaming_result(rgb, meta, image_net, keyframe, outputs)]
+
+    def _next_step(self, demanded: bool) -> tuple[bool, bool]:
+        """The next streaming step's (keyframe, depth head) decisions, counted."""
+        keyframe = self._anchors.next_keyframe()
+        index = self._anchors.streaming_count - 1
+        return keyframe, self._depth.decide(index, keyframe, demanded)
 
     def _needs_sync(self, rgb: np.ndarray) -> bool:
         """Whether the frame in flight must be completed before ``rgb`` is taken in."""
@@ -361,6 +372,7 @@ class StreamingSession:
             self._counters.resets_total += 1
             self._counters.last_reset_reason = reason
         self._anchors = StreamAnchors(self.config)
+        self._depth = DepthSchedule(self.config.depth_every_n, self.config.scale_frames)
         self._decoder = FrameDecoder(self._epoch, reason, self._anchors)
         self._in_flight: InFlightFrame | None = None  # push_overlapped's frame whose step runs
         self._adopt_source_size = False  # restored anchors: the first frame may bring another camera size

@@ -11,7 +11,8 @@ graphs replayed around eager calls::
     graph i      global block i-1 after its attention (+ intermediate output) + frame block i
                  + global block i up to q, k, v                                     (i = 1 .. depth-1)
     graph depth  global block depth-1 after its attention (+ intermediate output)
-    graph heads  heads dtype cast, DPT depth head, the camera head's input token      (no autocast)
+    graph heads  heads dtype cast, the camera head's input token                      (no autocast)
+    graph depth  DPT depth head (replayed only for a step that wants depth, issue 22)  (no autocast)
     graph camera camera head: 4 passes x 4 trunk blocks; the history attention runs over the whole
                  preallocated history with a -inf bias after the visible prefix (slot and prefix length
                  are static tensors set per step), so its shape is fixed too
@@ -103,6 +104,7 @@ class GraphedStreamStep:
         self.camera_slot = torch.full((1,), history.capacity, dtype=torch.long, device=device)  # scratch
         self.camera_visible = torch.full((1,), history.capacity + 1, dtype=torch.long, device=device)
         self._frame_out = self._residual = torch.empty(0)
+        self._heads_layers: list[torch.Tensor] = []  # the intermediate layers in the heads dtype
         self._rotations: tuple = ()
         self._capture_graphs = capture
         self._pool = torch.cuda.graph_pool_handle() if capture else None
@@ -111,19 +113,19 @@ class GraphedStreamStep:
 
     # ------------------------------------------------------------------------------------------ replay
     def run(
-        self, images: torch.Tensor, step: CacheStep, first_index: int, keyframe: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, images: torch.Tensor, step: CacheStep, first_index: int, keyframe: bool, depth: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """One streaming frame through the aggregator and both heads.
 
         images `[1, 3, H, W]` in the aggregator dtype; `step` the open cache step of this frame; `first_index`
-        its temporal index; `keyframe` whether the camera history keeps the frame. Returns static
-        (pose_enc_list `[1, iters, 9]`, raw_list `[1, iters, 9]`, depth `[1, H, W]`, conf `[1, H, W]`) in
-        the heads dtype: valid until the next `run`.
+        its temporal index; `keyframe` whether the camera history keeps the frame; `depth` False skips the
+        depth head (depth and conf None). Returns static (pose_enc_list `[1, iters, 9]`, raw_list
+        `[1, iters, 9]`, depth `[1, H, W]`, conf `[1, H, W]`) in the heads dtype: valid until the next `run`.
         """
         hook = self.stage_hook
         self.image.copy_(images)
         self.frame_index.fill_(first_index)
-        for layer, graph in enumerate(self._graphs[:-2]):
+        for layer, graph in enumerate(self._graphs[:-3]):
             if hook is not None:
                 hook("graph")
             graph()
@@ -133,7 +135,9 @@ class GraphedStreamStep:
                 self.attended.copy_(step.attend(layer, *self.qkv[layer]))
         if hook is not None:
             hook("heads")
-        self._graphs[-2]()
+        self._graphs[-3]()
+        if depth:
+            self._graphs[-2]()
         camera_step = self.history.begin(1, keyframe)
         self.camera_slot.fill_(camera_step.write)
         self.camera_visible.fill_(camera_step.visible)
@@ -141,6 +145,8 @@ class GraphedStreamStep:
             hook("camera")
         self._graphs[-1]()
         self.history.end(camera_step)
+        if not depth:
+            return self.pose_list, self.raw_list, None, None
         return self.pose_list, self.raw_list, self.depth, self.conf
 
     # ------------------------------------------------------------------------------------------ capture
@@ -159,6 +165,7 @@ class GraphedStreamStep:
         for segment in segments:
             self._capture(segment, aggregator_autocast)
         self._capture(self._heads, contextlib.nullcontext)
+        self._capture(self._depth, contextlib.nullcontext)
         self._capture(self._camera, contextlib.nullcontext)
 
     def _capture(
@@ -232,9 +239,12 @@ class GraphedStreamStep:
         return x
 
     def _heads(self) -> None:
+        self._heads_layers = [layer.to(self.model.precision.heads_dtype) for layer in self.layers]
+        self.camera_tokens = self._heads_layers[-1][:, 0]
+
+    def _depth(self) -> None:
         model = self.model
-        layers = [layer.to(model.precision.heads_dtype) for layer in self.layers]
-        self.camera_tokens = layers[-1][:, 0]
+        layers = self._heads_layers
         self.depth, self.conf = model.depth_head(layers, self.image_hw, model.config.num_special_tokens)
 
     def _camera(self) -> None:

@@ -105,7 +105,12 @@ class LingBotMap(nn.Module):
 
     @torch.inference_mode()
     def step(
-        self, images: torch.Tensor, state: StreamState, keyframe: bool = True, keep_tokens: bool = False
+        self,
+        images: torch.Tensor,
+        state: StreamState,
+        keyframe: bool = True,
+        keep_tokens: bool = False,
+        depth: bool = True,
     ) -> StepOutput:
         """Run S frames of the stream.
 
@@ -116,6 +121,8 @@ class LingBotMap(nn.Module):
             state: the stream's caches.
             keyframe: keep the frames in the caches (False: attend, then roll back; anchors must be True).
             keep_tokens: also return the 4 aggregator outputs (debugging / parity).
+            depth: run the depth head (False: `depth` and `depth_conf` are None; the caches and the pose are
+                the same, the depth head reads nothing the stream keeps).
         """
         self._check_images(images, state)
         if state.in_anchor_phase and not keyframe:
@@ -128,8 +135,8 @@ class LingBotMap(nn.Module):
         try:
             images = images.to(self.precision.aggregator_dtype)
             if graphed is not None:  # the graphs' outputs are overwritten next step: copy them
-                outputs = graphed.run(images, cache_step, first_index, keyframe)
-                pose_list, raw_list, depth, conf = (t.clone() for t in outputs)
+                outputs = graphed.run(images, cache_step, first_index, keyframe, depth)
+                pose_list, raw_list, depth_map, conf = (None if t is None else t.clone() for t in outputs)
             else:
                 with self._autocast():
                     layers = self.aggregator(images, cache_step, first_index, state.config.scale_frames)
@@ -143,7 +150,9 @@ class LingBotMap(nn.Module):
 
         if graphed is None:
             layers_heads = [layer.to(self.precision.heads_dtype) for layer in layers]
-            depth, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
+            depth_map = conf = None
+            if depth:
+                depth_map, conf = self.depth_head(layers_heads, image_hw, self.config.num_special_tokens)
             pose_list, raw_list = self.camera_head(
                 layers_heads[-1][:, 0], state.camera, keyframe, self.config.camera_num_iterations
             )
@@ -151,8 +160,8 @@ class LingBotMap(nn.Module):
             pose_enc=pose_list[:, -1].float(),
             pose_enc_list=pose_list.float(),
             pose_enc_raw_list=raw_list.float(),
-            depth=depth.float(),
-            depth_conf=conf.float(),
+            depth=None if depth_map is None else depth_map.float(),
+            depth_conf=None if conf is None else conf.float(),
             aggregated_tokens=layers if keep_tokens else None,
         )
 

@@ -68,15 +68,15 @@ class StepOutput:
 
     pose_enc `[S, 9]` (translation, quaternion xyzw, fov_h, fov_w; camera-to-world), pose_enc_list
     `[S, iters, 9]` (after each camera refinement pass), pose_enc_raw_list `[S, iters, 9]` (before the output
-    activation), depth `[S, H, W]`, depth_conf `[S, H, W]`, and the 4 aggregator outputs `[S, P, 2C]` when
-    `step(..., keep_tokens=True)` (else None).
+    activation), depth `[S, H, W]`, depth_conf `[S, H, W]` (both None after `step(..., depth=False)`), and the
+    4 aggregator outputs `[S, P, 2C]` when `step(..., keep_tokens=True)` (else None).
     """
 
     pose_enc: torch.Tensor
     pose_enc_list: torch.Tensor
     pose_enc_raw_list: torch.Tensor
-    depth: torch.Tensor
-    depth_conf: torch.Tensor
+    depth: torch.Tensor | None
+    depth_conf: torch.Tensor | None
     aggregated_tokens: list[torch.Tensor] | None = None
 
 

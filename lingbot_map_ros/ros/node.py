@@ -42,7 +42,7 @@ from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
 from ..engine.tf_tree import TfEdgeGuard
 from .camera import CameraHost, CameraStream, StepResults
-from .camera_step import step_cameras
+from .camera_step import flush_cameras, step_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
 from .entities import CallbackGuard, KeptEntities, NodeFacade
@@ -208,7 +208,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
                 self._facade, lambda: self.params.max_input_pixels, self._causes.rejected)
         self._scheduler = StreamScheduler(
             list(self.cameras), self._step, p.queue_size, self._on_inference_error,
-            max_wait_s=p.batch_max_wait_ms / 1e3,
+            max_wait_s=p.batch_max_wait_ms / 1e3, on_idle=self._flush,
         )
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
@@ -296,12 +296,26 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         """Inference thread: step the cameras that have a frame (camera_step.py: one batched round with
         several cameras) and hand their results to the publish thread, in order; each camera's error."""
         pipeline = self._pipeline
-        steps, errors = step_cameras(self.cameras, batch, pipeline.session if pipeline else None)
+        session = pipeline.session if pipeline else None
+        # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
+        cuda = pipeline is not None and pipeline.model.device.type == "cuda"
+        overlap = self.params.inference_overlap and cuda
+        steps, errors = step_cameras(self.cameras, batch, session, overlap=overlap)
+        self._hand_off(steps)
+        return [errors.get(name) for name, _ in batch]
+
+    def _flush(self) -> None:
+        """Inference thread, no frame waiting: publish the overlapped step in flight (camera_step.py)."""
+        steps, errors = flush_cameras(self.cameras)
+        self._hand_off(steps)
+        for name, exc in errors.items():
+            self._on_inference_error(name, None, exc)
+
+    def _hand_off(self, steps: list[StepResults]) -> None:
         publisher = self._publisher
         for step in steps:
             if publisher is not None:
                 publisher.submit(step, block=True)  # back-pressure, no drop
-        return [errors.get(name) for name, _ in batch]
 
     def _publish(self, step: StepResults) -> None:
         step.camera.publish(step)
@@ -310,7 +324,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         if self.context.ok():  # else shutting down: the publishers are gone
             step.camera.causes.publish_failed(exc)
 
-    def _on_inference_error(self, name: str, frame: InputFrame, exc: Exception) -> None:
+    def _on_inference_error(self, name: str, frame: InputFrame | None, exc: Exception) -> None:
         if self.context.ok():  # else shutting down: the publishers are gone, the frame is not a failure
             self.cameras[name].inference_failed(exc)
 

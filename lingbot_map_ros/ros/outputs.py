@@ -166,7 +166,8 @@ class MappingOutputs:
             self._path_header = map_header
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(frame, body, header, camera, root_cam)
-        if work.is_keyframe or frame_cloud or frame.new_epoch:  # else it has nothing to do on the map thread
+        # else it has nothing to do on the map thread (no depth: the step skipped the depth head)
+        if work.depth is not None and (work.is_keyframe or frame_cloud or frame.new_epoch):
             self.map.submit(MapItem(work, map_header, frame_cloud))
         self.frames_published += 1
         self.last_stamp = header.stamp
@@ -187,9 +188,9 @@ class MappingOutputs:
         self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
                                                     frame.pose_covariance, frame.twist_covariance))
         self._pubs["camera_pose"].publish(pose_stamped_msg(cam, map_header))
-        height, width = frame.depth.shape
+        height, width = frame.image_hw
         self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
-        if cfg.publish_depth:
+        if cfg.publish_depth and frame.depth is not None:
             self._pubs["depth"].publish(depth_to_image(frame.depth, cam_header))
 
     def republish_map_odom(self) -> None:
@@ -207,6 +208,10 @@ class MappingOutputs:
                 self._path_header = None
             self._pubs["path"].publish(path)
         return True
+
+    def depth_wanted(self) -> bool:
+        """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
+        return self.config.publish_depth and self._pubs["depth"].get_subscription_count() > 0
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""

@@ -230,6 +230,33 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("publish.depth", True, "Publish ~/depth (32FC1 at the input resolution).", live=True),
     ParamSpec("publish.frame_cloud", True, "Publish ~/frame_cloud (this frame's points).", live=True),
     ParamSpec(
+        "depth.every_n",
+        1,
+        "Run the depth head (~2.7 ms of a ~31 ms step on an H200) on every n-th streaming frame only, and on "
+        "every frame while ~/depth has a subscriber (with publish.depth); frames without it still get "
+        "TF, odometry, camera_pose and camera_info, but no ~/depth, ~/frame_cloud or map update. 1: every "
+        "frame (docs/performance.md, issue 22).",
+        int_range=(1, 1000),
+    ),
+    ParamSpec(
+        "inference.overlap",
+        True,
+        "One camera: a one-deep pipeline on the inference thread (StreamingSession.push_overlapped): a "
+        "frame's host work (pre-processing, decoding, publishing hand-off) runs while the previous frame's "
+        "step is on the GPU; when no next frame is waiting the frame in flight is collected at once, so a "
+        "camera slower than the model waits one step, not two. CUDA only (on the CPU a step is "
+        "synchronous: nothing to overlap). false: one synchronous push per frame.",
+        live=True,
+    ),
+    ParamSpec(
+        "inference.gil_switch_interval_ms",
+        0.2,
+        "On CUDA: Python's GIL switch interval (sys.setswitchinterval; Python's default 5 ms). The inference "
+        "thread gives the GIL back ~60 times a step and waits up to this long each time behind the node's "
+        "other threads (docs/performance.md).",
+        float_range=(0.01, 5.0),
+    ),
+    ParamSpec(
         "queue_size", 2, "Frames waiting for inference; a full queue drops its oldest.", int_range=(1, 100)
     ),
     ParamSpec(

@@ -22,9 +22,6 @@ from ..model.graphed import compile_cache_dir
 from .params import NodeParams, field_name, parse_image_size
 from .process_settings import ProcessSettings
 
-#: Python's GIL switch interval while a CUDA pipeline runs (default 5 ms; see build_pipeline).
-GIL_SWITCH_INTERVAL_S = 0.0002
-
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
 SESSION_PARAMETERS = {
@@ -32,6 +29,7 @@ SESSION_PARAMETERS = {
     "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
     "image_width": "model.image_width", "backend": "attention.backend",
     "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
+    "depth_every_n": "depth.every_n",
 }
 
 
@@ -125,8 +123,8 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         # The inference thread gives the GIL back ~60 times a frame (graph replays, waits, the output copy);
         # with Python's default 5 ms switch interval each time it can wait 5 ms behind any busy Python thread
         # of the node (rclpy's executor). Measured on the H200 through the node at 60 Hz: 0.25 FPS posed with
-        # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node").
-        settings.set_switch_interval(GIL_SWITCH_INTERVAL_S)
+        # 5 ms, 29 FPS with 0.2 ms (docs/benchmarks.md, "Through the node"); inference.gil_switch_interval_ms.
+        settings.set_switch_interval(params.inference_gil_switch_interval_ms / 1e3)
     warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
     if warmup_hw is not None and device.type == "cuda":
         try:

@@ -6,11 +6,14 @@ one (round robin, starting after the camera served first last time) and hands th
 one place where "step the cameras that have frames" happens (the node runs it as one
 `MultiStreamSession.run_round`: streaming frames batched into one model step). Once one camera has a frame it
 waits at most `max_wait_s` for the others (`batch.max_wait_ms`), so a slow or paused camera never stalls a
-fast one by more. With one camera this is exactly `InferenceWorker`'s behaviour.
+fast one by more. With one camera this is exactly `InferenceWorker`'s behaviour. `on_idle` runs on the
+thread after a step that left no frame queued (the node flushes its one-deep overlapped pipeline there, so a
+frame's result never waits for a next frame that is not there), and once more when the thread stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -34,6 +37,8 @@ class StreamScheduler(Generic[Key, Item]):
         on_error: `(key, item, exception)` of each failed item, on the thread, after the counters.
         name: the thread's name.
         max_wait_s: once a camera has a frame, how long to wait for the other cameras' frames.
+        on_idle: called on the thread after a step when no camera has a frame queued, and when stopping
+            (its exceptions are its own to handle: one escaping is swallowed).
     """
 
     def __init__(
@@ -44,8 +49,10 @@ class StreamScheduler(Generic[Key, Item]):
         on_error: Callable[[Key, Item, Exception], None],
         name: str = "lingbot_map_inference",
         max_wait_s: float = 0.0,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         self._max_wait_s = max_wait_s
+        self._on_idle = on_idle
         self._keys = list(keys)
         self._lanes: dict[Key, Lane[Item]] = {key: Lane(queue_size) for key in self._keys}
         self._step = step
@@ -128,3 +135,16 @@ class StreamScheduler(Generic[Key, Item]):
             for (key, item), error in zip(batch, errors, strict=True):
                 if error is not None:
                     self._on_error(key, item, error)
+            if not self._queued():
+                self._idle()
+        self._idle()  # stopping: what a step left in flight
+
+    def _queued(self) -> bool:
+        with self._cond:
+            return any(lane.queue for lane in self._lanes.values())
+
+    def _idle(self) -> None:
+        if self._on_idle is None:
+            return
+        with contextlib.suppress(Exception):  # the callback reports its own failures; the thread goes on
+            self._on_idle()

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Prepared H200 calls of issue 22 (docs/benchmarks.md, "Issue 22"). Each MODE fits one device call (< 10 min);
+# run the calls back to back so that they share one warm machine (side-by-side numbers only within a machine).
+#
+# Here, before the calls (the device tool sends /work/main's tree; put this branch's files in .device/src):
+#   rm -rf .device/src && mkdir -p .device/src && git -C <worktree> archive HEAD | tar -x -C .device/src
+#   git -C <worktree> rev-parse --short HEAD > .device/src/COMMIT
+#   ../shared/gpu/prepare_flashinfer.sh .device/whl          # mode tests (carry .device/whl)
+#   ../shared/gpu/prepare_ros_wheels.sh .device/rosw         # mode node (carry .device/rosw, not whl)
+#   cp ../shared/gpu/*.sh .device/
+# There:  cd .device/src && bash benchmarks/h200_call.sh MODE      (MODE: tests | long | node)
+# Results come back under $OUT (at most 8 files): copy $OUT/*_h200.json into benchmarks/results/, then
+# `python benchmarks/render_results.py` prints docs/benchmarks.md's tables.
+#
+#   tests    GPU tests owed (FlashInfer included) + FlashInfer's JIT-built .so files into $OUT/fi_aot
+#            (next calls: put them into .device/fi_aot/ and device_env.sh skips the ~80 s build);
+#            startup.py: cold overlapped, warm sync, warm overlapped with depth every_n 2 (300 frames);
+#            multi_camera.py 1,2,4 cameras, default backend, compiled, with the single-stream row
+#   long     startup.py over 5,000 frames (16 re-anchors): p99 of the last 300 frames vs the first full window
+#   node     node_e2e.py at 60 and 30 Hz with the defaults, then with depth.every_n 2 and inference.overlap false
+set -o pipefail
+MODE=${1:?MODE: tests | long | node}
+export PYTHONUNBUFFERED=1
+LOG=$OUT/log
+DEV=..   # .device, where the wheels and the env scripts are
+
+step() {  # step SECONDS COMMAND...: run with a time limit, log to $OUT/log (a cut-off call keeps the log)
+  local limit=$1
+  shift
+  echo "== $(date -u +%T) (limit ${limit}s) $*" | tee -a "$LOG"
+  timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee -a "$LOG"
+echo "commit $(cat COMMIT 2>/dev/null)" | tee -a "$LOG"
+STARTUP="benchmarks/startup.py --cache-dir /tmp/cc"
+case "$MODE" in
+  tests)
+    . "$DEV/device_env.sh" "$DEV" >>"$LOG" 2>&1 || { echo "FlashInfer install failed" | tee -a "$LOG"; exit 1; }
+    export PYTHONPATH=$PWD:$PYTHONPATH
+    step 200 python3 -u -m pytest -q --noconftest test/test_perf_gpu.py test/test_cache_gpu.py \
+      test/test_multi_stream_gpu.py test/test_perf_graphed.py
+    mkdir -p "$OUT/fi_aot"
+    find /tmp/fiws -name '*.so' -size -16M 2>/dev/null | head -5 | xargs -r -I{} cp {} "$OUT/fi_aot/"
+    step 110 python3 -u $STARTUP --frames 300 --push overlapped --record "$OUT/startup_h200.json"
+    step 60 python3 -u $STARTUP --frames 300 --push sync --record "$OUT/startup_h200.json"
+    step 60 python3 -u $STARTUP --frames 300 --push overlapped --depth-every-n 2 \
+      --record "$OUT/startup_h200.json"
+    (cd benchmarks && step 130 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
+      --width 518 --cameras 1,2,4 --frames 40 --warmup 5 --cache-dir /tmp/cc \
+      --record "$OUT/multi_camera_h200.json")
+    ;;
+  long)
+    export PYTHONPATH=$PWD:${PYTHONPATH:-}
+    step 420 python3 -u $STARTUP --frames 5000 --push overlapped --record "$OUT/startup_h200.json"
+    ;;
+  node)
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    NODE="/tmp/rv/bin/python -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc --out /tmp/ne"
+    step 200 $NODE --rates 60,30 --seconds 15 --settle-s 5 --segments 3 --record "$OUT/node_e2e_h200.json"
+    step 120 $NODE --rates 60,30 --seconds 12 --settle-s 4 --set depth.every_n=2 \
+      --record "$OUT/node_e2e_h200.json"
+    step 120 $NODE --rates 60,30 --seconds 12 --settle-s 4 --set inference.overlap=false \
+      --record "$OUT/node_e2e_h200.json"
+    ;;
+  *)
+    echo "unknown MODE $MODE" >&2
+    exit 2
+    ;;
+esac
+echo "== $(date -u +%T) done" | tee -a "$LOG"
