@@ -267,6 +267,7 @@ def posed(stamp_s: float, map_odom: np.ndarray) -> PosedFrame:
         depth=np.zeros((2, 2), np.float32),
         intrinsics=np.eye(3),
         scale=None,
+        image_hw=(2, 2),
     )
 
 
