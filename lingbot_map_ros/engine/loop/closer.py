@@ -26,7 +26,7 @@ from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
 from .keyframes import Keyframe, KeyframeMap
 from .pose_graph import Edge, EdgeSigma, OptimizeResult, PoseGraph
-from .similarity import between, compose, from_pose, interpolate, inverse, size
+from .similarity import between, compose, from_pose, inverse, size
 from .verify import Verification
 
 _LOG = logging.getLogger(__name__)
@@ -196,7 +196,9 @@ class LoopCloser:
             self.graph.add_edge(Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True))
             self.loops.append((old.key, keyframe.key))
             self.accepted.append((old.key, keyframe.key))
-            self._spread(compose(self.graph.poses[old.key], verdict.relative), keyframe.key)
+            self.graph.spread(
+                compose(self.graph.poses[old.key], verdict.relative), keyframe.key, self._last_loop_key
+            )
             before = self.correction
             optimization = self._optimize()
             self._last_loop_key = keyframe.key
@@ -204,20 +206,6 @@ class LoopCloser:
                 verdict, optimization, self.correction, compose(self.correction, inverse(before))
             )
         return None
-
-    def _spread(self, target: Sim3, key: int) -> None:
-        """Initial guess for the optimiser: the loop's correction of `key` spread over the keyframes since the
-        previous loop, in proportion to the path length (so the robust kernel starts near the solution)."""
-        poses = self.graph.poses
-        keys = [k for k in poses if self._last_loop_key is None or k > self._last_loop_key]
-        fix = compose(target, inverse(poses[key]))
-        steps = [0.0] + [
-            float(np.linalg.norm(between(poses[a], poses[b]).translation)) + 1e-9
-            for a, b in zip(keys, keys[1:], strict=False)
-        ]
-        travelled = np.cumsum(steps) / max(sum(steps), 1e-9)
-        for k, alpha in zip(keys, travelled, strict=True):
-            self.graph.set_pose(k, compose(interpolate(Sim3.identity(), fix, float(alpha)), poses[k]))
 
     def _optimize(self) -> OptimizeResult:
         result = self.graph.optimize()
