@@ -92,6 +92,11 @@ class PoseGraph:
         if self._graph is not None and key == self.fixed:
             self._graph.add(self.prior_factor())
 
+    def load(self, poses: dict[int, Sim3], edges: list[Edge], fixed: int) -> None:
+        """Replace the whole graph (a restored session; `persist.check_loop` validated it)."""
+        self.poses, self.edges, self.fixed = dict(poses), list(edges), fixed
+        self._build()
+
     def set_pose(self, key: int, pose: Sim3) -> None:
         """Move a node's current estimate (an initial guess before `optimize`)."""
         self.poses[key] = pose
@@ -157,18 +162,19 @@ class PoseGraph:
             timed_out,
         )
 
-    def spread(self, target: Sim3, key: int, since: int | None) -> None:
+    def spread(self, target: Sim3, key: int, since: int | None, rigid: bool = False) -> None:
         """Initial guess before `optimize` after a loop: move node `key` to `target` and spread that
         correction over the nodes after `since` (all when None) in proportion to the path length (as
         ORB-SLAM's loop correction does), so the robust kernel starts near the solution and two
-        Gauss-Newton steps converge."""
+        Gauss-Newton steps converge. `rigid`: every node after `since` takes all of it (a relocalisation:
+        the nodes since a restored map's end are one rigid piece)."""
         keys = [k for k in self.poses if since is None or k > since]
         fix = compose(target, inverse(self.poses[key]))
         steps = [0.0] + [
             float(np.linalg.norm(between(self.poses[a], self.poses[b]).translation)) + 1e-9
             for a, b in zip(keys, keys[1:], strict=False)
         ]
-        travelled = np.cumsum(steps) / max(sum(steps), 1e-9)
+        travelled = np.ones(len(keys)) if rigid else np.cumsum(steps) / max(sum(steps), 1e-9)
         for k, alpha in zip(keys, travelled, strict=True):
             self.set_pose(k, compose(interpolate(Sim3.identity(), fix, float(alpha)), self.poses[k]))
 
