@@ -79,7 +79,13 @@ def optimum(keyframes: int, loops: int) -> float:
     params.setRelativeErrorTol(1e-10)
     params.setAbsoluteErrorTol(1e-10)
     params.setMaxIterations(500)
-    values = gtsam.LevenbergMarquardtOptimizer(graph._graph, graph._values, params).optimize()
+    factors, values = gtsam.NonlinearFactorGraph(), gtsam.Values()
+    factors.add(graph.prior_factor())
+    for edge in graph.edges:
+        factors.add(graph.edge_factor(edge))
+    for key, pose in graph.poses.items():
+        values.insert(key, to_gtsam(pose))
+    values = gtsam.LevenbergMarquardtOptimizer(factors, values, params).optimize()
     return graph.error(values)
 
 
