@@ -137,3 +137,44 @@ def test_version_2_session_without_keyframe_map_still_loads(tmp_path: Path) -> N
     (folder / MANIFEST_HASH).write_bytes(hashlib.sha256(text).hexdigest().encode())
     loaded = load_session(folder, {"preset": "tiny"})
     assert check_loop(loaded.loop, loaded.state.get(STATE_KEY), 2) is None
+
+
+def test_persistence_saves_the_closer_and_a_bad_keyframe_map_refuses_the_whole_load(tmp_path: Path) -> None:
+    """`persistence.save/load(..., loop=closer)` with the real (tiny) model's closer: the keyframes come back
+    in the loading closer; a snapshot whose keyframe map is inconsistent is refused before the session, the
+    mapper or the closer is touched (the load is a transaction)."""
+    from tiny_stream import pan_frames, tiny_model, tiny_session
+
+    from lingbot_map_ros.engine import persistence
+    from lingbot_map_ros.engine.loop import ModelDescriptor
+    from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
+
+    model = tiny_model()
+    config = LoopClosureConfig(exclude_recent=1, min_similarity=-1.0, top_k=1, keyframe_translation=1e-6)
+    compat = {"preset": "tiny", "weights": "synthetic:tiny", "image_width": 56, "scale_frames": 3}
+
+    def pipeline() -> tuple:
+        session = tiny_session(model, 3)
+        closer = LoopCloser(config, 56, ModelDescriptor(session.model), PairVerifier(session.model))
+        return session, Mapper(MapperConfig()), closer
+
+    session_a, mapper_a, closer_a = pipeline()
+    for i, rgb in enumerate(pan_frames(6)):
+        for result in session_a.push(rgb, meta=(i + 1) * 100_000_000):
+            mapper_a.process(result, result.meta * 1e-9)
+            closer_a.add(result, result.meta * 1e-9)
+    assert len(closer_a.map) >= 3 and closer_a.stats.candidates >= 1
+    folder, _ = persistence.save(tmp_path / "s", session_a, mapper_a, compat, int, loop=closer_a)
+
+    session_b, mapper_b, closer_b = pipeline()
+    snapshot, _ = persistence.load(folder, session_b, mapper_b, compat, loop=closer_b)
+    assert list(closer_b.map.keyframes) == list(closer_a.map.keyframes)
+    for key, kf in closer_a.map.keyframes.items():
+        np.testing.assert_array_equal(closer_b.map.keyframes[key].descriptor, kf.descriptor)
+
+    session_c, mapper_c, closer_c = pipeline()
+    bad = dict(snapshot.loop, kf_point_counts=snapshot.loop["kf_point_counts"] + 1)
+    snapshot.loop = bad
+    with pytest.raises(SessionError, match="kf_points / kf_colors must be"):
+        persistence.restore(session_c, mapper_c, snapshot, loop=closer_c)
+    assert len(mapper_c.voxels) == 0 and len(closer_c.map) == 0 and session_c.anchor_state() is None
