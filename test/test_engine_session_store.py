@@ -161,6 +161,7 @@ def test_save_is_atomic_and_never_overwrites(folder: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == [
         "anchors.npz",
         "grid.npz",
+        "loop.npz",
         "manifest.json",
         "manifest.sha256",
         "map.npz",

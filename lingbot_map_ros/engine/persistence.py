@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from .session_store import (
     load_session,
     save_session,
 )
+
+if TYPE_CHECKING:  # the loop closer pulls in gtsam: imported only by a caller that runs one
+    from .loop import LoopCloser
 
 #: Points inserted per `VoxelMap.insert` call while a saved map is restored (bounds the temporaries).
 _RESTORE_CHUNK = 1 << 20
@@ -48,12 +51,16 @@ def capture(
     compat: dict[str, Any],
     stamp_ns: Callable[[object], int],
     extra_state: dict[str, Any] | None = None,
+    loop: LoopCloser | None = None,
 ) -> SessionSnapshot:
-    """The session's current anchors and the mapper's map, grid, trajectory and frame chain.
+    """The session's current anchors and the mapper's map, grid, trajectory and frame chain (and the loop
+    closer's keyframe map and graph).
 
     Args:
         stamp_ns: a frame's ``push`` meta -> its stamp in integer nanoseconds.
         extra_state: JSON-able additions of the caller (frame ids, T_map_odom, ...) under ``state["node"]``.
+        loop: the loop closer whose keyframes (with descriptors) and graph are saved (the caller holds its
+            worker's lock); None: none.
     Raises:
         SessionError: nothing to save yet (the anchor phase has not completed, or no frame was mapped).
     """
@@ -68,7 +75,12 @@ def capture(
     xyz, rgb = mapper.voxels.points()
     stamps_s, rows = mapper.trajectory.full_history()
     hits, passes, origin = mapper.grid.counts()
-    return SessionSnapshot(
+    loop_arrays = {}
+    if loop is not None:
+        from .loop.persist import STATE_KEY, export_loop
+
+        loop_arrays, state[STATE_KEY] = export_loop(loop)
+    snapshot = SessionSnapshot(
         compat=dict(compat),
         anchor_images=anchors.images,
         anchor_stamps_ns=np.array([stamp_ns(m) for m in anchors.metas], np.int64),
@@ -83,6 +95,9 @@ def capture(
         grid_origin=origin,
         state=state,
     )
+    if loop_arrays:
+        snapshot.loop = loop_arrays
+    return snapshot
 
 
 def save(
@@ -92,9 +107,10 @@ def save(
     compat: dict[str, Any],
     stamp_ns: Callable[[object], int],
     extra_state: dict[str, Any] | None = None,
+    loop: LoopCloser | None = None,
 ) -> tuple[Path, SessionSnapshot]:
     """`capture` and write it atomically to the folder ``target`` (which must not exist)."""
-    snapshot = capture(session, mapper, compat, stamp_ns, extra_state)
+    snapshot = capture(session, mapper, compat, stamp_ns, extra_state, loop)
     return save_session(target, snapshot), snapshot
 
 
@@ -129,7 +145,11 @@ def load_target(
 
 
 def restore(
-    session: StreamingSession, mapper: Mapper, snapshot: SessionSnapshot, target: LoadTarget | None = None
+    session: StreamingSession,
+    mapper: Mapper,
+    snapshot: SessionSnapshot,
+    target: LoadTarget | None = None,
+    loop: LoopCloser | None = None,
 ) -> list[FrameResult]:
     """Continue ``snapshot``: re-run its anchors in ``session`` (a new epoch in the saved map frame) and put
     its map, grid, trajectory, chain and scale into ``mapper``. Later frames' results go to
@@ -137,12 +157,18 @@ def restore(
     be mapped again).
 
     A transaction: ``snapshot`` is checked against ``target`` (default `load_target` of the two) before either
-    is touched (`session_check.check_loadable`).
+    is touched (`session_check.check_loadable`, and `loop.persist.check_loop` for ``loop``, the closer that
+    takes the saved keyframe map and graph; a session without one clears it).
     Raises:
         SessionError: the snapshot does not fit; ``session`` and ``mapper`` are then unchanged. Only a model
             error while re-running the anchors (e.g. out of memory) leaves a reset session (as in ``push``).
     """
     check_loadable(snapshot, target or load_target(session, mapper))
+    saved_loop = None
+    if loop is not None:
+        from .loop.persist import STATE_KEY, check_loop
+
+        saved_loop = check_loop(snapshot.loop, snapshot.state.get(STATE_KEY), loop.config.depth_stride)
     stamps = tuple(int(v) for v in snapshot.anchor_stamps_ns)
     anchors = AnchorState(snapshot.anchor_images, stamps, snapshot.source_hw, snapshot.alignment)
     try:
@@ -157,6 +183,10 @@ def restore(
         mapper.voxels.insert(
             snapshot.map_xyz[lo : lo + _RESTORE_CHUNK], snapshot.map_rgb[lo : lo + _RESTORE_CHUNK]
         )
+    if saved_loop is not None:
+        loop.restore(saved_loop)
+    elif loop is not None:
+        loop.clear()
     return results
 
 
@@ -166,8 +196,9 @@ def load(
     mapper: Mapper,
     compat: dict[str, Any],
     limits: SessionLimits | None = None,
+    loop: LoopCloser | None = None,
 ) -> tuple[SessionSnapshot, list[FrameResult]]:
     """`load_session` (validated against ``compat``, within ``limits``, default `session_limits`) then
-    `restore`."""
+    `restore` (into ``loop`` too)."""
     snapshot = load_session(folder, compat, limits or session_limits(session, mapper))
-    return snapshot, restore(session, mapper, snapshot)
+    return snapshot, restore(session, mapper, snapshot, loop=loop)

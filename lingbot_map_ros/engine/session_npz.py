@@ -29,6 +29,28 @@ SCHEMA: dict[str, dict[str, tuple[str, int]]] = {
     "map.npz": {"xyz": ("<f4", 2), "rgb": ("|u1", 2)},
     "trajectory.npz": {"stamps_ns": ("<i8", 1), "poses": ("<f8", 2)},
     "grid.npz": {"hits": ("<u2", 2), "passes": ("<u2", 2), "origin": ("<i8", 1)},
+    # the loop closure's keyframe map and pose graph (engine/loop/persist.py; format version >= 3). Poses are
+    # [13] float64: rotation row-major [9], translation [3], scale.
+    "loop.npz": {
+        "kf_keys": ("<i8", 1),
+        "kf_stamps_s": ("<f8", 1),
+        "kf_poses": ("<f8", 2),
+        "kf_stream_poses": ("<f8", 2),
+        "kf_point_counts": ("<i8", 1),
+        "kf_points": ("<f4", 2),
+        "kf_colors": ("|u1", 2),
+        "kf_descriptors": ("<f4", 2),
+        "kf_has_image": ("|u1", 1),
+        "kf_images": ("|u1", 4),
+        "kf_depth": ("<f4", 3),
+        "kf_conf": ("<f4", 3),
+        "kf_merged_counts": ("<i8", 1),
+        "kf_merged": ("<i8", 1),
+        "edge_nodes": ("<i8", 2),
+        "edge_measured": ("<f8", 2),
+        "edge_sigmas": ("<f8", 2),
+        "edge_loop": ("|u1", 1),
+    },
 }
 #: Bytes an npz may hold beyond its arrays' data: zip headers and central directory, .npy headers.
 NPZ_OVERHEAD_BYTES = 64 * 1024
@@ -51,6 +73,10 @@ class SessionLimits:
     max_points: int = 50_000_000
     max_poses: int = 10_000_000
     max_grid_cells: int = 25_000_000
+    max_keyframes: int = 100_000
+    max_keyframe_points: int = 50_000_000
+    max_descriptor_dim: int = 8192
+    max_edges: int = 1_000_000
     max_total_bytes: int = 4 << 30
 
     def max_elements(self, key: str) -> int:
@@ -64,7 +90,29 @@ class SessionLimits:
             "hits": self.max_grid_cells,
             "passes": self.max_grid_cells,
             "origin": 2,
+            **dict.fromkeys(
+                ("kf_keys", "kf_stamps_s", "kf_point_counts", "kf_has_image", "kf_merged_counts"),
+                self.max_keyframes,
+            ),
+            "kf_merged": self.max_keyframes * 64,  # the keys folded into submaps
+            "kf_poses": self.max_keyframes * 13,
+            "kf_stream_poses": self.max_keyframes * 13,
+            "kf_points": self.max_keyframe_points * 3,
+            "kf_colors": self.max_keyframe_points * 3,
+            "kf_descriptors": self.max_keyframes * self.max_descriptor_dim,
+            "kf_images": self.max_keyframes * self.max_image_side**2 * 3,
+            "kf_depth": self.max_keyframes * self.max_image_side**2,
+            "kf_conf": self.max_keyframes * self.max_image_side**2,
+            "edge_nodes": self.max_edges * 2,
+            "edge_measured": self.max_edges * 13,
+            "edge_sigmas": self.max_edges * 3,
+            "edge_loop": self.max_edges,
         }[key]
+
+
+def empty_arrays(name: str) -> dict[str, np.ndarray]:
+    """Zero-size arrays of file ``name`` in `SCHEMA`'s dtypes and ranks (e.g. no keyframe map)."""
+    return {key: np.zeros((0,) * rank, np.dtype(dtype)) for key, (dtype, rank) in SCHEMA[name].items()}
 
 
 def bounded_names(names: list[str], shown: int = 5) -> str:

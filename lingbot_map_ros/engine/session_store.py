@@ -11,6 +11,8 @@ Layout of a session folder (format ``lingbot_map_session``, version `FORMAT_VERS
       map.npz          xyz [N, 3] float32 and rgb [N, 3] uint8 (the voxel map, map frame)
       trajectory.npz   stamps_ns [M] int64 and poses [M, 7] float64 (tx ty tz qx qy qz qw, map frame)
       grid.npz         hits, passes [X, Y] uint16 and origin [2] int64 (the occupancy grid's counts)
+      loop.npz         the loop closure's keyframe map and pose graph (engine/loop/persist.py; zero-size
+                       arrays when none; from version 3)
 
 A session file is untrusted input (anyone on the DDS domain can call the node's services): nothing is
 ever unpickled (``allow_pickle=False``, JSON only), every file is hashed and its size bounded before it is
@@ -40,13 +42,17 @@ from .session_npz import (
     SessionLimits,
     declared_bytes,
     declared_shapes,
+    empty_arrays,
     read_npz,
     sha256_file,
 )
 
 FORMAT = "lingbot_map_session"
 #: 2: `MANIFEST_HASH` beside the manifest (version-1 folders, without it, are still read).
-FORMAT_VERSION = 2
+#: 3: ``loop.npz`` (older folders, without it, load with no keyframe map).
+FORMAT_VERSION = 3
+#: The format version that introduced each file that older sessions lack.
+FILE_SINCE = {"loop.npz": 3}
 MANIFEST = "manifest.json"
 #: The sha256 of the manifest's bytes (the manifest is covered by the integrity check too).
 MANIFEST_HASH = "manifest.sha256"
@@ -68,7 +74,9 @@ class SessionSnapshot:
         map_xyz: [N, 3] float32 voxel-map points (map frame); map_rgb: [N, 3] uint8 colours.
         trajectory_stamps_ns: [M] int64; trajectory_poses: [M, 7] float64 (t xyz, q xyzw), map frame.
         grid_hits / grid_passes: [X, Y] uint16 occupancy counts; grid_origin: [2] int64 cell of [0, 0].
-        state: further JSON-able state (scale and its source, frames, map -> odom, ...).
+        state: further JSON-able state (scale and its source, frames, map -> odom, the loop closure's
+            ``state["loop_closure"]``, ...).
+        loop: the arrays of ``loop.npz`` (engine/loop/persist.py `export_loop`; zero-size: no keyframe map).
     """
 
     compat: dict[str, Any]
@@ -84,6 +92,7 @@ class SessionSnapshot:
     grid_passes: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint16))
     grid_origin: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     state: dict[str, Any] = field(default_factory=dict)
+    loop: dict[str, np.ndarray] = field(default_factory=lambda: empty_arrays("loop.npz"))
 
     def arrays(self) -> dict[str, dict[str, np.ndarray]]:
         """The arrays by file, in `SCHEMA`'s dtypes (C-contiguous)."""
@@ -92,6 +101,7 @@ class SessionSnapshot:
             "map.npz": {"xyz": self.map_xyz, "rgb": self.map_rgb},
             "trajectory.npz": {"stamps_ns": self.trajectory_stamps_ns, "poses": self.trajectory_poses},
             "grid.npz": {"hits": self.grid_hits, "passes": self.grid_passes, "origin": self.grid_origin},
+            "loop.npz": self.loop,
         }
         return {
             f: {k: np.ascontiguousarray(a, dtype=np.dtype(SCHEMA[f][k][0])) for k, a in arrays.items()}
@@ -246,12 +256,13 @@ def load_session(
                 f"session {folder.name} is incompatible: {key} is {saved.get(key)!r} in the session, "
                 f"{value!r} here"
             )
-    shapes = {name: declared_shapes(name, manifest["files"][name], limits) for name in SCHEMA}
+    names = [n for n in SCHEMA if manifest["version"] >= FILE_SINCE.get(n, 1)]
+    shapes = {name: declared_shapes(name, manifest["files"][name], limits) for name in names}
     total = sum(declared_bytes(name, s) for name, s in shapes.items())
     if total > limits.max_total_bytes:
         raise SessionError(f"session {folder.name} declares {total} bytes of arrays, more than the "
                            f"{limits.max_total_bytes} allowed")
-    arrays = {name: read_npz(folder, name, manifest["files"][name], shapes[name]) for name in SCHEMA}
+    arrays = {name: read_npz(folder, name, manifest["files"][name], shapes[name]) for name in names}
     snapshot = SessionSnapshot(
         compat=saved,
         anchor_images=arrays["anchors.npz"]["images"],
@@ -266,6 +277,7 @@ def load_session(
         grid_passes=arrays["grid.npz"]["passes"],
         grid_origin=arrays["grid.npz"]["origin"],
         state=manifest["state"],
+        loop=arrays.get("loop.npz") or empty_arrays("loop.npz"),
     )
     _check_snapshot(snapshot, limits)
     return snapshot
@@ -347,7 +359,7 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
             raise SessionError(
                 f"session {folder.name}: manifest field {key!r} is missing or not a {kind.__name__}"
             )
-    for name in SCHEMA:
+    for name in (n for n in SCHEMA if version >= FILE_SINCE.get(n, 1)):
         if not isinstance(manifest["files"].get(name), dict):
             raise SessionError(f"session {folder.name}: manifest lists no {name}")
     return manifest

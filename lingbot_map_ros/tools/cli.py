@@ -9,6 +9,7 @@
     lingbot-map-ros synthetic-scene -o BAG    # render the demo's scene with ground truth
     lingbot-map-ros ate EST REF               # trajectory error between TUM files / recorded bags
     lingbot-map-ros loop-eval --laps 2        # loop closure on the drifting oracle: ATE with/without
+    lingbot-map-ros evaluate BAG GT -o OUT    # a sequence's ATE with/without loop closure (--checkpoint)
     lingbot-map-ros parity | convert ...      # the model's parity run and checkpoint converter
 
 Bad input (ValueError) is printed as `error: ...` with exit status 2, a failed run (RuntimeError,
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Sequence
 
 _SUBCOMMAND_MODULES = ("demo", "make_bag", "replay", "record", "run_bag", "batch", "synthetic_scene",
-                       "evaluate", "loop_eval")
+                       "evaluate", "loop_eval", "evaluate_sequence")
 _DISPATCHED = {"parity": "numerical parity run of the released architecture on a ../shared/parity fixture",
                "convert": "validate a .pt checkpoint against the model layout, write .safetensors"}
 

@@ -88,9 +88,9 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
         for result in session.push(image, meta=i):
             stream[result.meta] = result.pose_c2w
             closer.add(result, float(result.meta))
-    corrected = _corrected(closer, stream)
+    closed = corrected(closer, stream)
     ate_without, track_without = ate(stream, scene.poses)
-    ate_with, track_with = ate(corrected, scene.poses)
+    ate_with, track_with = ate(closed, scene.poses)
     accepted = closer.accepted
     false = sum(scene.overlap(a, b) < FALSE_ACCEPT_OVERLAP for a, b in accepted)
     out = {
@@ -107,12 +107,14 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     return out, {"truth": scene.poses[:, :3, 3], "without": track_without, "with": track_with}
 
 
-def _corrected(closer: LoopCloser, stream: np.ndarray) -> np.ndarray:
-    """Every frame in the loop-closed map: its latest keyframe's optimised pose ∘ the stream's step since."""
+def corrected(closer: LoopCloser, stream: np.ndarray, indices: np.ndarray | None = None) -> np.ndarray:
+    """Every frame [N, 4, 4] (stream frame) in the loop-closed map: its latest keyframe's optimised pose ∘
+    the stream's step since. `indices` [N]: frame indices (keyframe keys; default 0..N-1)."""
     keys = sorted(closer.map.keyframes)
+    indices = np.arange(len(stream)) if indices is None else indices
     out = stream.copy()
-    for i in range(len(stream)):
-        ref = keys[max(0, np.searchsorted(keys, i, side="right") - 1)]
+    for i, index in enumerate(indices):
+        ref = keys[max(0, np.searchsorted(keys, index, side="right") - 1)]
         keyframe = closer.map.keyframes[ref]
         pose = compose(keyframe.pose, between(keyframe.stream_pose, from_pose(stream[i])))
         out[i, :3, :3], out[i, :3, 3] = pose.rotation, pose.translation

@@ -25,11 +25,15 @@ from ..result import FrameResult
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
 from .keyframes import Keyframe, KeyframeMap
+from .persist import LoopRestore
 from .pose_graph import Edge, EdgeSigma, OptimizeResult, PoseGraph
-from .similarity import between, compose, from_pose, interpolate, inverse, size
+from .similarity import between, compose, from_pose, inverse, size
 from .verify import Verification
 
 _LOG = logging.getLogger(__name__)
+#: Sigmas (rotation rad, translation, log scale) of the edge from a restored map's newest keyframe to the
+#: first of a new epoch: loose enough that the first loop into the map decides where the epoch lies.
+EPOCH_SIGMA = (10.0, 100.0, 10.0)
 
 Verify = Callable[[Keyframe, Keyframe], Verification]
 
@@ -86,7 +90,9 @@ class LoopCloser:
         self.loops: list[tuple[int, int]] = []  # loop edges in the graph (keyframe keys)
         self.accepted: list[tuple[int, int]] = []  # every pair verification accepted
         self._last: Keyframe | None = None
-        self._last_loop_key: int | None = None
+        self.last_loop_key: int | None = None
+        self._key_offset = 0  # keys of a restored map's new epoch start past its keys
+        self._restored_end: int | None = None  # a restored map's newest key until the first loop into it
 
     def wants(self, stream_pose: np.ndarray) -> bool:
         """Whether a frame at `stream_pose` [4, 4] would become a loop keyframe (moved or turned enough)."""
@@ -110,6 +116,11 @@ class LoopCloser:
         if previous is not None:
             step = between(previous.stream_pose, keyframe.stream_pose)
             self.graph.add_edge(Edge(previous.key, keyframe.key, step, self._stream_sigma(step, previous)))
+        elif self._restored_end is not None:  # a new epoch on a restored map: held loosely where it starts
+            end = self.graph.poses[self._restored_end]
+            self.graph.add_edge(
+                Edge(self._restored_end, keyframe.key, between(end, keyframe.pose), EdgeSigma(*EPOCH_SIGMA))
+            )
         candidates = self.index.query(
             keyframe.descriptor, self.config.exclude_recent, self.config.top_k, self.config.min_similarity
         )
@@ -129,6 +140,26 @@ class LoopCloser:
         if self._last is None:
             return None
         return self._optimize()
+
+    def restore(self, saved: LoopRestore) -> None:
+        """Swap in a saved keyframe map and graph (`persist.check_loop` validated it; nothing here fails on
+        its content). The next keyframe starts a new epoch: no stream edge to the saved ones (a loose
+        `EPOCH_SIGMA` edge keeps the graph connected), keys past the saved ones, and the first verified loop
+        into the saved map moves the new epoch rigidly before optimising (a relocalisation)."""
+        self.clear()
+        for keyframe in saved.keyframes:
+            self.map.keyframes[keyframe.key] = keyframe
+            self.map.voxels.place(keyframe.key, keyframe.map_points(), keyframe.colors)
+            self.index.add(keyframe.key, keyframe.descriptor)
+        self.map.submaps = saved.submaps
+        self.graph.load({kf.key: kf.pose for kf in saved.keyframes}, saved.edges, saved.fixed)
+        self.loops = [(e.a, e.b) for e in saved.edges if e.loop]
+        self.correction, self.last_loop_key = saved.correction, saved.last_loop_key
+        for name, value in saved.counters.items():
+            setattr(self.stats, name, value)
+        self.stats.keyframes, self.stats.submaps = len(self.map), saved.submaps
+        self._restored_end = saved.keyframes[-1].key
+        self._key_offset = max(kf.key for kf in saved.keyframes) + 1
 
     def corrected(self, stream_pose: np.ndarray) -> Sim3:
         """A stream pose [4, 4] in the map now (the correction applied)."""
@@ -153,7 +184,7 @@ class LoopCloser:
         cam_xyz, flat = camera_points(result.depth, result.intrinsics, mask, cfg.point_stride)
         stream_pose = from_pose(result.pose_c2w)
         return Keyframe(
-            key=int(result.index),
+            key=int(result.index) + self._key_offset,
             stamp_s=stamp_s,
             stream_pose=stream_pose,
             pose=compose(self.correction, stream_pose),
@@ -196,28 +227,20 @@ class LoopCloser:
             self.graph.add_edge(Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True))
             self.loops.append((old.key, keyframe.key))
             self.accepted.append((old.key, keyframe.key))
-            self._spread(compose(self.graph.poses[old.key], verdict.relative), keyframe.key)
+            relocalised = self._restored_end is not None and old.key <= self._restored_end
+            since = self._restored_end if relocalised else self.last_loop_key
+            self.graph.spread(
+                compose(self.graph.poses[old.key], verdict.relative), keyframe.key, since, rigid=relocalised
+            )
+            if relocalised:
+                self._restored_end = None
             before = self.correction
             optimization = self._optimize()
-            self._last_loop_key = keyframe.key
+            self.last_loop_key = keyframe.key
             return LoopEvent(
                 verdict, optimization, self.correction, compose(self.correction, inverse(before))
             )
         return None
-
-    def _spread(self, target: Sim3, key: int) -> None:
-        """Initial guess for the optimiser: the loop's correction of `key` spread over the keyframes since the
-        previous loop, in proportion to the path length (so the robust kernel starts near the solution)."""
-        poses = self.graph.poses
-        keys = [k for k in poses if self._last_loop_key is None or k > self._last_loop_key]
-        fix = compose(target, inverse(poses[key]))
-        steps = [0.0] + [
-            float(np.linalg.norm(between(poses[a], poses[b]).translation)) + 1e-9
-            for a, b in zip(keys, keys[1:], strict=False)
-        ]
-        travelled = np.cumsum(steps) / max(sum(steps), 1e-9)
-        for k, alpha in zip(keys, travelled, strict=True):
-            self.graph.set_pose(k, compose(interpolate(Sim3.identity(), fix, float(alpha)), poses[k]))
 
     def _optimize(self) -> OptimizeResult:
         result = self.graph.optimize()
