@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..engine.builder import EngineSpec, build_engine
@@ -48,6 +49,9 @@ class Pipeline:
     session: StreamingSession | MultiStreamSession
     device: torch.device
     description: str
+    #: Loop closure's place descriptor of a network image [h, w, 3] uint8 (None: the model's encoder
+    #: tokens, engine/loop/descriptor.py); a test's oracle brings its own.
+    loop_descriptor: Callable[[np.ndarray], np.ndarray] | None = None
 
     def release(self) -> None:
         """Drop the model and session and return cached GPU memory (cleanup)."""
