@@ -161,6 +161,7 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
         and stats["loop_closure.candidates"] >= stats["loop_closure.verified"]
     )
     assert stats["loop_closure.last_optimize_ms"] > 0 and "loop_closure.last_correction_m" in stats
-    (tmp_path / "loop_closure_run.json").write_text(
-        json.dumps({"stats": stats, "path_rms": path_rms, "drift_rms": drift_rms})
-    )
+    tracks = {"truth": truth, "stream": drifted, "tf": np.stack([edges[i] for i in range(n)]), "path": xyz}
+    run = {"stats": stats, "path_rms": path_rms, "drift_rms": drift_rms, "edges": ends.tolist()}
+    run.update({name: track.tolist() for name, track in tracks.items()})
+    (tmp_path / "loop_closure_run.json").write_text(json.dumps(run))  # docs/img/loop_closure_node.png
