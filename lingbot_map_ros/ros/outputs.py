@@ -110,6 +110,7 @@ class MappingOutputs:
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
         self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
+        self._last_poses: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""
@@ -170,6 +171,7 @@ class MappingOutputs:
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
             self._path.append(pose_stamped_msg(body, map_header))
             self._path_header = map_header
+            self._last_poses = (frame.body_pose, frame.camera_pose)  # T_body_cam for `correct`
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(frame, body, header, camera, root_cam)
         if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
@@ -217,20 +219,28 @@ class MappingOutputs:
         return True
 
     def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> None:
-        """Loop closure (loop_outputs.py): the mapper's stream correction becomes `correction`, every `~/path`
-        pose [4, 4] at stamp s becomes `move(s, pose)` (republished at the next path timer) and so does the
-        `map -> odom` estimate (at the last stamp), all at once for the publish thread."""
+        """Loop closure (loop_outputs.py): the mapper's stream correction becomes `correction`; the camera
+        pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
+        republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
+        body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
         with self._path_lock, self.lock:
             self.mapper.correction = correction
-            if self._path:  # T_map_odom' = body' · body⁻¹ · T_map_odom, with the last frame's body pose
-                last = self._path[-1]
-                body = pose_matrix(last.pose)
-                jump = move(stamp_seconds(last.header.stamp), body) @ invert_rigid(body)
-                self.tf.jump(lambda map_odom: jump @ map_odom)
+            if self._last_poses is None or not self._path:
+                return
+            body, camera = self._last_poses
+            body_cam = invert_rigid(body) @ camera
+            cam_body = invert_rigid(body_cam)
+
+            def move_body(stamp_s: float, pose: np.ndarray) -> np.ndarray:
+                return move(stamp_s, pose @ body_cam) @ cam_body
+
+            last = self._path[-1]
+            last_body = pose_matrix(last.pose)
+            jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
+            self.tf.jump(lambda map_odom: jump @ map_odom)
             for entry in self._path:
-                entry.pose = pose_msg(move(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
-            if self._path:
-                self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
+                entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
+            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
@@ -371,6 +381,7 @@ class MappingOutputs:
         with self._path_lock, self.both_sides(drain=False):
             self._path.clear()
             self._path_header = None
+            self._last_poses = None
             self.mapper.clear()
             self.map.mark_changed()
             self.tf.clear()  # a new stream logs its TF mode again
