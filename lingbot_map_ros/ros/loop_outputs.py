@@ -20,6 +20,7 @@ No new TF edge: the corrected edges go through the same broadcaster and the node
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -88,6 +89,7 @@ class LoopOutputs:
         self._outputs = outputs
         self._markers = facade.create_publisher(MarkerArray, topic_prefix + "loop_closures", MAP_QOS)
         self._applied = Corrections()
+        self._apply_lock = threading.Lock()
         self.corrections = 0  # corrections published
         self.worker = LoopClosureWorker(closer, self._on_event)
 
@@ -131,7 +133,12 @@ class LoopOutputs:
         self._apply()
 
     def _apply(self) -> None:
-        """Publish the closer's current keyframe poses (module doc). The closer's thread or `~/optimize`."""
+        """Publish the closer's current keyframe poses (module doc). The closer's thread or `~/optimize`: one
+        at a time (each moves the path from the corrections the previous one applied)."""
+        with self._apply_lock:
+            self._apply_unlocked()
+
+    def _apply_unlocked(self) -> None:
         closer, outputs = self.worker.closer, self._outputs
         with self.worker.lock:
             keyframes = sorted(closer.map.keyframes.values(), key=lambda kf: kf.stamp_s)
