@@ -28,7 +28,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from lingbot_map_ros.engine.frames import camera_rest_pose
 from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.geometry import seconds_stamp
+from lingbot_map_ros.ros.geometry import seconds_stamp, transform_msg
 from lingbot_map_ros.tools.loop_oracle import drifted_poses
 
 pytestmark = pytest.mark.dds
@@ -165,3 +165,64 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     run = {"stats": stats, "path_rms": path_rms, "drift_rms": drift_rms, "edges": ends.tolist()}
     run.update({name: track.tolist() for name, track in tracks.items()})
     (tmp_path / "loop_closure_run.json").write_text(json.dumps(run))  # docs/img/loop_closure_node.png
+
+
+def test_robot_mode_loop_jumps_map_to_odom(ros_client: RosClient, tmp_path: Path) -> None:
+    """`tf.mode: map_to_odom`: odometry is the truth (odom = the first base frame), the model drifts; so
+    `map -> odom` drifts away from identity until the loops pull it back: a jump of `map -> odom` alone."""
+    scene = oracle_scene()
+    n = len(scene.images)
+    rest = camera_rest_pose()
+    odom_base = [rest @ np.linalg.inv(scene.poses[0]) @ p @ np.linalg.inv(rest) for p in scene.poses]
+    tf = collect(ros_client, TFMessage, "/tf")
+    params = {**PARAMS, "tf.mode": "map_to_odom", "tf.publish_rate": 20.0}
+    proc = start_tiny_node(tmp_path, "loop", params, client=ros_client, ready=("reset", "optimize"),
+                           script=Path(__file__).with_name("loop_oracle_node.py"))  # fmt: skip
+    try:
+        tf_pub = ros_client.publisher(TFMessage, "/tf", RELIABLE)
+        static_pub = ros_client.publisher(TFMessage, "/tf_static", LATCHED)
+        images = ros_client.publisher(Image, "/loop/image", RELIABLE)
+        ros_client.wait_for_subscribers(images)
+        static_pub.publish(
+            TFMessage(transforms=[transform_msg(rest, seconds_stamp(0.0), "base_link", "camera")])
+        )
+        for i, rgb in enumerate(scene.images):
+            stamp = seconds_stamp(T0 + 0.1 * i)
+            tf_pub.publish(TFMessage(transforms=[transform_msg(odom_base[i], stamp, "odom", "base_link")]))
+            images.publish(rgb_to_image(rgb, Header(stamp=stamp, frame_id="camera")))
+            time.sleep(0.05)
+
+        def map_odom(msgs: list[TFMessage]) -> list[np.ndarray]:
+            return [
+                np.array([t.transform.translation.x, t.transform.translation.y, t.transform.translation.z])
+                for msg in msgs
+                for t in msg.transforms
+                if t.header.frame_id == "map"
+                and t.child_frame_id == "odom"
+                and frame_index(t.header.stamp) < n  # fmt: skip
+            ]
+
+        tf.wait_for(lambda msgs: any(frame_index(t.header.stamp) == n - 1 and t.child_frame_id == "odom"
+                                     for m in msgs for t in m.transforms), timeout=90)  # fmt: skip
+        time.sleep(0.5)
+        drifted = np.linalg.norm(map_odom(tf.messages)[-1])
+        streamed = list(tf.messages)
+        tf.clear()
+        response = ros_client.call(Trigger, f"{NODE}/optimize", timeout=60)
+        assert response.success, response.message
+        republished = tf.wait_for(lambda msgs: len(msgs) >= 10, timeout=20)  # the timer's, stamped now
+    finally:
+        assert proc.stop() == 0, proc.output()
+    after = [
+        np.array([t.transform.translation.x, t.transform.translation.y, t.transform.translation.z])
+        for m in republished
+        for t in m.transforms
+        if t.child_frame_id == "odom"
+    ]
+    assert drifted > 0.3, drifted  # the model's drift shows in map -> odom
+    assert np.linalg.norm(after[-1]) < 0.35 * drifted, (after[-1], drifted)  # pulled back: the jump
+    parents: dict[str, set[str]] = {}
+    for msg in streamed + republished:
+        for t in msg.transforms:
+            parents.setdefault(t.child_frame_id, set()).add(t.header.frame_id)
+    assert parents == {"odom": {"map"}, "base_link": {"odom"}}, parents  # one parent each, no map -> base
