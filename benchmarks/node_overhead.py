@@ -49,13 +49,22 @@ from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
+from lingbot_map_ros.engine.loop import Keyframe, LoopCloser, Verification  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
 from lingbot_map_ros.ros.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
+from lingbot_map_ros.ros.loop_outputs import LoopOutputs  # noqa: E402
 from lingbot_map_ros.ros.output_config import FRAME_QOS, OutputConfig  # noqa: E402
 from lingbot_map_ros.ros.outputs import MappingOutputs  # noqa: E402
-from lingbot_map_ros.ros.params import SPECS, declare_parameters, read_parameters  # noqa: E402
+from lingbot_map_ros.ros.params import (  # noqa: E402
+    SPECS,
+    declare_parameters,
+    field_name,
+    loop_closure_config,
+    read_parameters,
+)
 from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
 from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
+from lingbot_map_ros.tools.loop_oracle import image_descriptor  # noqa: E402
 
 HW = (378, 518)
 PUBLISH = "publish: pose outputs (+ map work queued)"
@@ -83,6 +92,18 @@ def synthetic_result(index: int, rgb: np.ndarray, rng: np.random.Generator, keyf
         rgb=rgb,
         pose_enc=np.zeros(9, np.float32),
     )
+
+
+def bench_closer(params: object) -> LoopCloser:
+    """The node's loop closer without a model: thumbnail descriptors (tools/loop_oracle.py), a verifier that
+    rejects every candidate (there is no model to relate two frames); keyframes, map and search as in the
+    node, on the closer's own thread."""
+
+    def reject(a: Keyframe, b: Keyframe) -> Verification:
+        return Verification(a.key, b.key, False, "no model in this benchmark", None, 0.0, 0.0, 0.0)
+
+    config = loop_closure_config(lambda name: getattr(params, field_name(name)))
+    return LoopCloser(config, HW[1], image_descriptor, reject)
 
 
 class Handoff:
@@ -213,6 +234,7 @@ def main() -> None:
     parser.add_argument("--encoding", default="rgb8", choices=("rgb8", "bgr8"))
     parser.add_argument("--subscribers", action="store_true")
     parser.add_argument("--keyframe-interval", type=int, default=1)
+    parser.add_argument("--no-loop-closure", action="store_true", help="without the loop closer's thread")
     parser.add_argument(
         "--switch-interval",
         type=float,
@@ -235,6 +257,8 @@ def main() -> None:
     params = read_parameters(node)
     config = with_overrides(OutputConfig.from_params(params), args.set)
     outputs = MappingOutputs(node, config, TfLookup(node))
+    if params.loop_closure_enabled and not args.no_loop_closure:  # the closer's thread runs alongside
+        outputs.loop = LoopOutputs(node, outputs, bench_closer(params), "~/")
     subscriber = subscribe_all("overhead_subscriber", node.get_name()) if args.subscribers else None
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()
@@ -293,7 +317,7 @@ def main() -> None:
         f"{1e3 * args.switch_interval:g} ms, map_stride {config.map_stride}, path_max_length "
         f"{config.path_max_length}, path.publish_rate "
         f"{params.path_publish_rate:g} Hz, publish_depth {config.publish_depth}, frame_cloud "
-        f"{config.publish_frame_cloud}"
+        f"{config.publish_frame_cloud}, loop closure {'on' if outputs.loop else 'off'}"
     )
     print("\n| stage | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|")
     for name in ("image_to_rgb", "queue handoff x2", PUBLISH, "  depth image message (part)"):

@@ -63,6 +63,7 @@ KNOBS = {
     "session_load_path": "session.load_path",
     "mapping_enabled": "mapping.enabled",
     "path_publish_rate": "path.publish_rate",
+    "loop_closure": "loop_closure.enabled",
     "cameras": "cameras",
 }
 KNOB_HELP = {
@@ -80,6 +81,7 @@ KNOB_HELP = {
     "session_load_path": "saved session to continue (a folder below session_dir)",
     "mapping_enabled": "false: localisation mode (the map is not extended)",
     "path_publish_rate": "rate of ~/path in Hz (default 2; never on the pose outputs' thread)",
+    "loop_closure": "false: no loop closure (default true; docs/loop_closure.md)",
     "cameras": "several cameras in one node, e.g. [front,rear]: <camera>/<name>/image_raw each",
 }
 

@@ -52,6 +52,8 @@ PYTHON = Path(
     os.environ.get("LINGBOT_NODE_PYTHON")
     or (REPO / ".venv" / "bin" / "python" if (REPO / ".venv" / "bin" / "python").exists() else sys.executable)
 )
+
+
 def configure_dds_environment() -> dict[str, str]:
     """Set the DDS variables in os.environ (children inherit them); returns what was set.
 
@@ -101,8 +103,10 @@ class NodeProcess(node_process.NodeProcess):
         params_file: Path | None = None,
         params: dict[str, Any] | None = None,
         remaps: dict[str, str] | None = None,
+        script: Path | None = None,
     ) -> NodeProcess:
-        """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`)."""
+        """Start `python -m module --ros-args` (`-r __node:=`, `-r __ns:=`, `--params-file`, `-p`, `-r`);
+        `script`: a test's node script instead (e.g. test/loop_oracle_node.py)."""
         faults = module == node_process.NODE_MODULE and bool(os.environ.get(FAULTS_ENV))
         log_path = log_dir / f"{name or module.rsplit('.', 1)[-1]}_{int(time.time() * 1e3)}.log"
         proc = super().start(
@@ -113,7 +117,7 @@ class NodeProcess(node_process.NodeProcess):
             namespace=namespace,
             params_file=params_file,
             module=module,
-            script=FAULT_NODE if faults else None,
+            script=script or (FAULT_NODE if faults else None),
             python=PYTHON,
             env=os.environ.copy(),
             new_session=True,
@@ -144,12 +148,14 @@ def start_tiny_node(
     client: RosClient | None = None,
     ready: Iterable[str] = ("reset",),
     faults: str | None = None,
+    script: Path | None = None,
 ) -> NodeProcess:
     """The one way the DDS tests start a mapping node: `<namespace>/<name>` (namespace default `/<name>`)
     with `TINY_NODE_PARAMS` updated by each of `params` in order.
 
     `client`: wait until the node's `ready` services answer. `faults`: `LINGBOT_MAP_FAULTS` for this node
-    only (it runs as test/fault_node.py; this process's environment is unchanged).
+    only (it runs as test/fault_node.py; this process's environment is unchanged). `script`: another test
+    node script (test/loop_oracle_node.py).
     """
     namespace = namespace or f"/{name}"
     merged = dict(TINY_NODE_PARAMS)
@@ -159,7 +165,7 @@ def start_tiny_node(
     if faults is not None:
         os.environ[FAULTS_ENV] = faults
     try:
-        proc = NodeProcess.start(tmp, name=name, namespace=namespace, params=merged)
+        proc = NodeProcess.start(tmp, name=name, namespace=namespace, params=merged, script=script)
     finally:
         if saved is None:
             os.environ.pop(FAULTS_ENV, None)

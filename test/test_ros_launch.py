@@ -38,6 +38,7 @@ EXPECTED_ARGS = {
     "session_load_path",
     "mapping_enabled",
     "path_publish_rate",
+    "loop_closure",
     "cameras",
     "scale_source",
     "scale_factor",

@@ -37,7 +37,7 @@ from .frames import (
     saved_rigid,
     transform_points,
 )
-from .geometry import invert_rigid, rotation_vector
+from .geometry import Sim3, invert_rigid, rotation_vector
 from .grid import GridConfig, OccupancyGridBuilder
 from .mapping import Trajectory, VoxelMap, VoxelMapConfig
 from .result import FrameResult
@@ -209,6 +209,9 @@ class Mapper:
         self.trajectory.clear()
         self.scale.reset()
         self.chain: FrameChain | None = None
+        #: Loop closure's T_map_stream (Sim(3), model units; None: identity): applied to every stream pose
+        #: before the chain, its scale to the depth (ros/loop_outputs.py sets it, under the pose side's lock).
+        self.correction: Sim3 | None = None
         self.mode: str | None = None
         self._epoch: int | None = None
         self._segment = 0
@@ -265,12 +268,15 @@ class Mapper:
         if result.is_keyframe:
             self._sample_scale(result, stamp_s, robot, sensor_depth)
         self.chain.scale = self.scale.value
-        camera_pose = self.chain.camera_pose(result.pose_c2w)
+        pose_c2w, unit = np.asarray(result.pose_c2w, np.float64), self.scale.value
+        if self.correction is not None:
+            pose_c2w, unit = self.correction.apply_pose(pose_c2w), unit * self.correction.scale
+        camera_pose = self.chain.camera_pose(pose_c2w)
         body_pose = camera_pose @ invert_rigid(base_cam) if base_cam is not None else camera_pose
         map_odom = None
         if self.mode == MAP_TO_ODOM:
             map_odom = body_pose @ invert_rigid(robot.odom_base)
-        depth = result.depth if result.depth is None else (result.depth * np.float32(self.scale.value))
+        depth = None if result.depth is None else (result.depth * np.float32(unit)).astype(np.float32)
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
         frame = PosedFrame(
@@ -281,7 +287,7 @@ class Mapper:
             image_hw=result.image_hw)
         work = MapWork(
             serial=self._serial, is_keyframe=result.is_keyframe,
-            pose_c2w=np.asarray(result.pose_c2w, np.float64), camera_pose=camera_pose, depth=depth,
+            pose_c2w=pose_c2w, camera_pose=camera_pose, depth=depth,
             depth_conf=result.depth_conf, intrinsics=result.intrinsics,
             rgb=result.rgb, voxel=self.config.voxel, chain=copy.copy(self.chain),
             scale_converged=self.scale.converged, mapping_enabled=self.mapping_enabled)

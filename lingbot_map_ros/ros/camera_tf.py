@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -195,6 +196,13 @@ class CameraTf:
         """The latest T_map_odom [4, 4] (None before one)."""
         with self._estimate_lock:
             return self._map_odom
+
+    def jump(self, move: Callable[[np.ndarray], np.ndarray]) -> None:
+        """A loop closure's correction: the estimate becomes `move(T_map_odom)` (republished by the timer
+        from now on; the next frame's edge carries the same correction)."""
+        with self._estimate_lock:
+            if self._map_odom is not None:
+                self._map_odom = move(self._map_odom)
 
     def restore(self, map_odom: np.ndarray | None) -> None:
         """A loaded session's T_map_odom: republished (stamped now) until the first frame gives a new one."""

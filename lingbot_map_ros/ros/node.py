@@ -48,6 +48,7 @@ from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
 from .entities import CallbackGuard, KeptEntities, NodeFacade
 from .fused import FusedMap
 from .intake import InputFrame
+from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
 from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
@@ -111,6 +112,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             self.save_session, self.load_session, self._causes.callback_failed,
         )
         self._triggers.create(self)
+        create_optimize_service(self, self._service_group, self._loops, self._causes.callback_failed)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
             self, self._timer_group, self.params, self._active_outputs,
@@ -150,6 +152,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
 
     def _camera_outputs(self) -> list[tuple[str, MappingOutputs]]:
         return [(name, c.outputs) for name, c in self.cameras.items() if c.outputs is not None]
+
+    def _loops(self) -> list[LoopOutputs]:
+        return [o.loop for _, o in self._camera_outputs() if o.loop is not None and self._active]
 
     def _active_outputs(self) -> list:
         """What the timers publish: every camera's outputs (and the fused map), none while not active."""
@@ -215,6 +220,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         )
         topics = [camera.activate(p, self._depth_input, primary=i == 0)
                   for i, camera in enumerate(self.cameras.values())]
+        for camera in self.cameras.values():  # loop closure on its own thread per camera (loop_outputs.py)
+            attach_loop_closure(camera.outputs, self._facade, p, self._pipeline, camera.output_prefix)
         self._active = True
         self.get_logger().info(
             f"active: listening on {', '.join(topics)} ({p.image_transport}, {p.qos_reliability})"

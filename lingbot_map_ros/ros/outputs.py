@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -30,6 +31,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine import persistence
+from ..engine.geometry import Sim3, invert_rigid
 from ..engine.grid import write_nav2_map
 from ..engine.mapper import Mapper, PosedFrame
 from ..engine.mapping import write_ply, write_tum
@@ -40,12 +42,15 @@ from ..engine.tf_tree import TfEdgeGuard
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp
+from .geometry import camera_info_msg, odometry_msg, pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
 from .robot_tf import TransformUnavailable
 from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
+
+if TYPE_CHECKING:
+    from .loop_outputs import LoopOutputs
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
 MAP_DRAIN_S = 5.0
@@ -104,6 +109,8 @@ class MappingOutputs:
         self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
+        self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
+        self._last_poses: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""
@@ -164,8 +171,11 @@ class MappingOutputs:
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
             self._path.append(pose_stamped_msg(body, map_header))
             self._path_header = map_header
+            self._last_poses = (frame.body_pose, frame.camera_pose)  # T_body_cam for `correct`
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(frame, body, header, camera, root_cam)
+        if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
+            self.loop.submit(result, stamp_s, frame.new_epoch)
         # else it has nothing to do on the map thread (no depth: the step skipped the depth head)
         if work.depth is not None and (work.is_keyframe or frame_cloud or frame.new_epoch):
             self.map.submit(MapItem(work, map_header, frame_cloud))
@@ -212,6 +222,30 @@ class MappingOutputs:
     def depth_wanted(self) -> bool:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
         return self.config.publish_depth and self._pubs["depth"].get_subscription_count() > 0
+
+    def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> None:
+        """Loop closure (loop_outputs.py): the mapper's stream correction becomes `correction`; the camera
+        pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
+        republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
+        body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
+        with self._path_lock, self.lock:
+            self.mapper.correction = correction
+            if self._last_poses is None or not self._path:
+                return
+            body, camera = self._last_poses
+            body_cam = invert_rigid(body) @ camera
+            cam_body = invert_rigid(body_cam)
+
+            def move_body(stamp_s: float, pose: np.ndarray) -> np.ndarray:
+                return move(stamp_s, pose @ body_cam) @ cam_body
+
+            last = self._path[-1]
+            last_body = pose_matrix(last.pose)
+            jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
+            self.tf.jump(lambda map_odom: jump @ map_odom)
+            for entry in self._path:
+                entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
+            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
@@ -342,6 +376,8 @@ class MappingOutputs:
         stats.update(self.tf.stats())
         out.update(stats)
         out.update(self.map.stats())
+        if self.loop is not None:
+            out.update(self.loop.stats())
         return out
 
     def clear(self) -> None:
@@ -350,14 +386,20 @@ class MappingOutputs:
         with self._path_lock, self.both_sides(drain=False):
             self._path.clear()
             self._path_header = None
+            self._last_poses = None
             self.mapper.clear()
             self.map.mark_changed()
             self.tf.clear()  # a new stream logs its TF mode again
+            if self.loop is not None:
+                self.loop.clear()
             self.last_stamp = None
 
     def destroy(self) -> None:
-        """End the map thread and release the publishers (cleanup; no-ops through the node's `NodeFacade`)."""
+        """End the map thread (and the loop closer's) and release the publishers (cleanup; no-ops through the
+        node's `NodeFacade`)."""
         self.map.stop()
+        if self.loop is not None:
+            self.loop.stop()
         self.tf.destroy()
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)

@@ -11,8 +11,12 @@ from ..engine.config import (
     ROPE_TABLE_FRAMES,
 )
 from ..engine.frames import TF_AUTO, TF_MODES
+from ..engine.loop.config import LoopClosureConfig
 from ..engine.scale import SCALE_SOURCES
 from .param_spec import ParamSpec
+
+#: Defaults of the `loop_closure.*` rows (one owner: the engine's config).
+LOOP = LoopClosureConfig()
 
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("autostart", True, "Configure and activate on start-up, so a plain `ros2 run` maps at once."),
@@ -352,5 +356,53 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "\"Several cameras\"). [''] (default): one unnamed camera on image and camera_info, outputs "
         "under ~/.",
         startup=True,
+    ),
+    ParamSpec(
+        "loop_closure.enabled",
+        True,
+        "Loop closure (docs/loop_closure.md): keyframes, place recognition, verification and a Sim(3) pose "
+        "graph on a thread of its own; a correction jumps map -> odom (robot modes) or map -> camera.",
+    ),
+    ParamSpec(
+        "loop_closure.keyframe_translation",
+        LOOP.keyframe_translation,
+        "A new loop keyframe once the camera moved this fraction of the last one's median depth.",
+        float_range=(1e-3, 10.0),
+    ),
+    ParamSpec(
+        "loop_closure.keyframe_rotation_deg",
+        LOOP.keyframe_rotation_deg,
+        "... or turned this many degrees.",
+        float_range=(0.1, 180.0),
+    ),
+    ParamSpec(
+        "loop_closure.exclude_recent",
+        LOOP.exclude_recent,
+        "Newest keyframes left out of the place search (the query's own neighbourhood in time).",
+        int_range=(1, 10000),
+    ),
+    ParamSpec(
+        "loop_closure.top_k", LOOP.top_k, "Candidates verified per keyframe (best first).", int_range=(1, 50)
+    ),
+    ParamSpec(
+        "loop_closure.min_similarity",
+        LOOP.min_similarity,
+        "Cosine floor of a place candidate's descriptor.",
+        float_range=(-1.0, 1.0),
+    ),
+    ParamSpec(
+        "loop_closure.max_keyframes",
+        LOOP.max_keyframes,
+        "Memory budget: past it the oldest loop_closure.merge_size keyframes merge into one submap.",
+        int_range=(3, 1000000),
+    ),
+    ParamSpec(
+        "loop_closure.merge_size", LOOP.merge_size, "Keyframes merged into one submap.", int_range=(2, 1000)
+    ),
+    ParamSpec(
+        "loop_closure.max_time_ms",
+        LOOP.graph.max_time_ms,
+        "Time bound of one pose-graph optimisation (on the closer's thread).",
+        float_range=(1.0, 60000.0),
     ),
 )

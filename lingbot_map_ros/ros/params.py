@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import make_dataclass
+from collections.abc import Callable
+from dataclasses import make_dataclass, replace
 from pathlib import Path
 
 from rcl_interfaces.msg import SetParametersResult
@@ -20,8 +21,9 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from ..engine.config import PATCH_SIZE, check_image_width
+from ..engine.loop.config import LoopClosureConfig
 from .param_spec import ParamSpec, ParamValue
-from .param_table import PARAMETERS
+from .param_table import LOOP, PARAMETERS
 from .streams import frame_id_problem, reserved_frames
 
 #: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
@@ -119,7 +121,20 @@ def cross_check(values: dict[str, object]) -> list[str]:
         problem = frame_id_problem(frame, reserved_frames(*frames, cameras))
         if problem:
             problems.append(f"camera_frame: {problem}")
+    try:
+        loop_closure_config(lambda name: values.get(name, SPECS[name].default))
+    except ValueError as exc:  # e.g. loop_closure.max_keyframes < loop_closure.exclude_recent + 2
+        problems.append(str(exc))
     return problems
+
+
+def loop_closure_config(value: Callable[[str], object]) -> LoopClosureConfig:
+    """The engine's `LoopClosureConfig` from the `loop_closure.*` parameters (`value(name)`; the rest keep
+    the engine's defaults). Raises ValueError (the engine's own validation)."""
+    graph = replace(LOOP.graph, max_time_ms=float(value("loop_closure.max_time_ms")))
+    fields = ("enabled", "keyframe_translation", "keyframe_rotation_deg", "exclude_recent", "top_k",
+              "min_similarity", "max_keyframes", "merge_size")
+    return replace(LOOP, graph=graph, **{name: value(f"loop_closure.{name}") for name in fields})
 
 
 def camera_names_problems(names: tuple[str, ...]) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..engine.builder import EngineSpec, build_engine
@@ -48,6 +49,9 @@ class Pipeline:
     description: str
     #: Process-wide settings configure changed for this pipeline (restored by `release`).
     settings: ProcessSettings
+    #: Loop closure's place descriptor of a network image [h, w, 3] uint8 (None: the model's encoder
+    #: tokens, engine/loop/descriptor.py); a test's oracle brings its own.
+    loop_descriptor: Callable[[np.ndarray], np.ndarray] | None = None
 
     def release(self) -> None:
         """Drop the model and session, return cached GPU memory and restore the process-wide settings
