@@ -96,6 +96,9 @@ def test_save_kill_load_continues_the_map_frame(ros_client: RosClient, tmp_path:
         assert node_a.stop() == 0, node_a.output()
     sessions = sorted((tmp_path / "a" / "sessions").iterdir())
     assert len(sessions) == 2 and all((s / "manifest.json").is_file() for s in sessions)
+    with np.load(sessions[0] / "loop.npz") as saved_loop:  # loop closure (on by default): its keyframe map
+        saved_keyframes = len(saved_loop["kf_keys"])
+    assert saved_keyframes > 0
     name = sessions[0].name
 
     odometry.clear()
@@ -114,6 +117,7 @@ def test_save_kill_load_continues_the_map_frame(ros_client: RosClient, tmp_path:
         while "loaded session" not in node_b.output() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert "loaded session" in node_b.output()
+        assert f"{saved_keyframes} loop closure keyframes" in node_b.output(), node_b.output()[-2000:]
         ros_client.wait_for_subscribers(pub)
         publish(ros_client, pub, frames, range(S0, S0 + 1))
         (first,) = odometry.wait_for(1, timeout=60)

@@ -21,7 +21,8 @@ No new TF edge: the corrected edges go through the same broadcaster and the node
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from geometry_msgs.msg import Point
@@ -118,6 +119,14 @@ class LoopOutputs:
 
     def stop(self) -> None:
         self.worker.stop()
+
+    @contextmanager
+    def held(self) -> Iterator[LoopCloser]:
+        """The closer under its worker's lock: sessions save and restore its keyframe map and graph with the
+        map (engine/persistence.py). Taken after the outputs' locks; the closer's thread never holds it while
+        it takes theirs."""
+        with self.worker.lock:
+            yield self.worker.closer
 
     def stats(self) -> dict[str, object]:
         """/diagnostics: the closer's counters as `loop_closure.<name>`, corrections published, dropped."""

@@ -18,7 +18,7 @@ import pathlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -50,6 +50,7 @@ from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
 if TYPE_CHECKING:
+    from ..engine.loop import LoopCloser
     from .loop_outputs import LoopOutputs
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
@@ -336,8 +337,8 @@ class MappingOutputs:
         Raises:
             SessionError: the snapshot does not fit (see `persistence.restore`).
         """
-        with self.both_sides(drain=False):
-            persistence.restore(session, self.mapper, snapshot)
+        with self.both_sides(drain=False), self.held_closer() as closer:
+            persistence.restore(session, self.mapper, snapshot, loop=closer)
             self.map.mark_changed()
             stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
             self._path.clear()
@@ -351,6 +352,10 @@ class MappingOutputs:
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)
+
+    def held_closer(self) -> AbstractContextManager[LoopCloser | None]:
+        """This camera's loop closer under its lock (loop_outputs.py), or None without loop closure."""
+        return self.loop.held() if self.loop is not None else nullcontext(None)
 
     def robot_map_odom(self) -> np.ndarray | None:
         """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""

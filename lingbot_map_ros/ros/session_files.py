@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine import persistence
+from ..engine.loop.persist import STATE_KEY as LOOP_STATE_KEY
+from ..engine.loop.persist import check_loop
 from ..engine.session import StreamingSession
 from ..engine.session_check import check_loadable
 from ..engine.session_npz import bounded_names
@@ -68,8 +70,8 @@ class SessionFiles:
         """Copies of everything a session holds (call under the node's session and publish locks; the map
         thread's queued works are integrated first)."""
         compat, node_state = self.compat(p), outputs.session_state()
-        with outputs.both_sides():
-            return persistence.capture(session, outputs.mapper, compat, stamp_ns, node_state)
+        with outputs.both_sides(), outputs.held_closer() as closer:
+            return persistence.capture(session, outputs.mapper, compat, stamp_ns, node_state, loop=closer)
 
     def write(self, p: NodeParams, snapshot: SessionSnapshot) -> str:
         """Write `snapshot` as `session_<time>_<n>` below `session.dir`; returns the report line."""
@@ -110,10 +112,13 @@ class SessionFiles:
         frames = {"map_frame": p.map_frame, "odom_frame": p.odom_frame, "base_frame": p.base_frame}
         with stream_change:
             check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
+            if outputs.loop is not None:  # the keyframe map too, before anything changes (a transaction)
+                stride = outputs.loop.worker.closer.config.depth_stride
+                check_loop(snapshot.loop, snapshot.state.get(LOOP_STATE_KEY), stride)
             camera.restore(snapshot, clear_queue)
-        poses = len(snapshot.trajectory_stamps_ns)
-        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, TF mode "
-                f"{outputs.mapper.mode}; new frames continue its map frame")
+        poses, keyframes = len(snapshot.trajectory_stamps_ns), len(snapshot.loop.get("kf_keys", ()))
+        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, {keyframes} loop "
+                f"closure keyframes, TF mode {outputs.mapper.mode}; new frames continue its map frame")
 
     @staticmethod
     def clean(p: NodeParams) -> str:
