@@ -103,6 +103,12 @@ class FaultInjectingModel:
     def device(self) -> torch.device:
         return self.model.device
 
+    def __getattr__(self, name: str) -> object:
+        """Everything else is the model's (e.g. `precision`, `aggregator` for the loop closer's descriptor)."""
+        if name == "model":  # not set yet (unpickling, a failed __init__): never recurse
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
     def new_stream(self, config: StreamConfig | None = None, pool: SharedKVPool | None = None) -> StreamState:
         return self.model.new_stream(config, pool)
 

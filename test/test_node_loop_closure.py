@@ -205,7 +205,8 @@ def test_robot_mode_loop_jumps_map_to_odom(ros_client: RosClient, tmp_path: Path
         tf.wait_for(lambda msgs: any(frame_index(t.header.stamp) == n - 1 and t.child_frame_id == "odom"
                                      for m in msgs for t in m.transforms), timeout=90)  # fmt: skip
         time.sleep(0.5)
-        drifted = np.linalg.norm(map_odom(tf.messages)[-1])
+        # the largest drift while streaming: on a faster machine the closer corrects before the last frame
+        drifted = max(np.linalg.norm(v) for v in map_odom(tf.messages))
         streamed = list(tf.messages)
         tf.clear()
         response = ros_client.call(Trigger, f"{NODE}/optimize", timeout=60)
