@@ -104,7 +104,7 @@ class FaultInjectingModel:
         return self.model.device
 
     def __getattr__(self, name: str) -> object:
-        """Everything else is the model's (e.g. `precision`, `aggregator` for the loop closer's descriptor)."""
+        """Everything else is the model's (`precision`, `aggregator`: the loop closer's descriptor)."""
         if name == "model":  # not set yet (unpickling, a failed __init__): never recurse
             raise AttributeError(name)
         return getattr(self.model, name)
