@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from fault_injection import FAULTS_ENV
 
 from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.tf_buffer import TfBuffer
 from lingbot_map_ros.tools import node_process
 from lingbot_map_ros.tools.dds import allocate_domain_id
 
@@ -305,3 +307,16 @@ def load_frames(count: int, step: int = 1) -> list[Any]:
     if len(files) < count:
         raise AssertionError(f"expected {count} frames in {FRAMES_DIR}, found {len(files)}")
     return [cv2.cvtColor(cv2.imread(str(f), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB) for f in files]
+
+
+class BufferLookup:
+    """`TfLookup`'s interface over a plain `TfBuffer` (no waiting)."""
+
+    def __init__(self, buffer: TfBuffer) -> None:
+        self.buffer = buffer
+
+    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
+        return self.buffer.lookup(target, source, stamp_s)
+
+    def parents(self) -> dict[str, str]:
+        return self.buffer.frames()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import rclpy
+from ros_helpers import BufferLookup
 from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.geometry import Sim3, rigid
@@ -26,19 +27,6 @@ from lingbot_map_ros.ros.tf_buffer import TfBuffer
 HW = (24, 32)
 BASE_CAM = rigid(np.array([[0.0, 0, 1], [-1, 0, 0], [0, -1, 0]]), [0.3, 0.0, 0.8])  # optical cam on a mast
 STAMPS = 10.0 + 0.1 * np.arange(12)
-
-
-class BufferLookup:
-    """`TfLookup`'s interface over a plain `TfBuffer` (no waiting)."""
-
-    def __init__(self, buffer: TfBuffer) -> None:
-        self.buffer = buffer
-
-    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
-        return self.buffer.lookup(target, source, stamp_s)
-
-    def parents(self) -> dict[str, str]:
-        return self.buffer.frames()
 
 
 def result(index: int) -> FrameResult:

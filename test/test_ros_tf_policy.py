@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, StandInSession, make_scene, random_sim3
+from ros_helpers import BufferLookup
 
 from lingbot_map_ros.engine.geometry import invert_rigid, rigid
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, PosedFrame, RobotSample
@@ -101,19 +102,6 @@ def test_subtree_root() -> None:
 
 
 # ----------------------------------------------------------------------------- auto, switch, URDF gap
-class BufferLookup:
-    """`TfLookup`'s interface over a plain `TfBuffer` (no waiting)."""
-
-    def __init__(self, buffer: TfBuffer) -> None:
-        self.buffer = buffer
-
-    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
-        return self.buffer.lookup(target, source, stamp_s)
-
-    def parents(self) -> dict[str, str]:
-        return self.buffer.frames()
-
-
 def test_auto_picks_map_to_odom_when_odometry_starts_just_after_the_image() -> None:
     buf = TfBuffer()
     buf.set_transform("base_link", "cam", 0.0, rigid(np.eye(3), [0.1, 0, 1.0]), static=True)
