@@ -52,9 +52,7 @@ def _fix_wheel_cmake_paths(venv: Path) -> None:
     for path in glob.glob(str(venv / "share" / "**" / "*.cmake"), recursive=True):
         text = Path(path).read_text(errors="replace")
         new = text.replace("/opt/python/cp311-cp311/include/python3.11", py_inc)
-        new = new.replace(
-            "/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include", np_inc
-        )
+        new = new.replace("/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include", np_inc)
         if new != text:
             Path(path).write_text(new)
 
@@ -71,9 +69,19 @@ def main(venv: str) -> None:
         build = Path(tmp) / "build"
         python = prefix / "bin" / "python"
         subprocess.run(
-            ["cmake", "-G", "Ninja", "-S", str(src), "-B", str(build),
-             f"-DCMAKE_PREFIX_PATH={prefix}", f"-DCMAKE_INSTALL_PREFIX={prefix}",
-             f"-DPython3_EXECUTABLE={python}", "-DBUILD_TESTING=OFF"],
+            [
+                "cmake",
+                "-G",
+                "Ninja",
+                "-S",
+                str(src),
+                "-B",
+                str(build),
+                f"-DCMAKE_PREFIX_PATH={prefix}",
+                f"-DCMAKE_INSTALL_PREFIX={prefix}",
+                f"-DPython3_EXECUTABLE={python}",
+                "-DBUILD_TESTING=OFF",
+            ],
             check=True,
         )
         subprocess.run(["cmake", "--build", str(build)], check=True)

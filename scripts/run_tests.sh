@@ -21,6 +21,7 @@ trap 'rm -rf "$ROS_LOG_DIR"' EXIT
 
 echo "[run_tests] ruff"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 echo "[run_tests] pytest (ROS_DOMAIN_ID=$ROS_DOMAIN_ID)"
 set +e
 .venv/bin/python -m pytest -q -rs "$@"

@@ -112,14 +112,22 @@ class StandInSession:
         anchor = i < self.scale_frames
         key = anchor or (i - self.scale_frames) % self.keyframe_interval == 0
         return FrameResult(
-            index=i, meta=meta, is_keyframe=key, phase=PHASE_ANCHOR if anchor else PHASE_STREAMING,
-            pose_c2w=self.sim.apply_pose(self.scene.cam_s[i]), intrinsics=self._k(), depth=depth,
-            depth_conf=np.full(depth.shape, 3.0, np.float32), rgb=self.scene.rgb[i],
-            pose_enc=np.zeros(9, np.float32))
+            index=i,
+            meta=meta,
+            is_keyframe=key,
+            phase=PHASE_ANCHOR if anchor else PHASE_STREAMING,
+            pose_c2w=self.sim.apply_pose(self.scene.cam_s[i]),
+            intrinsics=self._k(),
+            depth=depth,
+            depth_conf=np.full(depth.shape, 3.0, np.float32),
+            rgb=self.scene.rgb[i],
+            pose_enc=np.zeros(9, np.float32),
+        )
 
 
-def floor_plan(resolution: float, origin: tuple[float, float], shape: tuple[int, int]
-               ) -> tuple[np.ndarray, np.ndarray]:
+def floor_plan(
+    resolution: float, origin: tuple[float, float], shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Rasterised floor plan in the map frame (= the first base frame) of a grid's cells:
     (walls [H, W] bool: cells on the room's walls, boxes [H, W] bool: cells within a cell of a box's
     footprint). From the scene's geometry (tools/synthetic_scene: ROOM_MIN/MAX, BOXES)."""
@@ -135,10 +143,18 @@ def floor_plan(resolution: float, origin: tuple[float, float], shape: tuple[int,
     sx, sz = -in_r[:, 1], in_r[:, 0]  # R -> S (x_S = -y_R, z_S = x_R)
     wall = 0.5 * resolution
     inside = (sx > ROOM_MIN[0]) & (sx < ROOM_MAX[0]) & (sz > ROOM_MIN[2]) & (sz < ROOM_MAX[2])
-    near = ((np.abs(sx - ROOM_MIN[0]) < wall) | (np.abs(sx - ROOM_MAX[0]) < wall)
-            | (np.abs(sz - ROOM_MIN[2]) < wall) | (np.abs(sz - ROOM_MAX[2]) < wall))
-    walls = near & ((sx > ROOM_MIN[0] - wall) & (sx < ROOM_MAX[0] + wall)
-                    & (sz > ROOM_MIN[2] - wall) & (sz < ROOM_MAX[2] + wall))
+    near = (
+        (np.abs(sx - ROOM_MIN[0]) < wall)
+        | (np.abs(sx - ROOM_MAX[0]) < wall)
+        | (np.abs(sz - ROOM_MIN[2]) < wall)
+        | (np.abs(sz - ROOM_MAX[2]) < wall)
+    )
+    walls = near & (
+        (sx > ROOM_MIN[0] - wall)
+        & (sx < ROOM_MAX[0] + wall)
+        & (sz > ROOM_MIN[2] - wall)
+        & (sz < ROOM_MAX[2] + wall)
+    )
     boxes = np.zeros(gx.size, bool)
     pad = 1.5 * resolution
     for lo, hi in BOXES:

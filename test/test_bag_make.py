@@ -37,8 +37,21 @@ def _expected_frames(width: int | None) -> list[np.ndarray]:
 
 def _make(tmp_path: Path, *extra: str) -> Path:
     bag = tmp_path / "bag"
-    rc = cli.main(["make-bag", str(LOOP), "-o", str(bag), "--max-frames", str(FRAMES),
-                   "--start-time", str(START_S), "--rate", "5", *extra])
+    rc = cli.main(
+        [
+            "make-bag",
+            str(LOOP),
+            "-o",
+            str(bag),
+            "--max-frames",
+            str(FRAMES),
+            "--start-time",
+            str(START_S),
+            "--rate",
+            "5",
+            *extra,
+        ]
+    )
     assert rc == 0
     return bag
 
@@ -47,16 +60,31 @@ def _installed_type_hash(msgtype: str) -> str:
     """RIHS01 hash from the installed type description (share/<pkg>/msg/<Name>.json, as rosidl writes it)."""
     package, kind, name = msgtype.split("/")
     prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p] + [sys.prefix]
-    description = next(Path(p) / "share" / package / kind / f"{name}.json" for p in prefixes
-                       if (Path(p) / "share" / package / kind / f"{name}.json").is_file())
+    description = next(
+        Path(p) / "share" / package / kind / f"{name}.json"
+        for p in prefixes
+        if (Path(p) / "share" / package / kind / f"{name}.json").is_file()
+    )
     hashes = json.loads(description.read_text())["type_hashes"]
     return next(h["hash_string"] for h in hashes if h["type_name"] == msgtype)
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
 def test_raw_image_bag_round_trips_pixels_stamps_and_metadata(tmp_path: Path, storage: str) -> None:
-    bag = _make(tmp_path, "--storage", storage, "--width", "160", "--frame-id", "cam_optical",
-                "--intrinsics", "100", "101", "80", "45")
+    bag = _make(
+        tmp_path,
+        "--storage",
+        storage,
+        "--width",
+        "160",
+        "--frame-id",
+        "cam_optical",
+        "--intrinsics",
+        "100",
+        "101",
+        "80",
+        "45",
+    )
     metadata = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
     assert metadata["storage_identifier"] == storage
     topics = {t["topic_metadata"]["name"]: t for t in metadata["topics_with_message_count"]}
@@ -88,7 +116,8 @@ def test_compressed_bag_decodes_to_the_source_frames(tmp_path: Path, fmt: str, t
     bag = _make(tmp_path, "--compressed", fmt, "--no-camera-info")
     with Reader(bag) as reader:
         assert [(c.topic, c.msgtype) for c in reader.connections] == [
-            ("/camera/image_raw/compressed", "sensor_msgs/msg/CompressedImage")]
+            ("/camera/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
+        ]
     frames = list(iter_frames(bag))
     for frame, rgb in zip(frames, _expected_frames(None), strict=True):
         assert np.abs(frame.rgb.astype(float) - rgb).mean() <= tolerance
@@ -147,18 +176,45 @@ def test_decode_image_handles_padding_bgr_mono_and_rejects_unknown_encodings() -
     rgb = rng.integers(0, 255, (5, 7, 3), dtype=np.uint8)
     padded = np.zeros((5, 24), np.uint8)
     padded[:, :21] = rgb[..., ::-1].reshape(5, 21)
-    header = ts.types["std_msgs/msg/Header"](stamp=ts.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0),
-                                             frame_id="c")
+    header = ts.types["std_msgs/msg/Header"](
+        stamp=ts.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id="c"
+    )
     image = ts.types["sensor_msgs/msg/Image"]
-    bgr = image(header=header, height=5, width=7, encoding="bgr8", is_bigendian=0, step=24,
-                data=padded.reshape(-1))
+    bgr = image(
+        header=header, height=5, width=7, encoding="bgr8", is_bigendian=0, step=24, data=padded.reshape(-1)
+    )
     np.testing.assert_array_equal(decode_image(bgr), rgb)
-    mono = image(header=header, height=5, width=7, encoding="mono8", is_bigendian=0, step=7,
-                 data=rgb[..., 0].reshape(-1).copy())
+    mono = image(
+        header=header,
+        height=5,
+        width=7,
+        encoding="mono8",
+        is_bigendian=0,
+        step=7,
+        data=rgb[..., 0].reshape(-1).copy(),
+    )
     np.testing.assert_array_equal(decode_image(mono), np.repeat(rgb[..., :1], 3, axis=2))
     with pytest.raises(ValueError, match="'16UC1' not supported"):
-        decode_image(image(header=header, height=5, width=7, encoding="16UC1", is_bigendian=0, step=14,
-                           data=np.zeros(70, np.uint8)))
+        decode_image(
+            image(
+                header=header,
+                height=5,
+                width=7,
+                encoding="16UC1",
+                is_bigendian=0,
+                step=14,
+                data=np.zeros(70, np.uint8),
+            )
+        )
     with pytest.raises(ValueError, match="too short"):
-        decode_image(image(header=header, height=5, width=7, encoding="rgb8", is_bigendian=0, step=21,
-                           data=np.zeros(50, np.uint8)))
+        decode_image(
+            image(
+                header=header,
+                height=5,
+                width=7,
+                encoding="rgb8",
+                is_bigendian=0,
+                step=21,
+                data=np.zeros(50, np.uint8),
+            )
+        )

@@ -171,8 +171,14 @@ def test_live_resize_outside_inference_mode_after_steps_inside_it():
     """The model steps under torch.inference_mode (pools become inference tensors); a live resize from a ROS
     parameter callback runs outside it and must still move the window frames."""
     config = KVCacheConfig(
-        num_layers=1, num_heads=1, head_dim=4, patches_per_frame=2, scale_frames=1, sliding_window=3,
-        max_window=4, max_special_frames=16,
+        num_layers=1,
+        num_heads=1,
+        head_dim=4,
+        patches_per_frame=2,
+        scale_frames=1,
+        sliding_window=3,
+        max_window=4,
+        max_special_frames=16,
     )
     with torch.inference_mode():
         cache = PagedKVCache(config, backend="torch")

@@ -67,8 +67,10 @@ def test_tsv_state_dict_loads_strictly() -> None:
     [
         (lambda s: s.pop("camera_head.trunk.2.ls1.gamma"), "missing key(s): camera_head.trunk.2.ls1.gamma"),
         (
-            lambda s: s.__setitem__("aggregator.frame_blocks.0.attn.q_nrm.weight",
-                                    s.pop("aggregator.frame_blocks.0.attn.q_norm.weight")),
+            lambda s: s.__setitem__(
+                "aggregator.frame_blocks.0.attn.q_nrm.weight",
+                s.pop("aggregator.frame_blocks.0.attn.q_norm.weight"),
+            ),
             "unexpected key(s): aggregator.frame_blocks.0.attn.q_nrm.weight",
         ),
         (

@@ -87,8 +87,9 @@ def test_one_rotation_gives_the_same_bits_as_a_batch() -> None:
     rng = np.random.default_rng(1)
     q = rng.standard_normal((5000, 4))
     rots = quat_xyzw_to_matrix(q / np.linalg.norm(q, axis=1, keepdims=True))
-    rots = np.concatenate([rots, np.stack([np.eye(3), np.diag([1.0, -1, -1]), np.diag([-1.0, 1, -1]),
-                                           np.diag([-1.0, -1, 1])])])
+    rots = np.concatenate(
+        [rots, np.stack([np.eye(3), np.diag([1.0, -1, -1]), np.diag([-1.0, 1, -1]), np.diag([-1.0, -1, 1])])]
+    )
     rots = rots + 1e-7 * rng.standard_normal(rots.shape) * (rng.random((len(rots), 1, 1)) < 0.3)
     one_by_one = np.stack([matrix_to_quat_xyzw(rot) for rot in rots])
     assert np.array_equal(one_by_one, matrix_to_quat_xyzw(rots))

@@ -25,10 +25,20 @@ def scene():
     return make_scene(FRAMES)
 
 
-def _run(scene, source: str, mode: str = "map_to_odom", noise: float = 0.005, frames: int = FRAMES,
-         min_samples: int = 5):
-    mapper = Mapper(MapperConfig(voxel=VoxelMapConfig(voxel_size=0.05, pixel_stride=2),
-                                 scale=ScaleConfig(source=source, min_samples=min_samples, min_baseline=0.3)))
+def _run(
+    scene,
+    source: str,
+    mode: str = "map_to_odom",
+    noise: float = 0.005,
+    frames: int = FRAMES,
+    min_samples: int = 5,
+):
+    mapper = Mapper(
+        MapperConfig(
+            voxel=VoxelMapConfig(voxel_size=0.05, pixel_stride=2),
+            scale=ScaleConfig(source=source, min_samples=min_samples, min_baseline=0.3),
+        )
+    )
     session = StandInSession(scene, random_sim3(3, UNKNOWN))
     rng = np.random.default_rng(0)
     out = []
@@ -46,8 +56,10 @@ def test_odometry_scale_is_within_2_percent_after_20_keyframes(scene) -> None:
     state = out[-1].scale
     assert state.converged and state.source == "odometry"
     error = abs(state.value * UNKNOWN - 1.0)
-    print(f"odometry scale error after 20 keyframes: {100 * error:.3f} % ({state.samples} samples, "
-          f"spread {state.spread:.4f})")
+    print(
+        f"odometry scale error after 20 keyframes: {100 * error:.3f} % ({state.samples} samples, "
+        f"spread {state.spread:.4f})"
+    )
     assert error < 0.02
     assert 0 < state.spread < 0.2
 
@@ -114,8 +126,9 @@ def test_grid_matches_the_room_walls_and_saves_as_nav2_map(scene, tmp_path) -> N
     # occupied_thresh, free below free_thresh, unknown otherwise; image row 0 is the top. It must give back
     # the grid exactly (unknown stays unknown: free_thresh 0.196, not nav2 map_saver's 0.25).
     occ = 1.0 - np.flipud(pixels).astype(np.float64) / 255.0
-    loaded = np.where(occ > float(meta["occupied_thresh"]), 100,
-                      np.where(occ < float(meta["free_thresh"]), 0, -1))
+    loaded = np.where(
+        occ > float(meta["occupied_thresh"]), 100, np.where(occ < float(meta["free_thresh"]), 0, -1)
+    )
     np.testing.assert_array_equal(loaded, grid.data)
 
 
@@ -153,8 +166,12 @@ def test_grid_config_validates() -> None:
 def test_epochs_clear_and_reanchors_restart_the_scale_samples(scene) -> None:
     mapper = Mapper(MapperConfig(scale=ScaleConfig(source="depth", min_samples=2)))
     session = StandInSession(scene, random_sim3(3, UNKNOWN), scale_frames=1)
-    first = [mapper.process(session.push_index(i)[0], 0.1 * i, RobotSample("map_to_base", BASE_CAM),
-                            scene.depth[i]) for i in range(4)]
+    first = [
+        mapper.process(
+            session.push_index(i)[0], 0.1 * i, RobotSample("map_to_base", BASE_CAM), scene.depth[i]
+        )
+        for i in range(4)
+    ]
     assert first[0].new_epoch and not any(f.new_epoch for f in first[1:])
     assert all(f.map_odom is None for f in first) and mapper.scale.state().samples == 4
     value = mapper.scale.value
@@ -198,7 +215,10 @@ def test_a_later_camera_starts_in_the_first_cameras_map_frame(scene) -> None:
     print(f"second camera vs first camera base poses in the shared map: max {err.max():.2e} m")
     assert err.max() < 0.02
     lone = Mapper(first.config)  # without map_base the second camera's map would start at its own base
-    lone_pose = lone.process(StandInSession(scene, random_sim3(7, 2.0 * UNKNOWN), scale_frames=1)
-                             .push_index(20)[0], 2.0, RobotSample("map_to_odom", BASE_CAM, scene.base[20]),
-                             scene.depth[20]).body_pose
+    lone_pose = lone.process(
+        StandInSession(scene, random_sim3(7, 2.0 * UNKNOWN), scale_frames=1).push_index(20)[0],
+        2.0,
+        RobotSample("map_to_odom", BASE_CAM, scene.base[20]),
+        scene.depth[20],
+    ).body_pose
     np.testing.assert_allclose(lone_pose, np.eye(4), atol=1e-9)

@@ -9,8 +9,9 @@ from lingbot_map_ros.model.camera_history import CameraHistory
 
 
 def _history(capacity: int = 5) -> CameraHistory:
-    return CameraHistory(num_passes=1, num_blocks=1, num_heads=1, head_dim=2, capacity=capacity,
-                         device=torch.device("cpu"))
+    return CameraHistory(
+        num_passes=1, num_blocks=1, num_heads=1, head_dim=2, capacity=capacity, device=torch.device("cpu")
+    )
 
 
 def _push(history: CameraHistory, values: list[float], keyframe: bool = True) -> torch.Tensor:

@@ -134,8 +134,11 @@ def test_camera_history_cap(model: LingBotMap, frames: torch.Tensor) -> None:
 def test_bf16_aggregator_policy() -> None:
     torch.manual_seed(0)
     reference = build_model(ModelConfig.preset("tiny"))
-    reduced = build_model(ModelConfig.preset("tiny"), dict(reference.state_dict()),
-                          precision=PrecisionPolicy(aggregator_dtype=torch.bfloat16))
+    reduced = build_model(
+        ModelConfig.preset("tiny"),
+        dict(reference.state_dict()),
+        precision=PrecisionPolicy(aggregator_dtype=torch.bfloat16),
+    )
     assert reduced.aggregator.camera_token.dtype == torch.bfloat16
     assert reduced.camera_head.embed_pose.weight.dtype == torch.float32
     images = torch.rand(3, 3, H, W, generator=torch.Generator().manual_seed(2))
@@ -150,8 +153,9 @@ def test_bf16_aggregator_policy() -> None:
 
 def test_stream_past_1024_frames(model: LingBotMap) -> None:
     """The reference crashes at temporal index 1,024; the model keeps going with bounded caches."""
-    state = _stream(model, scale_frames=2, sliding_window=2, max_window=2, max_special_frames=8,
-                    camera_history=8)
+    state = _stream(
+        model, scale_frames=2, sliding_window=2, max_window=2, max_special_frames=8, camera_history=8
+    )
     images = torch.rand(2, 3, 28, 28, generator=torch.Generator().manual_seed(3))
     model.step(images, state)
     pool = state.kv_cache.k_pool.data_ptr(), state.camera.k.data_ptr()

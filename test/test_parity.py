@@ -38,9 +38,22 @@ def test_fixtures_present() -> None:
 def test_parity_case(case_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / f"{case_dir.name}.npz"
     proc = subprocess.run(
-        [sys.executable, "-m", "lingbot_map_ros.tools.parity", str(case_dir), "--out", str(out),
-         "--shared", str(SHARED), "--threads", "2"],
-        cwd=REPO, capture_output=True, text=True, timeout=840,
+        [
+            sys.executable,
+            "-m",
+            "lingbot_map_ros.tools.parity",
+            str(case_dir),
+            "--out",
+            str(out),
+            "--shared",
+            str(SHARED),
+            "--threads",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=840,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     candidate = dict(np.load(out))

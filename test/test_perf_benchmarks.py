@@ -28,10 +28,33 @@ def run(args: list[str], env: dict[str, str] | None = None) -> str:
 def test_e2e_smoke_on_cpu(tmp_path: Path) -> None:
     out = run(
         [
-            "benchmarks/e2e.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width", "56",
-            "--frames", "10", "--plain-frames", "6", "--check-frames", "3", "--split-frames", "2",
-            "--window", "3", "--max-window", "6", "--anchors", "3", "--keyframe-interval", "2",
-            "--out", str(tmp_path),
+            "benchmarks/e2e.py",
+            "--device",
+            "cpu",
+            "--preset",
+            "tiny",
+            "--height",
+            "28",
+            "--width",
+            "56",
+            "--frames",
+            "10",
+            "--plain-frames",
+            "6",
+            "--check-frames",
+            "3",
+            "--split-frames",
+            "2",
+            "--window",
+            "3",
+            "--max-window",
+            "6",
+            "--anchors",
+            "3",
+            "--keyframe-interval",
+            "2",
+            "--out",
+            str(tmp_path),
         ]
     )
     summary = json.loads((tmp_path / "e2e.json").read_text())
@@ -55,8 +78,14 @@ def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
         ["benchmarks/node_overhead.py", "--frames", "8", "--warmup", "2", "--set", "map_stride=4"], dds_env
     )
     assert "map_stride 4" in out
-    for stage in ("image_to_rgb", "queue handoff x2", "publish: pose outputs", "pose path per frame",
-                  "map thread per keyframe", "timer: ~/path publish"):
+    for stage in (
+        "image_to_rgb",
+        "queue handoff x2",
+        "publish: pose outputs",
+        "pose path per frame",
+        "map thread per keyframe",
+        "timer: ~/path publish",
+    ):
         assert stage in out
     assert "8 works queued, 0 dropped" in out and "drained at the end: True" in out  # every timed keyframe
 

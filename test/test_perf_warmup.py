@@ -102,7 +102,11 @@ def test_overlapped_push_gives_exactly_the_results_of_push(model: LingBotMap) ->
     """One-deep pipeline: same results bit for bit, one call later; anchor phase, keyframe interval 2,
     re-anchors (max_stored_frames), a resolution change and flush() all included."""
     config = SessionConfig(
-        scale_frames=S0, sliding_window=3, max_window=8, image_width=56, max_stored_frames=8,
+        scale_frames=S0,
+        sliding_window=3,
+        max_window=8,
+        image_width=56,
+        max_stored_frames=8,
         keyframe_interval=2,
     )
     sync, overlapped = StreamingSession(model, config), StreamingSession(model, config)

@@ -185,8 +185,11 @@ def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
         publish(pub, frames, range(5))
         odom.wait_for(5)
         # the map thread integrates after the poses are out (issue 13): wait for it too
-        before = latest(diag, name, lambda v: v.get("session.last_frame.index") == "4"
-                        and int(v.get("map_points", "0")) > 0)
+        before = latest(
+            diag,
+            name,
+            lambda v: v.get("session.last_frame.index") == "4" and int(v.get("map_points", "0")) > 0,
+        )
         publish(pub, frames, range(5, 12))
         survivors = [0, 1, 2, 3, 4, 6, 8, 9, 10, 11]
         msgs = odom.wait_for(len(survivors))
@@ -237,8 +240,13 @@ def test_reset_and_save_map_race_inference_and_each_other_safely(
 ) -> None:
     name = "races"
     out_dir = tmp_path / "maps"
-    params = {"output_dir": str(out_dir), "map.stride": 1, "map.voxel_size": 0.0005, "map.max_points": 400000,
-              "kv_cache.max_window": 64}  # room for the live windows 1..64 set below
+    params = {
+        "output_dir": str(out_dir),
+        "map.stride": 1,
+        "map.voxel_size": 0.0005,
+        "map.max_points": 400000,
+        "kv_cache.max_window": 64,
+    }  # room for the live windows 1..64 set below
     proc = start_tiny_node(tmp_path, name, FAULT_PARAMS, params)
     try:
         proc.wait_ready(ros_client, [f"/{name}/{name}/reset", f"/{name}/{name}/save_map"])
@@ -363,7 +371,8 @@ def test_sigint_during_a_step_exits_cleanly_within_the_grace_period(
         publish(pub, frames, range(S0), period=0.0)
         # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
         latest(
-            diag, name,
+            diag,
+            name,
             lambda v: v.get("frames_received") == str(S0) and v.get("frames_processed") == str(S0 - 1),
         )
     except BaseException:

@@ -51,6 +51,7 @@ INPUT_PARAMS = {
 
 CONFIRM = 3  # stream.change_confirm_frames (default): frames of a new size/camera before the stream restarts
 
+
 def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
     """Subscribe (reliable) and wait until the node's publisher is matched, so no early message is lost."""
     collector = Collector()

@@ -60,8 +60,15 @@ def tf_pose(tf: object) -> np.ndarray:
 class Run:
     """One node (namespace `ns`) and one robot process; every output collected."""
 
-    def __init__(self, client: RosClient, tmp: Path, ns: str, params: dict, robot_args: list[str],
-                 remaps: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        client: RosClient,
+        tmp: Path,
+        ns: str,
+        params: dict,
+        robot_args: list[str],
+        remaps: dict[str, str] | None = None,
+    ) -> None:
         self.client = client
         self.tf = client.collect(TFMessage, "/tf", TF_QOS)
         self.tf_static = client.collect(TFMessage, "/tf_static", STATIC)
@@ -232,8 +239,14 @@ def test_missing_extrinsics_drop_frames_with_a_named_edge(client: RosClient, tmp
 
 def test_depth_scale_source_reads_the_registered_depth_topic(client: RosClient, tmp_path: Path) -> None:
     params = {"tf.mode": "map_to_camera", "scale.source": "depth", "scale.min_samples": 2}
-    run = Run(client, tmp_path, "robot_depth", params, ["--no-odom", "--no-static", "--depth"],
-              remaps={"depth_image": "/robot/camera/depth/image_raw"})
+    run = Run(
+        client,
+        tmp_path,
+        "robot_depth",
+        params,
+        ["--no-odom", "--no-static", "--depth"],
+        remaps={"depth_image": "/robot/camera/depth/image_raw"},
+    )
     mine = ours("robot_depth")
     try:
         run.wait_truth()
@@ -262,14 +275,20 @@ def test_a_loaded_session_republishes_the_saved_map_to_odom(client: RosClient, t
         saved = client.call(Trigger, "/robot_save/lingbot_map/save_session")
         assert saved.success, saved.message
         time.sleep(0.3)
-        last = [tf_pose(tf) for m in run.tf.messages for tf in m.transforms
-                if (tf.header.frame_id, tf.child_frame_id) == ("map", "odom")][-1]
+        last = [
+            tf_pose(tf)
+            for m in run.tf.messages
+            for tf in m.transforms
+            if (tf.header.frame_id, tf.child_frame_id) == ("map", "odom")
+        ][-1]
     finally:
         run.stop()
     (folder,) = sessions.iterdir()
     tf = client.collect(TFMessage, "/tf", TF_QOS)
     node = NodeProcess.start(
-        tmp_path, name="lingbot_map", namespace="/robot_load",
+        tmp_path,
+        name="lingbot_map",
+        namespace="/robot_load",
         params={**PARAMS, "session.dir": str(sessions), "session.load_path": folder.name},
         remaps={"image": "/robot_load/camera/image_raw"},
     )

@@ -16,8 +16,15 @@ def _image(values: np.ndarray, encoding: str, pad: int = 0, big: bool = False) -
     raw = values.astype(values.dtype.newbyteorder(">" if big else "<")).tobytes()
     row = w * values.dtype.itemsize
     rows = [raw[i * row : (i + 1) * row] + b"\0" * pad for i in range(h)]
-    return Image(header=Header(frame_id="cam"), height=h, width=w, encoding=encoding, is_bigendian=big,
-                 step=row + pad, data=b"".join(rows))
+    return Image(
+        header=Header(frame_id="cam"),
+        height=h,
+        width=w,
+        encoding=encoding,
+        is_bigendian=big,
+        step=row + pad,
+        data=b"".join(rows),
+    )
 
 
 def test_16uc1_is_millimetres_and_32fc1_metres() -> None:

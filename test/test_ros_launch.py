@@ -110,11 +110,23 @@ def _launch_helpers() -> dict[str, object]:
     keep = [
         node
         for node in tree.body
-        if (isinstance(node, ast.FunctionDef) and node.name in ("image_topic_for", "camera_info_for",
-                                                                 "parameter_value", "camera_remappings",
-                                                                 "rviz_config_for", "node_exit_reason"))
-        or (isinstance(node, ast.Assign) and node.targets[0].id in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE",
-                                                                    "EXIT_CODE_MEANINGS", "ANSI_ESCAPE"))
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name
+            in (
+                "image_topic_for",
+                "camera_info_for",
+                "parameter_value",
+                "camera_remappings",
+                "rviz_config_for",
+                "node_exit_reason",
+            )
+        )
+        or (
+            isinstance(node, ast.Assign)
+            and node.targets[0].id
+            in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE", "EXIT_CODE_MEANINGS", "ANSI_ESCAPE")
+        )
     ]
     namespace: dict[str, object] = {"re": re}
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(LAUNCH_FILE), "exec"), namespace)  # noqa: S102

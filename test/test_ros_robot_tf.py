@@ -30,10 +30,15 @@ def robot(odom: bool, extrinsics: bool) -> TfBuffer:
     return buf
 
 
-@pytest.mark.parametrize(("odom", "extrinsics", "mode"), [
-    (True, True, "map_to_odom"), (False, True, "map_to_base"), (True, False, "map_to_camera"),
-    (False, False, "map_to_camera"),
-])
+@pytest.mark.parametrize(
+    ("odom", "extrinsics", "mode"),
+    [
+        (True, True, "map_to_odom"),
+        (False, True, "map_to_base"),
+        (True, False, "map_to_camera"),
+        (False, False, "map_to_camera"),
+    ],
+)
 def test_auto_picks_the_mode_whose_chain_is_in_tf(odom: bool, extrinsics: bool, mode: str) -> None:
     frames = RobotFrames(BufferLookup(robot(odom, extrinsics)), RobotTfConfig())
     chosen, why = frames.resolve_mode("cam", 10.0)

@@ -244,8 +244,12 @@ def test_pipeline_passes_the_gpu_fast_path_switches_to_the_session() -> None:
     from lingbot_map_ros.ros.pipeline import build_pipeline
 
     params = replace(
-        _defaults(), model_preset="tiny", model_device="cpu", model_image_width=56,
-        model_cuda_graphs=False, model_compile_blocks=True,
+        _defaults(),
+        model_preset="tiny",
+        model_device="cpu",
+        model_image_width=56,
+        model_cuda_graphs=False,
+        model_compile_blocks=True,
     )
     warnings: list[str] = []
     pipeline = build_pipeline(params, warnings.append)

@@ -29,8 +29,9 @@ def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> Non
 
 
 def test_subscription_qos_matches_every_offered_publisher() -> None:
-    reliable_latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                  durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    reliable_latched = QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+    )
     best_effort = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
     qos = matching_subscription_qos([reliable_latched])
     assert (qos.reliability, qos.durability) == (ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL)

@@ -14,8 +14,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lingbot_map_ros"
 ROS_ONLY_ROOTS = ("rclpy", "tf2_ros", "cv_bridge", "rosidl_runtime_py")
 ROS_ONLY_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
 OUTSIDE_ROS = ("cache", "model", "engine", "tools")
-FORBIDDEN_LAYERS = {"ros": ("tools",), "cache": ("model", "engine", "ros", "tools"),
-                    "model": ("engine", "ros", "tools"), "engine": ("ros", "tools")}
+FORBIDDEN_LAYERS = {
+    "ros": ("tools",),
+    "cache": ("model", "engine", "ros", "tools"),
+    "model": ("engine", "ros", "tools"),
+    "engine": ("ros", "tools"),
+}
 
 
 def imported_modules(path: Path, package_root: Path = PACKAGE) -> list[tuple[int, str]]:
@@ -28,7 +32,7 @@ def imported_modules(path: Path, package_root: Path = PACKAGE) -> list[tuple[int
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             found.append((node.lineno, module))
             found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
@@ -44,8 +48,10 @@ def is_ros_only(module: str) -> bool:
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     source = tmp_path / "lingbot_map_ros" / "engine" / "lazy.py"
     source.parent.mkdir(parents=True)
-    source.write_text("import os\nfrom lingbot_map_ros import tools\nfrom ..ros import node\n\ndef f():\n"
-                      "    from rclpy.node import Node\n    import std_srvs.srv\n")
+    source.write_text(
+        "import os\nfrom lingbot_map_ros import tools\nfrom ..ros import node\n\ndef f():\n"
+        "    from rclpy.node import Node\n    import std_srvs.srv\n"
+    )
     modules = imported_modules(source, tmp_path / "lingbot_map_ros")
     assert [m for _, m in modules if is_ros_only(m)] == ["rclpy.node", "rclpy.node.Node", "std_srvs.srv"]
     assert (2, "lingbot_map_ros.tools") in modules and (3, "lingbot_map_ros.ros.node") in modules
@@ -56,8 +62,12 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
 def test_only_ros_imports_rclpy(layer: str) -> None:
     files = sorted((PACKAGE / layer).rglob("*.py"))
     assert files, f"no sources under {PACKAGE / layer}"
-    offenders = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
-                 for path in files for line, module in imported_modules(path) if is_ros_only(module)]
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+        for path in files
+        for line, module in imported_modules(path)
+        if is_ros_only(module)
+    ]
     where = "rclpy / ROS packages may only be imported under lingbot_map_ros/ros/"
     assert not offenders, where + ":\n" + "\n".join(offenders)
 
@@ -65,10 +75,12 @@ def test_only_ros_imports_rclpy(layer: str) -> None:
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN_LAYERS))
 def test_dependencies_point_one_way(layer: str) -> None:
     forbidden = tuple(f"lingbot_map_ros.{name}" for name in FORBIDDEN_LAYERS[layer])
-    offenders = [f"{path.relative_to(PACKAGE)}:{line} imports {module}"
-                 for path in sorted((PACKAGE / layer).rglob("*.py"))
-                 for line, module in imported_modules(path)
-                 if module in forbidden or module.startswith(tuple(f"{f}." for f in forbidden))]
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        for line, module in imported_modules(path)
+        if module in forbidden or module.startswith(tuple(f"{f}." for f in forbidden))
+    ]
     assert not offenders, f"{layer} must not import {forbidden}:\n" + "\n".join(offenders)
 
 
@@ -77,9 +89,11 @@ def test_run_imports_no_ros_message_package() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, lingbot_map_ros.tools.run_bag; "
-            "print('\\n'.join(m for m in sys.modules if m.startswith(('rclpy', 'lingbot_map_ros.ros')) "
-            "or m.split('.')[0].endswith(('_msgs', '_srvs', '_interfaces'))))")
+    code = (
+        "import sys, lingbot_map_ros.tools.run_bag; "
+        "print('\\n'.join(m for m in sys.modules if m.startswith(('rclpy', 'lingbot_map_ros.ros')) "
+        "or m.split('.')[0].endswith(('_msgs', '_srvs', '_interfaces'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"run imports ROS modules:\n{out}"
 
@@ -92,10 +106,12 @@ def test_results_path_reads_one_way() -> None:
         assert "lingbot_map_ros.engine.decode" not in modules, path
         text = path.read_text()
         assert "result.points(" not in text and "world_to_map" not in text and "OPTICAL_TO" not in text, path
-    definitions = [f"{path.relative_to(PACKAGE)}: {node.name}"
-                   for path in sorted(PACKAGE.rglob("*.py"))
-                   for node in ast.walk(ast.parse(path.read_text()))
-                   if isinstance(node, ast.FunctionDef) and "quat" in node.name.lower()]
+    definitions = [
+        f"{path.relative_to(PACKAGE)}: {node.name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and "quat" in node.name.lower()
+    ]
     assert all(d.startswith("engine/geometry.py") for d in definitions), definitions
 
 
@@ -135,8 +151,11 @@ def test_one_builder_call_site_per_tool_and_no_other_constructor() -> None:
             offenders.append(f"{label}: build_engine called at lines {builds} (one call site per tool)")
         if label in BUILDER_HOMES or label in MODEL_LEVEL_TOOLS:
             continue
-        offenders += [f"{label}:{line} calls {name}(...) (use engine.builder.build_engine)"
-                      for line, name in calls if name in CONSTRUCTORS]
+        offenders += [
+            f"{label}:{line} calls {name}(...) (use engine.builder.build_engine)"
+            for line, name in calls
+            if name in CONSTRUCTORS
+        ]
     assert not offenders, "\n".join(offenders)
 
 
@@ -144,7 +163,10 @@ def test_the_builder_rule_sees_a_second_call_and_a_direct_session(tmp_path: Path
     source = tmp_path / "tool.py"
     source.write_text("a = build_engine(s)\nb = engine.build_engine(t)\nc = session.StreamingSession(m)\n")
     assert [c for c in _calls(source) if c[1] in {"build_engine", *CONSTRUCTORS}] == [
-        (1, "build_engine"), (2, "build_engine"), (3, "StreamingSession")]
+        (1, "build_engine"),
+        (2, "build_engine"),
+        (3, "StreamingSession"),
+    ]
 
 
 def _private_uses(path: Path) -> list[str]:
@@ -158,8 +180,11 @@ def _private_uses(path: Path) -> list[str]:
             if not (isinstance(root, ast.Name) and root.id in ("self", "cls", "torch")):
                 uses.append(f"{path.name}:{node.lineno} .{node.attr}")
         elif isinstance(node, ast.ImportFrom):
-            uses += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
-                     if a.name.startswith("_") and not a.name.startswith("__")]
+            uses += [
+                f"{path.name}:{node.lineno} imports {a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
     return uses
 
 
@@ -173,6 +198,8 @@ def test_no_benchmark_touches_a_private_member() -> None:
 
 def test_the_private_member_rule_sees_reads_writes_and_imports(tmp_path: Path) -> None:
     source = tmp_path / "bench.py"
-    source.write_text("from m import _hidden\nx = outputs._path\nstate.kv_cache._pool = 1\nself._ok = 2\n"
-                      "torch.ops.aten._sdpa(q)\ny = obj.__dict__\n")
+    source.write_text(
+        "from m import _hidden\nx = outputs._path\nstate.kv_cache._pool = 1\nself._ok = 2\n"
+        "torch.ops.aten._sdpa(q)\ny = obj.__dict__\n"
+    )
     assert _private_uses(source) == ["bench.py:1 imports _hidden", "bench.py:2 ._path", "bench.py:3 ._pool"]

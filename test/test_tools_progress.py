@@ -16,8 +16,13 @@ class _Monitor:
         self.posed = processed
         self.diagnostics: dict[str, str] = {}
         self.last_pose_time = time.monotonic() - 10.0
-        self._counters = {"frames_received": received, "frames_processed": processed,
-                          "frames_dropped": dropped, "rejected_total": 0, "queue_length": queue}
+        self._counters = {
+            "frames_received": received,
+            "frames_processed": processed,
+            "frames_dropped": dropped,
+            "rejected_total": 0,
+            "queue_length": queue,
+        }
 
     def counter(self, key: str) -> int:
         return self._counters[key]
@@ -52,5 +57,10 @@ def test_returns_after_lost_after_s_when_frames_never_arrive() -> None:
 
 def test_busy_node_times_out_instead() -> None:
     with pytest.raises(TimeoutError, match="had not handled all 30 frames"):
-        wait_until_done(_Monitor(received=27, processed=20, queue=7), 30, _Node(),
-                        deadline=time.monotonic() + 0.5, lost_after_s=0.1)
+        wait_until_done(
+            _Monitor(received=27, processed=20, queue=7),
+            30,
+            _Node(),
+            deadline=time.monotonic() + 0.5,
+            lost_after_s=0.1,
+        )

@@ -29,14 +29,22 @@ pytestmark = [pytest.mark.dds, pytest.mark.skipif(not LOOP.is_dir(), reason="../
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("replay") / "loop"
-    write_camera_bag(MakeBagConfig(output=path, rate_hz=10.0, start_time_ns=1_700_000_000_000_000_000),
-                     read_images(image_files(LOOP)[:FRAMES], 128), total=FRAMES)
+    write_camera_bag(
+        MakeBagConfig(output=path, rate_hz=10.0, start_time_ns=1_700_000_000_000_000_000),
+        read_images(image_files(LOOP)[:FRAMES], 128),
+        total=FRAMES,
+    )
     return path
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "lingbot_map_ros.tools.cli", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lingbot_map_ros.tools.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _messages(bag: Path, topic: str) -> list[tuple[int, bytes]]:
@@ -57,11 +65,21 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 
 
 def test_replay_into_record_keeps_every_message_byte_exact_at_the_scaled_timing(
-        bag: Path, tmp_path: Path, dds_env: dict[str, str]) -> None:
+    bag: Path, tmp_path: Path, dds_env: dict[str, str]
+) -> None:
     env = {**os.environ, **dds_env}
     recorded = tmp_path / "recorded"
-    recorder = _cli("record", "-o", str(recorded), "--topics", "/camera/image_raw", "/camera/camera_info",
-                    "--until-idle", "3", env=env)
+    recorder = _cli(
+        "record",
+        "-o",
+        str(recorded),
+        "--topics",
+        "/camera/image_raw",
+        "/camera/camera_info",
+        "--until-idle",
+        "3",
+        env=env,
+    )
     player = _cli("replay", str(bag), "--rate", "2", "--wait-for-subscribers", "20", env=env)
     out, _ = _finish(player, 60)
     assert "published 40 messages" in out and "all acknowledged" in out
@@ -76,13 +94,27 @@ def test_replay_into_record_keeps_every_message_byte_exact_at_the_scaled_timing(
     assert np.median(spacing) == pytest.approx(0.05, abs=0.015)  # 10 Hz bag played at rate 2
 
 
-def test_replay_start_topics_remap_and_record_stops_on_sigint(bag: Path, tmp_path: Path,
-                                                               dds_env: dict[str, str]) -> None:
+def test_replay_start_topics_remap_and_record_stops_on_sigint(
+    bag: Path, tmp_path: Path, dds_env: dict[str, str]
+) -> None:
     env = {**os.environ, **dds_env}
     recorded = tmp_path / "recorded"
     recorder = _cli("record", "-o", str(recorded), "--topics", "/front/image", "/camera/camera_info", env=env)
-    player = _cli("replay", str(bag), "--start", "1.0", "--topics", "/camera/image_raw", "--remap",
-                  "/camera/image_raw:=/front/image", "--rate", "4", "--wait-for-subscribers", "20", env=env)
+    player = _cli(
+        "replay",
+        str(bag),
+        "--start",
+        "1.0",
+        "--topics",
+        "/camera/image_raw",
+        "--remap",
+        "/camera/image_raw:=/front/image",
+        "--rate",
+        "4",
+        "--wait-for-subscribers",
+        "20",
+        env=env,
+    )
     out, _ = _finish(player, 60)
     assert "published 10 messages" in out
     time.sleep(3.0)  # acked = in the reader's history; leave the recorder time to run its callbacks
@@ -93,8 +125,9 @@ def test_replay_start_topics_remap_and_record_stops_on_sigint(bag: Path, tmp_pat
     assert [raw for _, raw in received] == [raw for _, raw in _messages(bag, "/camera/image_raw")[10:]]
 
 
-def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_path: Path,
-                                                              dds_env: dict[str, str]) -> None:
+def test_replay_reports_a_missing_topic_and_an_unreadable_bag(
+    bag: Path, tmp_path: Path, dds_env: dict[str, str]
+) -> None:
     env = {**os.environ, **dds_env}
     proc = _cli("replay", str(bag), "--topics", "/nope", env=env)
     _, err = proc.communicate(timeout=30)
@@ -104,13 +137,24 @@ def test_replay_reports_a_missing_topic_and_an_unreadable_bag(bag: Path, tmp_pat
     assert proc.returncode == 2 and "not a readable rosbag2 bag" in err
 
 
-def test_replay_loop_plays_again_until_interrupted(bag: Path, dds_env: dict[str, str],
-                                                   ros_client: RosClient) -> None:
+def test_replay_loop_plays_again_until_interrupted(
+    bag: Path, dds_env: dict[str, str], ros_client: RosClient
+) -> None:
     """The test's own subscriber counts frames; SIGINT only once more than one pass has arrived."""
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     collector = ros_client.collect(Image, "/camera/image_raw", reliable)
-    player = _cli("replay", str(bag), "--loop", "--rate", "10", "--topics", "/camera/image_raw",
-                  "--wait-for-subscribers", "30", env={**os.environ, **dds_env})
+    player = _cli(
+        "replay",
+        str(bag),
+        "--loop",
+        "--rate",
+        "10",
+        "--topics",
+        "/camera/image_raw",
+        "--wait-for-subscribers",
+        "30",
+        env={**os.environ, **dds_env},
+    )
     try:
         received = collector.wait_for(2 * FRAMES + 5, timeout=60.0)
     finally:

@@ -23,9 +23,11 @@ pytestmark = pytest.mark.skipif(not LOOP.is_dir(), reason="../shared/data/loop i
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("run") / "loop"
-    write_camera_bag(MakeBagConfig(output=path, storage="sqlite3", rate_hz=10.0, start_time_ns=START_NS,
-                                   compressed="png"),
-                     read_images(image_files(LOOP)[:FRAMES], 160), total=FRAMES)
+    write_camera_bag(
+        MakeBagConfig(output=path, storage="sqlite3", rate_hz=10.0, start_time_ns=START_NS, compressed="png"),
+        read_images(image_files(LOOP)[:FRAMES], 160),
+        total=FRAMES,
+    )
     return path
 
 
@@ -85,9 +87,17 @@ def test_save_then_load_continues_in_the_saved_map_frame(bag: Path, tmp_path: Pa
     first = _run(bag, tmp_path / "a", "--max-frames", "12", "--save", str(tmp_path / "sessions" / "a"))
     assert (tmp_path / "sessions" / "a" / "manifest.json").is_file()
     tail = tmp_path / "tail"
-    write_camera_bag(MakeBagConfig(output=tail, storage="sqlite3", rate_hz=10.0,
-                                   start_time_ns=START_NS + 800_000_000, compressed="png"),
-                     read_images(image_files(LOOP)[8:FRAMES], 160), total=FRAMES - 8)
+    write_camera_bag(
+        MakeBagConfig(
+            output=tail,
+            storage="sqlite3",
+            rate_hz=10.0,
+            start_time_ns=START_NS + 800_000_000,
+            compressed="png",
+        ),
+        read_images(image_files(LOOP)[8:FRAMES], 160),
+        total=FRAMES - 8,
+    )
     second = _run(tail, tmp_path / "b", "--max-frames", "1", "--load", str(tmp_path / "sessions" / "a"))
     assert second["posed"] == 1 and second["map_points"] >= first["map_points"]
     stamps_a, rows_a = read_tum(tmp_path / "a" / "trajectory.tum")
@@ -132,8 +142,15 @@ def test_run_maps_several_camera_topics_as_separate_single_runs(two_camera_bag: 
     assert (front["frames"], front["posed"], rear["frames"], rear["posed"]) == (16, 16, 8, 8)
     stamps, _ = read_tum(tmp_path / "both" / "rear" / "trajectory.tum")
     np.testing.assert_allclose(stamps, START_NS / 1e9 + 0.2 * np.arange(8) + 1e-3, atol=1e-6)
-    explicit = _run(two_camera_bag, tmp_path / "explicit", "--scale-frames", "4", "--topics", "/rear/image",
-                    "/front/image")
+    explicit = _run(
+        two_camera_bag,
+        tmp_path / "explicit",
+        "--scale-frames",
+        "4",
+        "--topics",
+        "/rear/image",
+        "/front/image",
+    )
     assert list(explicit["cameras"]) == ["rear", "front"]
     for camera in ("front", "rear"):  # one model, a session each: as if each camera ran alone
         alone = _run(two_camera_bag, tmp_path / camera, "--scale-frames", "4", "--topic", f"/{camera}/image")

@@ -34,9 +34,7 @@ class AttentionBackend(Protocol):
 
     name: str
 
-    def plan(
-        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
-    ) -> None:
+    def plan(self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool) -> None:
         """Fix the visible pool tokens ``[start, stop)`` and the query count for all layers of one step.
 
         Tokens ``[start, frames_start)`` are the special stream, ``[frames_start, stop)`` the frame slots.
@@ -83,9 +81,7 @@ class TorchAttention:
         self.fused = True
         self.frames_kernel = "cudnn" if self._cuda_half else "sdpa"
 
-    def plan(
-        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
-    ) -> None:
+    def plan(self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool) -> None:
         frames_start = max(start, min(frames_start, stop))
         self._range = (start, frames_start, stop)
         self.fused = frames_start == start or specials_capped

@@ -77,9 +77,7 @@ class FlashInferAttention(PagedPrefill):
         self._page_ids = torch.arange(pool_tokens, dtype=torch.int32, device=config.device)
         self._last_page_len = torch.ones(1, dtype=torch.int32)
 
-    def plan(
-        self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool
-    ) -> None:
+    def plan(self, start: int, stop: int, num_queries: int, frames_start: int, specials_capped: bool) -> None:
         self.plan_pages(self._page_ids[start:stop], num_queries)
 
     def plan_pages(self, pages: torch.Tensor, num_queries: int) -> None:

@@ -187,8 +187,9 @@ class Mapper:
         self.voxels = VoxelMap(config.voxel)
         self.grid = OccupancyGridBuilder(config.grid)
         self.scale = ScaleEstimator(config.scale)
-        self.trajectory = Trajectory(config.path_max_length, keep_full_history=True,
-                                     max_history=config.trajectory_max_poses)
+        self.trajectory = Trajectory(
+            config.path_max_length, keep_full_history=True, max_history=config.trajectory_max_poses
+        )
         self.stamps_backwards = self.stamps_duplicate = self.held_dropped = 0
         self._serial = self._map_serial = 0  # epoch serial of the pose side / of the map's contents
         #: False = localisation mode (`mapping.enabled`): poses go on, the voxel map and the grid stay as
@@ -244,16 +245,26 @@ class Mapper:
             raise ValueError(f"TF mode {self.mode} cannot become {mode} within an epoch")
         self.mode = mode
 
-    def process(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
-                sensor_depth: np.ndarray | None = None) -> MappedFrame:
+    def process(
+        self,
+        result: FrameResult,
+        stamp_s: float,
+        robot: RobotSample | None = None,
+        sensor_depth: np.ndarray | None = None,
+    ) -> MappedFrame:
         """Map one frame (module doc): `locate`, then `integrate` its work. `robot`: TF at `stamp_s`;
         `sensor_depth` [H, W] metres registered to the image (for `scale.source: depth`)."""
         frame, work = self.locate(result, stamp_s, robot, sensor_depth)
         cloud = self.integrate(work)
         return MappedFrame(**vars(frame), **vars(cloud))
 
-    def locate(self, result: FrameResult, stamp_s: float, robot: RobotSample | None = None,
-               sensor_depth: np.ndarray | None = None) -> tuple[PosedFrame, MapWork]:
+    def locate(
+        self,
+        result: FrameResult,
+        stamp_s: float,
+        robot: RobotSample | None = None,
+        sensor_depth: np.ndarray | None = None,
+    ) -> tuple[PosedFrame, MapWork]:
         """The pose side of `process`: poses, twist, metric depth (the trajectory appended) and the frame's
         `MapWork`. Touches no map state."""
         robot = robot or RobotSample()
@@ -280,17 +291,37 @@ class Mapper:
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
         frame = PosedFrame(
-            stamp_s=stamp_s, index=result.index, epoch=result.epoch, is_keyframe=result.is_keyframe,
-            new_epoch=new_epoch, mode=self.mode, camera_pose=camera_pose, body_pose=body_pose,
-            map_odom=map_odom, twist=twist, pose_covariance=self._pose_covariance(),
-            twist_covariance=twist_cov, depth=depth, intrinsics=result.intrinsics, scale=self.scale.state(),
-            image_hw=result.image_hw)
+            stamp_s=stamp_s,
+            index=result.index,
+            epoch=result.epoch,
+            is_keyframe=result.is_keyframe,
+            new_epoch=new_epoch,
+            mode=self.mode,
+            camera_pose=camera_pose,
+            body_pose=body_pose,
+            map_odom=map_odom,
+            twist=twist,
+            pose_covariance=self._pose_covariance(),
+            twist_covariance=twist_cov,
+            depth=depth,
+            intrinsics=result.intrinsics,
+            scale=self.scale.state(),
+            image_hw=result.image_hw,
+        )
         work = MapWork(
-            serial=self._serial, is_keyframe=result.is_keyframe,
-            pose_c2w=pose_c2w, camera_pose=camera_pose, depth=depth,
-            depth_conf=result.depth_conf, intrinsics=result.intrinsics,
-            rgb=result.rgb, voxel=self.config.voxel, chain=copy.copy(self.chain),
-            scale_converged=self.scale.converged, mapping_enabled=self.mapping_enabled)
+            serial=self._serial,
+            is_keyframe=result.is_keyframe,
+            pose_c2w=pose_c2w,
+            camera_pose=camera_pose,
+            depth=depth,
+            depth_conf=result.depth_conf,
+            intrinsics=result.intrinsics,
+            rgb=result.rgb,
+            voxel=self.config.voxel,
+            chain=copy.copy(self.chain),
+            scale_converged=self.scale.converged,
+            mapping_enabled=self.mapping_enabled,
+        )
         return frame, work
 
     def integrate(self, work: MapWork) -> FrameCloud:
@@ -316,8 +347,11 @@ class Mapper:
             raise ValueError("nothing is mapped yet: no frame chain")
         return {
             "tf_mode": self.mode,
-            "chain": {"world_cam0": self.chain.world_cam0.tolist(), "map_cam0": self.chain.map_cam0.tolist(),
-                      "scale": float(self.chain.scale)},
+            "chain": {
+                "world_cam0": self.chain.world_cam0.tolist(),
+                "map_cam0": self.chain.map_cam0.tolist(),
+                "scale": float(self.chain.scale),
+            },
             "scale": self.scale.export(),
             "grid_resolution": self.config.grid.resolution,
         }
@@ -351,11 +385,16 @@ class Mapper:
         s = self.scale.state()
         return {
             "tf_mode": self.mode or "none",
-            "scale": s.value, "scale_spread": s.spread, "scale_source": s.source,
-            "scale_samples": s.samples, "scale_converged": s.converged,
+            "scale": s.value,
+            "scale_spread": s.spread,
+            "scale_source": s.source,
+            "scale_samples": s.samples,
+            "scale_converged": s.converged,
             "scale_updated_stamp": s.updated_s if s.updated_s is not None else -1.0,
-            "held_keyframes": len(self._held), "held_dropped": self.held_dropped,
-            "stamps_backwards": self.stamps_backwards, "stamps_duplicate": self.stamps_duplicate,
+            "held_keyframes": len(self._held),
+            "held_dropped": self.held_dropped,
+            "stamps_backwards": self.stamps_backwards,
+            "stamps_duplicate": self.stamps_duplicate,
             "grid_rays": self.grid.rays_total,
             "map.points_out_of_range": self.voxels.dropped_out_of_range,
             "scale_rejected": self.scale.rejected,
@@ -376,8 +415,9 @@ class Mapper:
         self._epoch = result.epoch
         self._segment = result.segment
 
-    def _sample_scale(self, result: FrameResult, stamp_s: float, robot: RobotSample,
-                      sensor_depth: np.ndarray | None) -> None:
+    def _sample_scale(
+        self, result: FrameResult, stamp_s: float, robot: RobotSample, sensor_depth: np.ndarray | None
+    ) -> None:
         source = self.config.scale.source
         if source == "odometry" and robot.odom_base is not None and robot.base_cam is not None:
             odom_cam = robot.odom_base @ robot.base_cam
@@ -430,4 +470,3 @@ class Mapper:
         cov = self.config.covariance
         factor = 1.0 if self.scale.converged else cov.unscaled_factor
         return np.diag(factor * np.array([cov.position_std**2] * 3 + [cov.orientation_std**2] * 3))
-

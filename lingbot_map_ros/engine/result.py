@@ -53,4 +53,3 @@ class FrameResult:
     def image_hw(self) -> tuple[int, int]:
         """(H, W) of the original image."""
         return self.rgb.shape[0], self.rgb.shape[1]
-

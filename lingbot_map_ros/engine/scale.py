@@ -87,8 +87,13 @@ class ScaleEstimator:
 
     def export(self) -> dict[str, object]:
         """JSON-able estimate for a saved session: value, converged, the window's samples, last stamp."""
-        return {"value": self._value, "converged": self._converged, "samples": list(self._samples),
-                "updated_s": self._updated, "source": self.config.source}
+        return {
+            "value": self._value,
+            "converged": self._converged,
+            "samples": list(self._samples),
+            "updated_s": self._updated,
+            "source": self.config.source,
+        }
 
     def restore(self, saved: dict[str, object]) -> None:
         """Continue from `export()` of a saved session (without keyframe pairs: odometry may have restarted).
@@ -102,7 +107,7 @@ class ScaleEstimator:
         value = float(saved["value"])  # type: ignore[arg-type]
         if not (np.isfinite(value) and value > 0 and all(np.isfinite(v) and v > 0 for v in samples)):
             raise ValueError(f"saved scale must be finite and > 0, got {value} / {samples[:3]}...")
-        self._samples.extend(samples[-self.config.window:])
+        self._samples.extend(samples[-self.config.window :])
         self._value = value
         self._converged = bool(saved.get("converged")) or len(self._samples) >= self.config.min_samples
         updated = saved.get("updated_s")
@@ -122,8 +127,9 @@ class ScaleEstimator:
         if samples.size >= 2:
             med = float(np.median(samples))
             spread = float(1.4826 * np.median(np.abs(samples - med)) / med)
-        return ScaleState(self._value, spread, self.config.source, int(samples.size), self._converged,
-                          self._updated)
+        return ScaleState(
+            self._value, spread, self.config.source, int(samples.size), self._converged, self._updated
+        )
 
     def add_odometry(self, camera_model: np.ndarray, camera_odom: np.ndarray, stamp_s: float) -> bool:
         """A keyframe's camera position [3] in the model world and in the odometry frame (metres).

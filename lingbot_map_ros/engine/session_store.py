@@ -260,8 +260,10 @@ def load_session(
     shapes = {name: declared_shapes(name, manifest["files"][name], limits) for name in names}
     total = sum(declared_bytes(name, s) for name, s in shapes.items())
     if total > limits.max_total_bytes:
-        raise SessionError(f"session {folder.name} declares {total} bytes of arrays, more than the "
-                           f"{limits.max_total_bytes} allowed")
+        raise SessionError(
+            f"session {folder.name} declares {total} bytes of arrays, more than the "
+            f"{limits.max_total_bytes} allowed"
+        )
     arrays = {name: read_npz(folder, name, manifest["files"][name], shapes[name]) for name in names}
     snapshot = SessionSnapshot(
         compat=saved,

@@ -37,7 +37,12 @@ class Aggregator(nn.Module):
         c = config
         self.config = c
         self.patch_embed = DinoVisionTransformer(
-            c.img_size, c.patch_size, c.embed_dim, c.dino_depth, c.dino_num_heads, c.mlp_ratio,
+            c.img_size,
+            c.patch_size,
+            c.embed_dim,
+            c.dino_depth,
+            c.dino_num_heads,
+            c.mlp_ratio,
             c.dino_num_register_tokens,
         )
         self.camera_token = nn.Parameter(torch.zeros(1, 2, 1, c.embed_dim))

@@ -50,10 +50,16 @@ class BagPlayer:
         if timeout_s > 0:
             lonely = [n for n, p in awaited.items() if p.get_subscription_count() == 0]
             self._node.get_logger().warning(
-                f"no subscriber after {timeout_s:g} s on {lonely}; playing anyway")
+                f"no subscriber after {timeout_s:g} s on {lonely}; playing anyway"
+            )
 
-    def play(self, messages: Iterable[tuple[str, int, bytes | memoryview]], start_ns: int, rate: float,
-             on_publish: Callable[[], None]) -> None:
+    def play(
+        self,
+        messages: Iterable[tuple[str, int, bytes | memoryview]],
+        start_ns: int,
+        rate: float,
+        on_publish: Callable[[], None],
+    ) -> None:
         """One pass: publish each `(topic, log_time_ns, raw)` at `(log_time_ns - start_ns) / rate` seconds
         after the call (sleeping until then; late messages go out at once), then call `on_publish()`."""
         pass_start = time.monotonic()

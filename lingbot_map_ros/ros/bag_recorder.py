@@ -25,8 +25,13 @@ class RawTopicSubscriber:
     offers it, looking every `discovery_period_s`; calls `on_message` from the executor's threads.
     `close()` stops discovering and destroys the subscriptions."""
 
-    def __init__(self, node: Node, topics: Collection[str], on_message: RawMessageCallback,
-                 discovery_period_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        node: Node,
+        topics: Collection[str],
+        on_message: RawMessageCallback,
+        discovery_period_s: float = 0.1,
+    ) -> None:
         self._node = node
         self._topics = frozenset(topics)
         self._on_message = on_message
@@ -49,9 +54,12 @@ class RawTopicSubscriber:
                     continue
                 msgtype = types[0]
                 self._subscriptions[name] = self._node.create_subscription(
-                    message_class(msgtype), name,
+                    message_class(msgtype),
+                    name,
                     lambda data, topic=name, kind=msgtype: self._received(topic, kind, data),
-                    matching_subscription_qos(offered), raw=True)
+                    matching_subscription_qos(offered),
+                    raw=True,
+                )
 
     def _received(self, topic: str, msgtype: str, data: bytes) -> None:
         self._on_message(topic, msgtype, data, self._node.get_clock().now().nanoseconds)

@@ -34,8 +34,11 @@ class ClientNode:
         rclpy.init(context=self.context)
         try:
             self.node = rclpy.create_node(name, context=self.context)
-            self.executor = (MultiThreadedExecutor(num_threads=spin_threads, context=self.context)
-                             if spin_threads > 1 else SingleThreadedExecutor(context=self.context))
+            self.executor = (
+                MultiThreadedExecutor(num_threads=spin_threads, context=self.context)
+                if spin_threads > 1
+                else SingleThreadedExecutor(context=self.context)
+            )
             self.executor.add_node(self.node)
         except BaseException:
             rclpy.try_shutdown(context=self.context)
@@ -50,8 +53,9 @@ class ClientNode:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def spin_until(self, should_stop: Callable[[], bool], on_tick: Callable[[], None],
-                   period_s: float = 0.1) -> None:
+    def spin_until(
+        self, should_stop: Callable[[], bool], on_tick: Callable[[], None], period_s: float = 0.1
+    ) -> None:
         """Spin in this thread (at most `period_s` per round, then `on_tick()`) until `should_stop()` or
         rclpy shut down (SIGINT with the default context's handlers). KeyboardInterrupt propagates."""
         try:
@@ -61,8 +65,9 @@ class ClientNode:
         except ExternalShutdownException:
             return
 
-    def wait_for_service(self, name: str, timeout_s: float, give_up: Callable[[], bool],
-                         poll_s: float = 0.2) -> bool:
+    def wait_for_service(
+        self, name: str, timeout_s: float, give_up: Callable[[], bool], poll_s: float = 0.2
+    ) -> bool:
         """Block until the Trigger service `name` is available (True), or `timeout_s` passed or `give_up()`
         returned True (False); `give_up` is asked every `poll_s`."""
         client = self.node.create_client(Trigger, name)

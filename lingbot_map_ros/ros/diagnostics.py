@@ -148,7 +148,6 @@ class CauseLog:
         if self._throttle.should_log(cause):
             self._logger.error(f"publishing failed ({cause}, {count} so far), step skipped: {exc}")
 
-
     def callback_failed(self, where: str, exc: Exception) -> None:
         """A callback (timer, service, parameter) raised; counted as `failed_<where>_<ExceptionType>` and
         logged, never re-raised (an exception escaping a callback would end the executor's spin)."""

@@ -181,19 +181,22 @@ class CallbackGuard:
     def _report(self, where: str, exc: Exception) -> None:
         self.callback_failed(where, exc)
 
-    def create_subscription(self, msg_type: Any, topic: str, callback: Callable[..., Any], *args: Any,
-                            **kwargs: Any) -> Any:
+    def create_subscription(
+        self, msg_type: Any, topic: str, callback: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
         guarded = guard_callback(f"subscription_{_name(topic)}", callback, self._report)
         return super().create_subscription(msg_type, topic, guarded, *args, **kwargs)
 
-    def create_timer(self, timer_period_sec: float, callback: Callable[..., Any] | None, *args: Any,
-                     **kwargs: Any) -> Any:
+    def create_timer(
+        self, timer_period_sec: float, callback: Callable[..., Any] | None, *args: Any, **kwargs: Any
+    ) -> Any:
         if callback is not None:
             name = getattr(callback, "__name__", "callback")
             callback = guard_callback(f"timer_{_name(name)}", callback, self._report)
         return super().create_timer(timer_period_sec, callback, *args, **kwargs)
 
-    def create_service(self, srv_type: Any, srv_name: str, callback: Callable[..., Any], *args: Any,
-                       **kwargs: Any) -> Any:
+    def create_service(
+        self, srv_type: Any, srv_name: str, callback: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
         guarded = guard_callback(f"service_{_name(srv_name)}", callback, self._report, _service_fallback)
         return super().create_service(srv_type, srv_name, guarded, *args, **kwargs)

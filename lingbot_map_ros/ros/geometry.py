@@ -60,8 +60,14 @@ def twist_msg(twist: np.ndarray) -> Twist:
     return Twist(linear=Vector3(x=v[0], y=v[1], z=v[2]), angular=Vector3(x=v[3], y=v[4], z=v[5]))
 
 
-def odometry_msg(pose: np.ndarray | Pose, twist: np.ndarray, header: Header, child_frame: str,
-                 pose_covariance: np.ndarray, twist_covariance: np.ndarray) -> Odometry:
+def odometry_msg(
+    pose: np.ndarray | Pose,
+    twist: np.ndarray,
+    header: Header,
+    child_frame: str,
+    pose_covariance: np.ndarray,
+    twist_covariance: np.ndarray,
+) -> Odometry:
     """`nav_msgs/Odometry`: pose `[4, 4]` (or its `Pose`) in `header.frame_id` (map), twist `[6]` in
     `child_frame`, both covariances `[6, 6]` (x, y, z, rotation about x, y, z), row-major."""
     out = Odometry(header=header, child_frame_id=child_frame)

@@ -25,8 +25,10 @@ class MappingMonitor:
         self.last_pose_time = time.monotonic()
         self.diagnostics: dict[str, str] = {}
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT)
-        self._subs = [node.create_subscription(Odometry, odometry_topic, self._on_odometry, qos),
-                      node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos)]
+        self._subs = [
+            node.create_subscription(Odometry, odometry_topic, self._on_odometry, qos),
+            node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos),
+        ]
 
     def _on_odometry(self, _msg: Odometry) -> None:
         with self._lock:

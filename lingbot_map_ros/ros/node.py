@@ -100,23 +100,46 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)
         self._depth_input: DepthInput | None = None
-        host = CameraHost(self, self._facade, lambda: self.params, lambda: self._active, self._submit,
-                          self.reset_camera, self._tf_lookup, MutuallyExclusiveCallbackGroup(),
-                          self._service_group, CameraFrames(), TfEdgeGuard(self._tf_lookup.parents))
+        host = CameraHost(
+            self,
+            self._facade,
+            lambda: self.params,
+            lambda: self._active,
+            self._submit,
+            self.reset_camera,
+            self._tf_lookup,
+            MutuallyExclusiveCallbackGroup(),
+            self._service_group,
+            CameraFrames(),
+            TfEdgeGuard(self._tf_lookup.parents),
+        )
         self.cameras = self._make_cameras(host, tuple(self.params.cameras))
-        self._fused = FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame) \
-            if self._named else None
+        self._fused = (
+            FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame)
+            if self._named
+            else None
+        )
         # Created once, kept for the node's life (entities.py): services, /diagnostics, timers (timers.py).
         self._triggers = MappingServices(
-            self.get_logger(), lambda: self.params, self._save_target, self.reset_stream,
-            self.save_session, self.load_session, self._causes.callback_failed,
+            self.get_logger(),
+            lambda: self.params,
+            self._save_target,
+            self.reset_stream,
+            self.save_session,
+            self.load_session,
+            self._causes.callback_failed,
         )
         self._triggers.create(self)
         create_optimize_service(self, self._service_group, self._loops, self._causes.callback_failed)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
-            self, self._timer_group, self.params, self._active_outputs,
-            self.publish_diagnostics, self.context.ok, self._causes.callback_failed,
+            self,
+            self._timer_group,
+            self.params,
+            self._active_outputs,
+            self.publish_diagnostics,
+            self.context.ok,
+            self._causes.callback_failed,
         )
 
     def callback_failed(self, where: str, exc: Exception) -> None:
@@ -210,16 +233,23 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         # Publishers and subscriptions come from the kept set: the same ones on every activation.
         if p.scale_source == "depth" and self._depth_input is None:
             self._depth_input = DepthInput(  # kept, like every subscription
-                self._facade, lambda: self.params.max_input_pixels, self._causes.rejected)
+                self._facade, lambda: self.params.max_input_pixels, self._causes.rejected
+            )
         self._scheduler = StreamScheduler(
-            list(self.cameras), self._step, p.queue_size, self._on_inference_error,
-            max_wait_s=p.batch_max_wait_ms / 1e3, on_idle=self._flush,
+            list(self.cameras),
+            self._step,
+            p.queue_size,
+            self._on_inference_error,
+            max_wait_s=p.batch_max_wait_ms / 1e3,
+            on_idle=self._flush,
         )
         self._publisher = InferenceWorker(
             self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
-        topics = [camera.activate(p, self._depth_input, primary=i == 0)
-                  for i, camera in enumerate(self.cameras.values())]
+        topics = [
+            camera.activate(p, self._depth_input, primary=i == 0)
+            for i, camera in enumerate(self.cameras.values())
+        ]
         for camera in self.cameras.values():  # loop closure on its own thread per camera (loop_outputs.py)
             attach_loop_closure(camera.outputs, self._facade, p, self._pipeline, camera.output_prefix)
         self._active = True
@@ -395,8 +425,12 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             worker = scheduler.stats("") if scheduler is not None else None
             msg = camera.status(name, hardware, now.to_msg(), runtime, worker, state)
         else:
-            runtime = {**self.stats.snapshot(), "clock": clock, "cameras": ",".join(self.cameras),
-                       **self._tf_lookup.stats()}
+            runtime = {
+                **self.stats.snapshot(),
+                "clock": clock,
+                "cameras": ",".join(self.cameras),
+                **self._tf_lookup.stats(),
+            }
             if self._fused is not None and self._active:
                 runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
             multi = pipeline.session if pipeline else None
@@ -404,8 +438,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
             for camera in self.cameras.values():
                 worker = scheduler.stats(camera.name) if scheduler is not None else None
-                status = camera.status(f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(),
-                                       worker, state)
+                status = camera.status(
+                    f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(), worker, state
+                )
                 msg.status += status.status
         pub.publish(msg)
 

@@ -82,12 +82,18 @@ class MappingOutputs:
         tf_guard: the node's one-parent check of every TF edge (None: one of its own).
     """
 
-    def __init__(self, node: Node, config: OutputConfig, lookup: TfLookup,
-                 depth_input: DepthInput | None = None,
-                 on_drop: Callable[[str, str], None] | None = None, topic_prefix: str = "~/",
-                 robot_map: Callable[[], np.ndarray | None] | None = None,
-                 on_map_error: Callable[[Exception], None] | None = None,
-                 tf_guard: TfEdgeGuard | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        config: OutputConfig,
+        lookup: TfLookup,
+        depth_input: DepthInput | None = None,
+        on_drop: Callable[[str, str], None] | None = None,
+        topic_prefix: str = "~/",
+        robot_map: Callable[[], np.ndarray | None] | None = None,
+        on_map_error: Callable[[Exception], None] | None = None,
+        tf_guard: TfEdgeGuard | None = None,
+    ) -> None:
         self._node = node
         self._robot_map = robot_map
         self.config = config
@@ -95,10 +101,17 @@ class MappingOutputs:
         self._on_drop = on_drop or (lambda cause, reason: None)
         self.tf = CameraTf(node, config, lookup, tf_guard, topic_prefix.strip("~/") or "camera")
         self._depth_input = depth_input if config.scale.source == "depth" else None
-        topics = {"odometry": Odometry, "camera_pose": PoseStamped, "path": Path, "depth": Image,
-                  "camera_info": CameraInfo, "frame_cloud": PointCloud2}
-        self._pubs = {name: node.create_publisher(msg, topic_prefix + name, FRAME_QOS)
-                      for name, msg in topics.items()}
+        topics = {
+            "odometry": Odometry,
+            "camera_pose": PoseStamped,
+            "path": Path,
+            "depth": Image,
+            "camera_info": CameraInfo,
+            "frame_cloud": PointCloud2,
+        }
+        self._pubs = {
+            name: node.create_publisher(msg, topic_prefix + name, FRAME_QOS) for name, msg in topics.items()
+        }
         self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper = Mapper(config.mapper_config())
@@ -120,8 +133,11 @@ class MappingOutputs:
                 self._path = deque(self._path, maxlen=config.path_max_length)
             self.config = config
             self.tf.update_config(config)
-            voxel = replace(self.mapper.config.voxel, conf_threshold=config.map_conf_threshold,
-                            pixel_stride=config.map_stride)
+            voxel = replace(
+                self.mapper.config.voxel,
+                conf_threshold=config.map_conf_threshold,
+                pixel_stride=config.map_stride,
+            )
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
             self.mapper.mapping_enabled = config.mapping_enabled
 
@@ -164,7 +180,8 @@ class MappingOutputs:
                 self._node.get_logger().warning(
                     f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
                     f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
-                    throttle_duration_sec=10.0)
+                    throttle_duration_sec=10.0,
+                )
             if frame.new_epoch:
                 self._path.clear()
                 self.tf.new_stream()
@@ -184,8 +201,9 @@ class MappingOutputs:
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(self, frame: PosedFrame, body: Pose, header: Header, camera: str,
-                       root_cam: np.ndarray | None) -> None:
+    def _publish_frame(
+        self, frame: PosedFrame, body: Pose, header: Header, camera: str, root_cam: np.ndarray | None
+    ) -> None:
         """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
         `frame.body_pose`, which is `frame.camera_pose` in map_to_camera; `root_cam`: T_root_cam of a
         map_to_camera edge attached above the camera's subtree root)."""
@@ -196,8 +214,9 @@ class MappingOutputs:
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
         self.tf.publish(frame, body, cam, header.stamp, map_frame, camera, root_cam)
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
-        self._pubs["odometry"].publish(odometry_msg(body, frame.twist, map_header, child,
-                                                    frame.pose_covariance, frame.twist_covariance))
+        self._pubs["odometry"].publish(
+            odometry_msg(body, frame.twist, map_header, child, frame.pose_covariance, frame.twist_covariance)
+        )
         self._pubs["camera_pose"].publish(pose_stamped_msg(cam, map_header))
         height, width = frame.image_hw
         self._pubs["camera_info"].publish(camera_info_msg(frame.intrinsics, width, height, cam_header))
@@ -311,8 +330,10 @@ class MappingOutputs:
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
         pgm, yaml = write_nav2_map(out_dir, f"map_{tag}", grid)
-        report = (f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses); "
-                  f"grid: {yaml} + {pgm.name} ({grid.data.shape[1]}x{grid.data.shape[0]} cells)")
+        report = (
+            f"map: {ply} ({len(xyz)} points); trajectory: {tum} ({len(stamps)} poses); "
+            f"grid: {yaml} + {pgm.name} ({grid.data.shape[1]}x{grid.data.shape[0]} cells)"
+        )
         if dropped:
             report += (
                 f"; the oldest {dropped} poses since the reset were dropped "
@@ -325,8 +346,12 @@ class MappingOutputs:
         estimate = self.tf.estimate()
         map_odom = estimate.tolist() if estimate is not None else None
         cfg = self.config
-        return {"map_frame": cfg.map_frame, "odom_frame": cfg.odom_frame, "base_frame": cfg.base_frame,
-                "map_odom": map_odom}
+        return {
+            "map_frame": cfg.map_frame,
+            "odom_frame": cfg.odom_frame,
+            "base_frame": cfg.base_frame,
+            "map_odom": map_odom,
+        }
 
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
         """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes

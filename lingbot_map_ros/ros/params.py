@@ -132,8 +132,16 @@ def loop_closure_config(value: Callable[[str], object]) -> LoopClosureConfig:
     """The engine's `LoopClosureConfig` from the `loop_closure.*` parameters (`value(name)`; the rest keep
     the engine's defaults). Raises ValueError (the engine's own validation)."""
     graph = replace(LOOP.graph, max_time_ms=float(value("loop_closure.max_time_ms")))
-    fields = ("enabled", "keyframe_translation", "keyframe_rotation_deg", "exclude_recent", "top_k",
-              "min_similarity", "max_keyframes", "merge_size")
+    fields = (
+        "enabled",
+        "keyframe_translation",
+        "keyframe_rotation_deg",
+        "exclude_recent",
+        "top_k",
+        "min_similarity",
+        "max_keyframes",
+        "merge_size",
+    )
     return replace(LOOP, graph=graph, **{name: value(f"loop_closure.{name}") for name in fields})
 
 
@@ -145,8 +153,10 @@ def camera_names_problems(names: tuple[str, ...]) -> list[str]:
     if not names:
         return ["cameras must name at least one camera (or be [''] for one unnamed camera)"]
     if len(names) > MAX_CAMERAS:
-        return [f"cameras: {len(names)} named, at most {MAX_CAMERAS} per node (each holds a model stream, a "
-                "map and its queues: run another node for more)"]
+        return [
+            f"cameras: {len(names)} named, at most {MAX_CAMERAS} per node (each holds a model stream, a "
+            "map and its queues: run another node for more)"
+        ]
     problems = [
         f"cameras: '{name}' is not a ROS name token (a letter, then letters, digits or '_')"
         for name in names

@@ -26,10 +26,14 @@ from .process_settings import ProcessSettings
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
 SESSION_PARAMETERS = {
-    "scale_frames": "kv_cache.scale_frames", "sliding_window": "kv_cache.sliding_window",
-    "max_window": "kv_cache.max_window", "keyframe_interval": "keyframe.interval",
-    "image_width": "model.image_width", "backend": "attention.backend",
-    "cuda_graphs": "model.cuda_graphs", "compile_blocks": "model.compile_blocks",
+    "scale_frames": "kv_cache.scale_frames",
+    "sliding_window": "kv_cache.sliding_window",
+    "max_window": "kv_cache.max_window",
+    "keyframe_interval": "keyframe.interval",
+    "image_width": "model.image_width",
+    "backend": "attention.backend",
+    "cuda_graphs": "model.cuda_graphs",
+    "compile_blocks": "model.compile_blocks",
     "depth_every_n": "depth.every_n",
 }
 
@@ -104,10 +108,16 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
     policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
-    spec = EngineSpec(preset=params.model_preset, checkpoint=checkpoint, device=device, precision=precision,
-                      seed=params.model_synthetic_seed, session=policy,
-                      cameras=tuple(name for name in params.cameras if name),
-                      batch=BatchConfig(max_batch=params.batch_max_batch))
+    spec = EngineSpec(
+        preset=params.model_preset,
+        checkpoint=checkpoint,
+        device=device,
+        precision=precision,
+        seed=params.model_synthetic_seed,
+        session=policy,
+        cameras=tuple(name for name in params.cameras if name),
+        batch=BatchConfig(max_batch=params.batch_max_batch),
+    )
     try:
         session = build_engine(spec)
     except (CheckpointError, OSError) as exc:
@@ -137,6 +147,6 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
             settings.restore()
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
-    return Pipeline(model=session.model, session=session, device=device, description=description,
-                    settings=settings)
-
+    return Pipeline(
+        model=session.model, session=session, device=device, description=description, settings=settings
+    )

@@ -19,8 +19,12 @@ def publisher_qos(kind: str, depth: int = 10) -> QoSProfile:
     if kind == "sensor":
         return qos_profile_sensor_data
     if kind == "reliable":
-        return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
-                          reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+        return QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=depth,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.VOLATILE,
+        )
     raise ValueError(f"QoS must be one of {QOS_CHOICES}, got {kind!r}")
 
 
@@ -29,6 +33,9 @@ def matching_subscription_qos(offered: list[QoSProfile], depth: int = 100) -> Qo
     (what `ros2 bag record` does): reliable only if all offer it, transient local only if all offer it."""
     reliable = bool(offered) and all(q.reliability == ReliabilityPolicy.RELIABLE for q in offered)
     latched = bool(offered) and all(q.durability == DurabilityPolicy.TRANSIENT_LOCAL for q in offered)
-    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
-                      reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                      durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )

@@ -80,7 +80,10 @@ class MappingServices:
         }
         return [
             node.create_service(
-                Trigger, f"~/{name}", self._guarded(name, handler), qos_profile=SERVICE_QOS,
+                Trigger,
+                f"~/{name}",
+                self._guarded(name, handler),
+                qos_profile=SERVICE_QOS,
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )
             for name, handler in handlers.items()
@@ -156,8 +159,10 @@ class MappingServices:
         except Exception as exc:  # noqa: BLE001 - any failure is an answer, never an exception out of the callback
             removed = _remove_save(out_dir, tag) if out_dir is not None else 0
             response.success = False
-            response.message = (f"save_map failed in '{text}': {type(exc).__name__}: {exc}"
-                                f"{f' ({removed} partial file(s) removed)' if removed else ''}")
+            response.message = (
+                f"save_map failed in '{text}': {type(exc).__name__}: {exc}"
+                f"{f' ({removed} partial file(s) removed)' if removed else ''}"
+            )
             self._logger.error(response.message)
             return response
         response.success = True
@@ -179,8 +184,12 @@ def _why_empty(outputs: MappingOutputs) -> str:
 def _remove_save(out_dir: Path, tag: str) -> int:
     """Remove the files of the save `tag` (a full disk leaves every file of a save or none)."""
     removed = 0
-    for path in (out_dir / f"map_{tag}.ply", out_dir / f"trajectory_{tag}.tum", out_dir / f"map_{tag}.pgm",
-                 out_dir / f"map_{tag}.yaml"):
+    for path in (
+        out_dir / f"map_{tag}.ply",
+        out_dir / f"trajectory_{tag}.tum",
+        out_dir / f"map_{tag}.pgm",
+        out_dir / f"map_{tag}.yaml",
+    ):
         try:
             path.unlink()
             removed += 1

@@ -57,12 +57,22 @@ class SessionFiles:
     def compat(self, p: NodeParams) -> dict[str, Any]:
         """`persistence.compat_fields` of the configured model (hashing a 4.6 GB checkpoint takes seconds:
         done at the first save or load, then cached)."""
-        key = (p.model_preset, p.model_checkpoint, p.model_image_width, p.kv_cache_scale_frames,
-               p.model_synthetic_seed)
+        key = (
+            p.model_preset,
+            p.model_checkpoint,
+            p.model_image_width,
+            p.kv_cache_scale_frames,
+            p.model_synthetic_seed,
+        )
         if self._compat is None or self._compat[0] != key:
             checkpoint = Path(p.model_checkpoint).expanduser() if p.model_checkpoint else None
-            fields = persistence.compat_fields(p.model_preset, checkpoint, p.model_image_width,
-                                               p.kv_cache_scale_frames, p.model_synthetic_seed)
+            fields = persistence.compat_fields(
+                p.model_preset,
+                checkpoint,
+                p.model_image_width,
+                p.kv_cache_scale_frames,
+                p.model_synthetic_seed,
+            )
             self._compat = (key, fields)
         return dict(self._compat[1])
 
@@ -80,8 +90,10 @@ class SessionFiles:
         name = f"session_{time.strftime('%Y%m%d_%H%M%S')}_{self._saves:03d}"
         base.mkdir(parents=True, exist_ok=True)
         folder = save_session(resolve_under(base, name), snapshot)
-        return (f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
-                f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it")
+        return (
+            f"session: {folder} ({snapshot.anchor_images.shape[0]} anchors, {len(snapshot.map_xyz)} "
+            f"points, {len(snapshot.trajectory_stamps_ns)} poses); session.load_path:={name} loads it"
+        )
 
     def read(self, p: NodeParams, limits: SessionLimits) -> tuple[str, SessionSnapshot]:
         """The session named by `session.load_path`, validated against the configured model, within
@@ -99,8 +111,13 @@ class SessionFiles:
             raise SessionError(str(exc)) from None
         return name, load_session(resolve_under(base, name), self.compat(p), limits)
 
-    def load(self, p: NodeParams, camera: CameraStream, clear_queue: Callable[[str], int],
-             stream_change: AbstractContextManager) -> str:
+    def load(
+        self,
+        p: NodeParams,
+        camera: CameraStream,
+        clear_queue: Callable[[str], int],
+        stream_change: AbstractContextManager,
+    ) -> str:
         """`~/load_session` for `camera`: read and validate the session within the camera's budgets, then
         under `stream_change` (the lock resets take) check it against the camera's session and mapper, the
         node's `tf.mode` and frame ids (`session_check.check_loadable`: a refused load touches nothing), and
@@ -117,8 +134,10 @@ class SessionFiles:
                 check_loop(snapshot.loop, snapshot.state.get(LOOP_STATE_KEY), stride)
             camera.restore(snapshot, clear_queue)
         poses, keyframes = len(snapshot.trajectory_stamps_ns), len(snapshot.loop.get("kf_keys", ()))
-        return (f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, {keyframes} loop "
-                f"closure keyframes, TF mode {outputs.mapper.mode}; new frames continue its map frame")
+        return (
+            f"loaded session {name}: {len(snapshot.map_xyz)} points, {poses} poses, {keyframes} loop "
+            f"closure keyframes, TF mode {outputs.mapper.mode}; new frames continue its map frame"
+        )
 
     @staticmethod
     def clean(p: NodeParams) -> str:
@@ -129,4 +148,3 @@ class SessionFiles:
         except (OSError, ValueError) as exc:
             return f"session.dir: stale temporaries not cleaned: {exc}"
         return f"removed {len(stale)} unfinished session save(s): {bounded_names(stale)}" if stale else ""
-

@@ -46,8 +46,14 @@ class TfBroadcaster:
         on_refused: `(edge "parent -> child", reason)` of every edge the guard refused.
     """
 
-    def __init__(self, node: Node, use_tf2_ros: bool = True, guard: TfEdgeGuard | None = None,
-                 name: str = "camera", on_refused: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        use_tf2_ros: bool = True,
+        guard: TfEdgeGuard | None = None,
+        name: str = "camera",
+        on_refused: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._node = node
         self.guard = guard if guard is not None else TfEdgeGuard(dict)
         self.name = name

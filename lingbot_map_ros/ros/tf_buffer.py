@@ -106,7 +106,8 @@ class TfBuffer:
             if common is None:
                 raise TransformUnavailable(
                     f"'{target}' and '{source}' are not connected in TF (no common parent)",
-                    f"{target} -> {source}")
+                    f"{target} -> {source}",
+                )
             root_source = self._compose(up_source, common, stamp_s)
             root_target = self._compose(up_target, common, stamp_s)
         return invert_rigid(root_target) @ root_source
@@ -143,12 +144,14 @@ class TfBuffer:
             if stamp_s - stamps[-1] <= self.tolerance_s:
                 return _matrix(edge.poses[-1])
             raise TransformUnavailable(
-                f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name)
+                f"{name}: no data at {stamp_s:.3f} s yet (newest {stamps[-1]:.3f} s)", name
+            )
         if stamp_s < stamps[oldest]:
             if stamps[oldest] - stamp_s <= self.tolerance_s:
                 return _matrix(edge.poses[oldest])
             raise TransformUnavailable(
-                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[oldest]:.3f} s)", name)
+                f"{name}: {stamp_s:.3f} s is older than the buffer (oldest {stamps[oldest]:.3f} s)", name
+            )
         i = bisect.bisect_left(stamps, stamp_s)
         if stamps[i] == stamp_s:
             return _matrix(edge.poses[i])

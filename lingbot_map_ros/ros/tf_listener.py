@@ -186,8 +186,14 @@ class TfLookup:
         now = time.monotonic()  # pragma: no cover - only on a real ROS install
         if now - self._graph[0] >= GRAPH_REFRESH_S:
             frames = yaml.safe_load(self._tf2.all_frames_as_yaml()) or {}
-            self._graph = (now, {str(c): str(f["parent"]) for c, f in frames.items()
-                                 if isinstance(f, dict) and f.get("parent")})
+            self._graph = (
+                now,
+                {
+                    str(c): str(f["parent"])
+                    for c, f in frames.items()
+                    if isinstance(f, dict) and f.get("parent")
+                },
+            )
         return self._graph[1]
 
     def destroy(self) -> None:

@@ -47,21 +47,29 @@ def ros2_typestore() -> Typestore:
 def _header(ts: Typestore, stamp_ns: int, frame_id: str) -> object:
     time_cls = ts.types["builtin_interfaces/msg/Time"]
     header_cls = ts.types["std_msgs/msg/Header"]
-    return header_cls(stamp=time_cls(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000),
-                      frame_id=frame_id)
+    return header_cls(
+        stamp=time_cls(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id=frame_id
+    )
 
 
 def image_message(ts: Typestore, rgb: np.ndarray, stamp_ns: int, frame_id: str) -> object:
     """sensor_msgs/Image, encoding rgb8, unpadded rows (step = 3 * width), from `rgb` [H, W, 3] uint8."""
     _check_rgb(rgb)
     height, width = rgb.shape[:2]
-    return ts.types[IMAGE](header=_header(ts, stamp_ns, frame_id), height=height, width=width,
-                           encoding="rgb8", is_bigendian=0, step=3 * width,
-                           data=np.ascontiguousarray(rgb).reshape(-1))
+    return ts.types[IMAGE](
+        header=_header(ts, stamp_ns, frame_id),
+        height=height,
+        width=width,
+        encoding="rgb8",
+        is_bigendian=0,
+        step=3 * width,
+        data=np.ascontiguousarray(rgb).reshape(-1),
+    )
 
 
-def compressed_message(ts: Typestore, rgb: np.ndarray, stamp_ns: int, frame_id: str,
-                       fmt: str = "jpeg", jpeg_quality: int = 90) -> object:
+def compressed_message(
+    ts: Typestore, rgb: np.ndarray, stamp_ns: int, frame_id: str, fmt: str = "jpeg", jpeg_quality: int = 90
+) -> object:
     """sensor_msgs/CompressedImage (format "jpeg" or "png", as image_transport writes it) from RGB uint8."""
     _check_rgb(rgb)
     if fmt not in ("jpeg", "png"):
@@ -70,12 +78,14 @@ def compressed_message(ts: Typestore, rgb: np.ndarray, stamp_ns: int, frame_id: 
     ok, buf = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", rgb[..., ::-1], params)
     if not ok:
         raise ValueError(f"OpenCV could not encode a {rgb.shape} image as {fmt}")
-    return ts.types[COMPRESSED_IMAGE](header=_header(ts, stamp_ns, frame_id),
-                                      format=f"rgb8; {fmt} compressed bgr8", data=buf.reshape(-1))
+    return ts.types[COMPRESSED_IMAGE](
+        header=_header(ts, stamp_ns, frame_id), format=f"rgb8; {fmt} compressed bgr8", data=buf.reshape(-1)
+    )
 
 
-def camera_info_message(ts: Typestore, width: int, height: int, k: np.ndarray | None, stamp_ns: int,
-                        frame_id: str) -> object:
+def camera_info_message(
+    ts: Typestore, width: int, height: int, k: np.ndarray | None, stamp_ns: int, frame_id: str
+) -> object:
     """sensor_msgs/CameraInfo, plumb_bob with zero distortion; `k` [3, 3] in pixels, or None for an
     uncalibrated camera (K all zeros, the ROS convention)."""
     k = np.zeros((3, 3)) if k is None else np.asarray(k, dtype=np.float64)
@@ -83,12 +93,22 @@ def camera_info_message(ts: Typestore, width: int, height: int, k: np.ndarray | 
         raise ValueError(f"camera matrix must be 3x3, got shape {k.shape}")
     p = np.zeros((3, 4))
     p[:, :3] = k
-    roi = ts.types["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0,
-                                                       do_rectify=False)
-    return ts.types[CAMERA_INFO](header=_header(ts, stamp_ns, frame_id), height=height, width=width,
-                                 distortion_model="plumb_bob", d=np.zeros(5), k=k.reshape(-1),
-                                 r=np.eye(3).reshape(-1), p=p.reshape(-1), binning_x=0, binning_y=0,
-                                 roi=roi)
+    roi = ts.types["sensor_msgs/msg/RegionOfInterest"](
+        x_offset=0, y_offset=0, height=0, width=0, do_rectify=False
+    )
+    return ts.types[CAMERA_INFO](
+        header=_header(ts, stamp_ns, frame_id),
+        height=height,
+        width=width,
+        distortion_model="plumb_bob",
+        d=np.zeros(5),
+        k=k.reshape(-1),
+        r=np.eye(3).reshape(-1),
+        p=p.reshape(-1),
+        binning_x=0,
+        binning_y=0,
+        roi=roi,
+    )
 
 
 def decode_image(msg: object) -> np.ndarray:
@@ -102,12 +122,15 @@ def decode_image(msg: object) -> np.ndarray:
         return bgr[..., ::-1].copy()
     channels = _CHANNELS.get(msg.encoding)
     if channels is None:
-        raise ValueError(f"image encoding {msg.encoding!r} not supported; "
-                         f"expected one of {sorted(_CHANNELS)}")
+        raise ValueError(
+            f"image encoding {msg.encoding!r} not supported; expected one of {sorted(_CHANNELS)}"
+        )
     row = msg.width * channels
     if msg.step < row or len(msg.data) < msg.step * msg.height:
-        raise ValueError(f"image data ({len(msg.data)} B, step {msg.step}) too short for "
-                         f"{msg.width}x{msg.height} {msg.encoding}")
+        raise ValueError(
+            f"image data ({len(msg.data)} B, step {msg.step}) too short for "
+            f"{msg.width}x{msg.height} {msg.encoding}"
+        )
     rows = np.asarray(msg.data, dtype=np.uint8)[: msg.step * msg.height].reshape(msg.height, msg.step)
     pixels = rows[:, :row].reshape(msg.height, msg.width, channels)
     if msg.encoding == "mono8":
@@ -186,8 +209,10 @@ def open_bag(path: Path) -> Reader:
         reader = Reader(path)
         reader.open()
     except (ReaderError, OSError, KeyError, ValueError) as err:
-        raise BagError(f"bag {path} is not a readable rosbag2 bag (folder with metadata.yaml and "
-                       f"a .mcap or .db3 file): {err}") from err
+        raise BagError(
+            f"bag {path} is not a readable rosbag2 bag (folder with metadata.yaml and "
+            f"a .mcap or .db3 file): {err}"
+        ) from err
     return reader
 
 
@@ -197,14 +222,18 @@ def camera_connection(reader: Reader, topic: str | None) -> Connection:
     if topic is not None:
         matches = [c for c in reader.connections if c.topic == topic]
         if not matches:
-            raise BagError(f"topic {topic} not in bag {reader.path}; its camera topics: "
-                           f"{sorted({c.topic for c in cameras}) or 'none'}")
+            raise BagError(
+                f"topic {topic} not in bag {reader.path}; its camera topics: "
+                f"{sorted({c.topic for c in cameras}) or 'none'}"
+            )
         if matches[0].msgtype not in CAMERA_TYPES:
             raise BagError(f"topic {topic} carries {matches[0].msgtype}, expected one of {CAMERA_TYPES}")
         return matches[0]
     if len({c.topic for c in cameras}) != 1:
-        raise BagError(f"bag {reader.path} has camera topics {sorted({c.topic for c in cameras}) or 'none'}; "
-                       "pick exactly one with --topic")
+        raise BagError(
+            f"bag {reader.path} has camera topics {sorted({c.topic for c in cameras}) or 'none'}; "
+            "pick exactly one with --topic"
+        )
     return cameras[0]
 
 
@@ -250,5 +279,11 @@ def _decoded(reader: Reader, connections: list[Connection], max_frames: int | No
             break
         msg = ts.deserialize_cdr(raw, conn.msgtype)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        yield BagFrame(index=index, topic=conn.topic, stamp_ns=stamp, log_time_ns=log_time,
-                       frame_id=msg.header.frame_id, rgb=decode_image(msg))
+        yield BagFrame(
+            index=index,
+            topic=conn.topic,
+            stamp_ns=stamp,
+            log_time_ns=log_time,
+            frame_id=msg.header.frame_id,
+            rgb=decode_image(msg),
+        )

@@ -23,16 +23,29 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-_SUBCOMMAND_MODULES = ("demo", "make_bag", "replay", "record", "run_bag", "batch", "synthetic_scene",
-                       "evaluate", "loop_eval", "evaluate_sequence")
-_DISPATCHED = {"parity": "numerical parity run of the released architecture on a ../shared/parity fixture",
-               "convert": "validate a .pt checkpoint against the model layout, write .safetensors"}
+_SUBCOMMAND_MODULES = (
+    "demo",
+    "make_bag",
+    "replay",
+    "record",
+    "run_bag",
+    "batch",
+    "synthetic_scene",
+    "evaluate",
+    "loop_eval",
+    "evaluate_sequence",
+)
+_DISPATCHED = {
+    "parity": "numerical parity run of the released architecture on a ../shared/parity fixture",
+    "convert": "validate a .pt checkpoint against the model layout, write .safetensors",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="lingbot-map-ros", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lingbot-map-ros", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _SUBCOMMAND_MODULES:
         importlib.import_module(f"lingbot_map_ros.tools.{name}").add_parser(subparsers)
@@ -49,8 +62,10 @@ def _dispatch(name: str, argv: list[str]) -> int:
     except ModuleNotFoundError as err:
         if err.name != f"lingbot_map_ros.tools.{name}":
             raise
-        print(f"error: `{name}` is not available in this build (lingbot_map_ros.tools.{name} is missing)",
-              file=sys.stderr)
+        print(
+            f"error: `{name}` is not available in this build (lingbot_map_ros.tools.{name} is missing)",
+            file=sys.stderr,
+        )
         return 2
     return int(module.main(argv) or 0)
 

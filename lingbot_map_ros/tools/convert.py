@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dst", type=Path, help="output .safetensors")
     parser.add_argument("--preset", default="lingbot-map", choices=sorted(PRESETS))
     parser.add_argument(
-        "--allow-pickle", action="store_true",
+        "--allow-pickle",
+        action="store_true",
         help="accept a .pt holding Python objects besides tensors (unpickling runs code: trusted files only)",
     )
     args = parser.parse_args(argv)

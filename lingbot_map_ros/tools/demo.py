@@ -34,8 +34,12 @@ from lingbot_map_ros.tools.replay import ReplayConfig, replay
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 
 NODE_NAME = "lingbot_map"
-DDS_VARIABLES = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "ROS_LOG_DIR",
-                 "FASTDDS_DEFAULT_PROFILES_FILE")
+DDS_VARIABLES = (
+    "ROS_AUTOMATIC_DISCOVERY_RANGE",
+    "ROS_DOMAIN_ID",
+    "ROS_LOG_DIR",
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+)
 
 # Reliable KEEP_LAST history of the replay and of the node's image subscription. With 10, a burst of frames
 # while the node's executor waits for the GIL (inference thread) overflowed the reader's history and DDS
@@ -94,19 +98,24 @@ def prepare_input(config: DemoConfig, run_dir: Path) -> DemoInput:
         files = image_files(config.images)
         bag = run_dir / "input"
         print(f"[demo] converting {len(files)} images from {config.images} into {bag}")
-        write_camera_bag(MakeBagConfig(output=bag, rate_hz=config.rate_hz), read_images(files),
-                         total=len(files))
+        write_camera_bag(
+            MakeBagConfig(output=bag, rate_hz=config.rate_hz), read_images(files), total=len(files)
+        )
         description = f"{len(files)} images from {config.images} at {config.rate_hz:g} Hz"
     else:
         scene = config.scene
         name = f"scene_{scene.width}x{scene.height}_{scene.frames}f_{config.rate_hz:g}hz"
         bag, ground_truth = config.output_dir / name, config.output_dir / f"{name}.gt.tum"
         if not (bag / "metadata.yaml").is_file() or not ground_truth.is_file():
-            print(f"[demo] rendering the synthetic textured room ({scene.frames} frames, "
-                  f"{scene.width}x{scene.height}) into {bag}")
+            print(
+                f"[demo] rendering the synthetic textured room ({scene.frames} frames, "
+                f"{scene.width}x{scene.height}) into {bag}"
+            )
             write_scene_bag(scene, bag, ground_truth, rate_hz=config.rate_hz)
-        description = (f"synthetic textured room, {scene.frames} frames {scene.width}x{scene.height} at "
-                       f"{config.rate_hz:g} Hz ({bag})")
+        description = (
+            f"synthetic textured room, {scene.frames} frames {scene.width}x{scene.height} at "
+            f"{config.rate_hz:g} Hz ({bag})"
+        )
     reader = open_bag(bag)
     try:
         camera = camera_connection(reader, config.topic)
@@ -121,10 +130,14 @@ def node_parameters(config: DemoConfig, run_dir: Path, compressed: bool) -> dict
     (nothing lost on the way in; the node's bounded queue is then the only place frames are dropped, and it
     counts them)."""
     params: dict[str, object] = {
-        "model.preset": config.preset, "model.device": config.device, "model.image_width": config.image_width,
-        "output_dir": str(absolute_path(run_dir)), "queue_size": config.queue_size,
+        "model.preset": config.preset,
+        "model.device": config.device,
+        "model.image_width": config.image_width,
+        "output_dir": str(absolute_path(run_dir)),
+        "queue_size": config.queue_size,
         "qos.reliability": "reliable",
-        "qos.depth": DDS_HISTORY_DEPTH, "diagnostics_rate": 4.0,
+        "qos.depth": DDS_HISTORY_DEPTH,
+        "diagnostics_rate": 4.0,
         "image_transport": "compressed" if compressed else "raw",
     }
     if config.checkpoint is not None:
@@ -153,32 +166,54 @@ def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:
     with ExitStack() as cleanup:  # unwinds in reverse: node first, rclpy last, also on errors
         client = ClientNode("lingbot_map_demo", private_context=True, spin_threads=2)
         cleanup.callback(client.close)
-        recorder = Recorder(client, RecordConfig(output=run_dir / "outputs",
-                                                 topics=node_output_topics(NODE_NAME)))
+        recorder = Recorder(
+            client, RecordConfig(output=run_dir / "outputs", topics=node_output_topics(NODE_NAME))
+        )
         cleanup.callback(recorder.close)
         monitor = MappingMonitor(client.node, f"/{NODE_NAME}/odometry")
         cleanup.callback(monitor.close)
         started = time.monotonic()
-        node = NodeProcess.start(run_dir / "node.log", node_parameters(config, run_dir, compressed), remaps,
-                                 env=env)
+        node = NodeProcess.start(
+            run_dir / "node.log", node_parameters(config, run_dir, compressed), remaps, env=env
+        )
         cleanup.callback(node.stop)
-        print(f"[demo] node started (pid {node.proc.pid}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}, "
-              f"log {node.log_path})")
+        print(
+            f"[demo] node started (pid {node.proc.pid}, ROS_DOMAIN_ID {env['ROS_DOMAIN_ID']}, "
+            f"log {node.log_path})"
+        )
         node.wait_for_service(client, f"/{NODE_NAME}/save_map", timeout_s=config.timeout_s)
-        print(f"[demo] node ready after {time.monotonic() - started:.1f} s; replaying {source.topic} "
-              f"at x{config.replay_rate:g}")
+        print(
+            f"[demo] node ready after {time.monotonic() - started:.1f} s; replaying {source.topic} "
+            f"at x{config.replay_rate:g}"
+        )
         topics = (source.topic, *source.info_topics)
-        stats = replay(client, ReplayConfig(bag=source.bag, rate=config.replay_rate, topics=topics,
-                                            qos="reliable", depth=DDS_HISTORY_DEPTH,
-                                            wait_for_subscribers_s=30.0, await_topics=(source.topic,)))
+        stats = replay(
+            client,
+            ReplayConfig(
+                bag=source.bag,
+                rate=config.replay_rate,
+                topics=topics,
+                qos="reliable",
+                depth=DDS_HISTORY_DEPTH,
+                wait_for_subscribers_s=30.0,
+                await_topics=(source.topic,),
+            ),
+        )
         wait_until_done(monitor, stats.published[source.topic], node, deadline=started + config.timeout_s)
         response = client.call_trigger(f"/{NODE_NAME}/save_map", timeout_s=60.0)
         print(f"[demo] ~/save_map: {response.message}")
         exit_code = node.stop()
         record_stats = recorder.close()
-    return analyse(config=config, run_dir=run_dir, source=source, replay_stats=stats,
-                   record_stats=record_stats, diagnostics=monitor.diagnostics, save_response=response,
-                   node_exit_code=exit_code)
+    return analyse(
+        config=config,
+        run_dir=run_dir,
+        source=source,
+        replay_stats=stats,
+        record_stats=record_stats,
+        diagnostics=monitor.diagnostics,
+        save_response=response,
+        node_exit_code=exit_code,
+    )
 
 
 def _new_run_dir(output_dir: Path) -> Path:
@@ -197,8 +232,12 @@ def _new_run_dir(output_dir: Path) -> Path:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `demo`."""
-    p = subparsers.add_parser("demo", help="the main job: bag -> node over DDS -> poses, map, report",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "demo",
+        help="the main job: bag -> node over DDS -> poses, map, report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = p.add_mutually_exclusive_group()
     source.add_argument("--bag", type=Path, default=None, help="your rosbag2 bag (default: synthetic scene)")
     source.add_argument("--images", type=Path, default=None, help="a folder of images (name order)")
@@ -219,11 +258,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main_args(args: argparse.Namespace) -> int:
     """Run `demo` from parsed arguments."""
-    config = DemoConfig(output_dir=args.output_dir, bag=args.bag, images=args.images, topic=args.topic,
-                        ground_truth=args.ground_truth, checkpoint=args.checkpoint, preset=args.preset,
-                        device=args.device, image_width=args.width, scene=SceneConfig(frames=args.frames),
-                        rate_hz=args.fps, replay_rate=args.replay_rate, queue_size=args.queue_size,
-                        timeout_s=args.timeout)
+    config = DemoConfig(
+        output_dir=args.output_dir,
+        bag=args.bag,
+        images=args.images,
+        topic=args.topic,
+        ground_truth=args.ground_truth,
+        checkpoint=args.checkpoint,
+        preset=args.preset,
+        device=args.device,
+        image_width=args.width,
+        scene=SceneConfig(frames=args.frames),
+        rate_hz=args.fps,
+        replay_rate=args.replay_rate,
+        queue_size=args.queue_size,
+        timeout_s=args.timeout,
+    )
     env = isolated_dds_env()
     os.environ.update({k: env[k] for k in DDS_VARIABLES if k in env})  # this process joins the same domain
     outcome = run_demo(config, env)

@@ -58,8 +58,14 @@ class DemoOutcome:
     @property
     def ok(self) -> bool:
         """The run is consistent end to end."""
-        return (self.accounted and self.stamps_match and self.node_exit_code == 0 and self.posed > 0
-                and self.trajectory_poses == self.posed and self.map_points > 0)
+        return (
+            self.accounted
+            and self.stamps_match
+            and self.node_exit_code == 0
+            and self.posed > 0
+            and self.trajectory_poses == self.posed
+            and self.map_points > 0
+        )
 
 
 def _stamps_and_log_times(bag: Path, topic: str) -> tuple[list[int], list[int]]:
@@ -88,17 +94,28 @@ def _newest(run_dir: Path, pattern: str) -> Path | None:
     return found[-1] if found else None
 
 
-def analyse(config: DemoConfig, run_dir: Path, source: DemoInput, replay_stats: ReplayStats,
-            record_stats: RecordStats, diagnostics: dict[str, str], save_response: object,
-            node_exit_code: int) -> DemoOutcome:
+def analyse(
+    config: DemoConfig,
+    run_dir: Path,
+    source: DemoInput,
+    replay_stats: ReplayStats,
+    record_stats: RecordStats,
+    diagnostics: dict[str, str],
+    save_response: object,
+    node_exit_code: int,
+) -> DemoOutcome:
     """Compare what went in with what came out, write demo.png and report.json."""
     input_stamps, _ = _stamps_and_log_times(source.bag, source.topic)
     sent_times = replay_stats.publish_times_ns[source.topic]
     publish_time = dict(zip(input_stamps, sent_times, strict=True))
     odom_stamps, odom_times = _stamps_and_log_times(run_dir / "outputs", "/lingbot_map/odometry")
     stamps_match = set(odom_stamps) <= set(publish_time) and odom_stamps == sorted(odom_stamps)
-    latency = np.array([(t - publish_time[s]) / 1e6 if s in publish_time else np.nan
-                        for s, t in zip(odom_stamps, odom_times, strict=True)])
+    latency = np.array(
+        [
+            (t - publish_time[s]) / 1e6 if s in publish_time else np.nan
+            for s, t in zip(odom_stamps, odom_times, strict=True)
+        ]
+    )
     span_s = (max(odom_times) - min(sent_times)) / 1e9 if odom_times else 0.0
 
     def counter(key: str) -> int:
@@ -111,15 +128,28 @@ def analyse(config: DemoConfig, run_dir: Path, source: DemoInput, replay_stats: 
     outcome = DemoOutcome(
         description=source.description,
         model=f"preset {config.preset}, {weights}, {config.device}, width {config.image_width}",
-        sent=len(sent_times), received=counter("frames_received"), posed=len(odom_stamps),
-        dropped=counter("frames_dropped"), rejected=counter("rejected_total"), failed=counter("failed_total"),
-        pending_anchor=counter("session.pending_anchor_frames"), stamps_match=stamps_match,
+        sent=len(sent_times),
+        received=counter("frames_received"),
+        posed=len(odom_stamps),
+        dropped=counter("frames_dropped"),
+        rejected=counter("rejected_total"),
+        failed=counter("failed_total"),
+        pending_anchor=counter("session.pending_anchor_frames"),
+        stamps_match=stamps_match,
         throughput_fps=len(odom_stamps) / span_s if span_s > 0 else 0.0,
-        node_fps=float(diagnostics.get("fps", "0")), latency_ms=latency_summary(latency),
-        map_points=map_points, trajectory_poses=len(stamps), node_exit_code=node_exit_code,
-        recorded=dict(sorted(record_stats.recorded.items())))
-    outcome.files = {"run": str(run_dir), "input": str(source.bag), "recording": str(run_dir / "outputs"),
-                     "node_log": str(run_dir / "node.log")}
+        node_fps=float(diagnostics.get("fps", "0")),
+        latency_ms=latency_summary(latency),
+        map_points=map_points,
+        trajectory_poses=len(stamps),
+        node_exit_code=node_exit_code,
+        recorded=dict(sorted(record_stats.recorded.items())),
+    )
+    outcome.files = {
+        "run": str(run_dir),
+        "input": str(source.bag),
+        "recording": str(run_dir / "outputs"),
+        "node_log": str(run_dir / "node.log"),
+    }
     if ply:
         outcome.files["map"] = str(ply)
     if tum:
@@ -130,8 +160,13 @@ def analyse(config: DemoConfig, run_dir: Path, source: DemoInput, replay_stats: 
             outcome.ate_note = "not computed: synthetic weights give no real trajectory (pass --checkpoint)"
         else:
             result = absolute_trajectory_error(tum, source.ground_truth)
-            outcome.ate = {"rmse": result.rmse, "mean": result.mean, "median": result.median,
-                           "max": result.max, "matched": result.matched}
+            outcome.ate = {
+                "rmse": result.rmse,
+                "mean": result.mean,
+                "median": result.median,
+                "max": result.max,
+                "matched": result.matched,
+            }
             _, gt_rows = read_tum(source.ground_truth)
             align = result.alignment  # estimate -> ground truth; drawn the other way round
             reference = (gt_rows[:, :3] - align.translation) @ align.rotation / align.scale
@@ -143,13 +178,28 @@ def analyse(config: DemoConfig, run_dir: Path, source: DemoInput, replay_stats: 
         lat = np.full(len(stamps), np.nan)
         pairs = associate(stamps, np.array(odom_stamps) / 1e9, max_diff_s=1e-3)
         lat[pairs[:, 0]] = latency[pairs[:, 1]]
-        outcome.files["plot"] = str(plot_run(
-            run_dir / "demo.png", poses, lat, np.ones(len(stamps), bool),
-            f"demo: {outcome.posed}/{outcome.sent} frames posed, {outcome.model}", reference=reference,
-            frame="ros", latency_title="latency: publish -> odometry (DDS + queue + model)"))
+        outcome.files["plot"] = str(
+            plot_run(
+                run_dir / "demo.png",
+                poses,
+                lat,
+                np.ones(len(stamps), bool),
+                f"demo: {outcome.posed}/{outcome.sent} frames posed, {outcome.model}",
+                reference=reference,
+                frame="ros",
+                latency_title="latency: publish -> odometry (DDS + queue + model)",
+            )
+        )
     outcome.files["report"] = str(run_dir / "report.json")
-    write_json(run_dir / "report.json", {**asdict(outcome), "accounted": outcome.accounted, "ok": outcome.ok,
-                                         "save_map": getattr(save_response, "message", "")})
+    write_json(
+        run_dir / "report.json",
+        {
+            **asdict(outcome),
+            "accounted": outcome.accounted,
+            "ok": outcome.ok,
+            "save_map": getattr(save_response, "message", ""),
+        },
+    )
     return outcome
 
 
@@ -172,16 +222,22 @@ def print_report(outcome: DemoOutcome, out: TextIO) -> None:
         f"p95 {lat.get('p95', float('nan')):.0f} ms",
         f"  map         {outcome.map_points} points  {outcome.files.get('map', '(not saved)')}",
         f"  trajectory  {outcome.trajectory_poses} poses  {outcome.files.get('trajectory', '(not saved)')}",
-        "  recorded    " + ", ".join(f"{t.rsplit('/', 1)[-1]} {n}" for t, n in outcome.recorded.items())
+        "  recorded    "
+        + ", ".join(f"{t.rsplit('/', 1)[-1]} {n}" for t, n in outcome.recorded.items())
         + f"  {outcome.files['recording']}",
     ]
     if outcome.ate is not None:
-        lines.append(f"  ATE         RMSE {outcome.ate['rmse']:.4f} (Sim(3)-aligned, "
-                     f"{outcome.ate['matched']} poses, ground-truth units)")
+        lines.append(
+            f"  ATE         RMSE {outcome.ate['rmse']:.4f} (Sim(3)-aligned, "
+            f"{outcome.ate['matched']} poses, ground-truth units)"
+        )
     elif outcome.ate_note:
         lines.append(f"  ATE         {outcome.ate_note}")
-    lines += [f"  plot        {outcome.files.get('plot', '(none)')}",
-              f"  report      {outcome.files['report']}", f"  node log    {outcome.files['node_log']}"]
+    lines += [
+        f"  plot        {outcome.files.get('plot', '(none)')}",
+        f"  report      {outcome.files['report']}",
+        f"  node log    {outcome.files['node_log']}",
+    ]
     if outcome.node_exit_code != 0:
         lines.append(f"  node exit   {outcome.node_exit_code} (expected 0 after SIGINT)")
     print("\n".join(lines), file=out)

@@ -32,8 +32,10 @@ def load_trajectory(path: Path, topic: str | None = None) -> tuple[np.ndarray, n
         odometry = [c for c in reader.connections if c.msgtype == ODOMETRY]
         chosen = [c for c in odometry if topic is None or c.topic == topic]
         if len({c.topic for c in chosen}) != 1:
-            raise BagError(f"bag {path} has odometry topics {sorted({c.topic for c in odometry}) or 'none'}; "
-                           + ("pick one with --topic" if topic is None else f"not {topic}"))
+            raise BagError(
+                f"bag {path} has odometry topics {sorted({c.topic for c in odometry}) or 'none'}; "
+                + ("pick one with --topic" if topic is None else f"not {topic}")
+            )
         ts = ros2_typestore()
         stamps, rows = [], []
         for conn, _, raw in reader.messages(connections=chosen):
@@ -48,8 +50,13 @@ def load_trajectory(path: Path, topic: str | None = None) -> tuple[np.ndarray, n
     return np.array(stamps), np.array(rows, dtype=np.float64)
 
 
-def compare(estimate: Path, reference: Path, alignment: str = "sim3", max_diff_s: float = 0.02,
-            topic: str | None = None) -> tuple[AteResult, np.ndarray, np.ndarray]:
+def compare(
+    estimate: Path,
+    reference: Path,
+    alignment: str = "sim3",
+    max_diff_s: float = 0.02,
+    topic: str | None = None,
+) -> tuple[AteResult, np.ndarray, np.ndarray]:
     """ATE of `estimate` against `reference`, and both centre tracks ([N, 3] aligned estimate, [M, 3])."""
     stamps_e, rows_e = load_trajectory(estimate, topic)
     stamps_r, rows_r = load_trajectory(reference, topic)
@@ -59,26 +66,37 @@ def compare(estimate: Path, reference: Path, alignment: str = "sim3", max_diff_s
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `ate`."""
-    p = subparsers.add_parser("ate", help="trajectory error between TUM files / recorded bags",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "ate",
+        help="trajectory error between TUM files / recorded bags",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("estimate", type=Path, help="TUM file or recorded bag")
     p.add_argument("reference", type=Path, help="TUM file or recorded bag (e.g. ground truth)")
     p.add_argument("--align", choices=ALIGNMENTS, default="sim3")
     p.add_argument("--max-diff", type=float, default=0.02, help="stamp association tolerance in seconds")
     p.add_argument("--topic", default=None, help="odometry topic of a bag (default: its only one)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of both tracks from above")
-    p.add_argument("--frame", choices=sorted(TOP_VIEW), default="ros",
-                   help="axes of the reference for the plot: ros (map, z up) or optical (y down)")
+    p.add_argument(
+        "--frame",
+        choices=sorted(TOP_VIEW),
+        default="ros",
+        help="axes of the reference for the plot: ros (map, z up) or optical (y down)",
+    )
     p.set_defaults(func=main_args)
 
 
 def main_args(args: argparse.Namespace) -> int:
     """Run `ate` from parsed arguments."""
-    result, estimate, reference = compare(args.estimate, args.reference, args.align, args.max_diff,
-                                          args.topic)
-    print(f"ATE ({args.align} alignment, {result.matched} matched poses, units of the reference): "
-          f"RMSE {result.rmse:.6g}, mean {result.mean:.6g}, median {result.median:.6g}, "
-          f"max {result.max:.6g}; alignment scale {result.alignment.scale:.6g}")
+    result, estimate, reference = compare(
+        args.estimate, args.reference, args.align, args.max_diff, args.topic
+    )
+    print(
+        f"ATE ({args.align} alignment, {result.matched} matched poses, units of the reference): "
+        f"RMSE {result.rmse:.6g}, mean {result.mean:.6g}, median {result.median:.6g}, "
+        f"max {result.max:.6g}; alignment scale {result.alignment.scale:.6g}"
+    )
     if args.plot is not None:
         title = f"ATE RMSE {result.rmse:.4g} ({args.align}, {result.matched} poses)"
         path = plot_alignment(args.plot, estimate, reference, title, args.frame)

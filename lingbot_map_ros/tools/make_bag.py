@@ -132,8 +132,9 @@ def resize_to_width(rgb: np.ndarray, width: int | None) -> np.ndarray:
     return cv2.resize(np.ascontiguousarray(rgb), (width, height), interpolation=cv2.INTER_AREA)
 
 
-def write_camera_bag(config: MakeBagConfig, frames: Iterable[np.ndarray], k: np.ndarray | None = None,
-                     total: int | None = None) -> MakeBagResult:
+def write_camera_bag(
+    config: MakeBagConfig, frames: Iterable[np.ndarray], k: np.ndarray | None = None, total: int | None = None
+) -> MakeBagResult:
     """Write `frames` (RGB uint8, all one size) to a new bag; `k` [3, 3] pixels or None (uncalibrated)."""
     period_ns = round(1e9 / config.rate_hz)
     start = time.time_ns() if config.start_time_ns is None else config.start_time_ns
@@ -144,8 +145,10 @@ def write_camera_bag(config: MakeBagConfig, frames: Iterable[np.ndarray], k: np.
             if size is None:
                 size = rgb.shape[:2]
             elif rgb.shape[:2] != size:
-                raise ValueError(f"frame {count} is {rgb.shape[1]}x{rgb.shape[0]}, the first was "
-                                 f"{size[1]}x{size[0]}; pass --width to resize all frames")
+                raise ValueError(
+                    f"frame {count} is {rgb.shape[1]}x{rgb.shape[0]}, the first was "
+                    f"{size[1]}x{size[0]}; pass --width to resize all frames"
+                )
             stamp = start + count * period_ns
             if config.compressed is None:
                 msg = image_message(bag.typestore, rgb, stamp, config.frame_id)
@@ -164,26 +167,42 @@ def write_camera_bag(config: MakeBagConfig, frames: Iterable[np.ndarray], k: np.
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `make-bag`."""
-    p = subparsers.add_parser("make-bag", help="folder of images or a video file -> rosbag2 camera bag",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "make-bag",
+        help="folder of images or a video file -> rosbag2 camera bag",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("source", type=Path, help="folder of images (name order) or a video file")
     p.add_argument("-o", "--output", type=Path, required=True, help="bag folder to create (must not exist)")
     p.add_argument("--storage", choices=sorted(STORAGE_PLUGINS), default="mcap")
     p.add_argument("--rate", type=float, default=None, help="frames per second (default: video's rate or 10)")
     p.add_argument("--frame-id", default="camera_optical_frame")
-    p.add_argument("--topic", default="/camera/image_raw",
-                   help="image topic (compressed: '/compressed' appended)")
+    p.add_argument(
+        "--topic", default="/camera/image_raw", help="image topic (compressed: '/compressed' appended)"
+    )
     p.add_argument("--info-topic", default="/camera/camera_info")
     p.add_argument("--no-camera-info", action="store_true", help="write no CameraInfo messages")
-    p.add_argument("--compressed", choices=("jpeg", "png"), default=None,
-                   help="write sensor_msgs/CompressedImage instead of raw rgb8 Image")
+    p.add_argument(
+        "--compressed",
+        choices=("jpeg", "png"),
+        default=None,
+        help="write sensor_msgs/CompressedImage instead of raw rgb8 Image",
+    )
     p.add_argument("--width", type=int, default=None, help="resize frames to this width (aspect kept)")
     p.add_argument("--every", type=int, default=1, help="keep every N-th input frame")
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
-    p.add_argument("--start-time", type=float, default=None,
-                   help="first stamp, seconds since epoch (default now)")
-    p.add_argument("--intrinsics", type=float, nargs=4, metavar=("FX", "FY", "CX", "CY"), default=None,
-                   help="camera matrix in pixels of the written frames (default: uncalibrated, K = 0)")
+    p.add_argument(
+        "--start-time", type=float, default=None, help="first stamp, seconds since epoch (default now)"
+    )
+    p.add_argument(
+        "--intrinsics",
+        type=float,
+        nargs=4,
+        metavar=("FX", "FY", "CX", "CY"),
+        default=None,
+        help="camera matrix in pixels of the written frames (default: uncalibrated, K = 0)",
+    )
     p.set_defaults(func=main_args)
 
 
@@ -205,18 +224,25 @@ def main_args(args: argparse.Namespace) -> int:
     else:
         raise ValueError(f"source {source} is neither a folder of images nor a video file")
     topic = args.topic + "/compressed" if args.compressed else args.topic
-    config = MakeBagConfig(output=args.output, storage=args.storage, rate_hz=rate or 10.0,
-                           frame_id=args.frame_id, topic=topic,
-                           info_topic=None if args.no_camera_info else args.info_topic,
-                           compressed=args.compressed,
-                           start_time_ns=None if args.start_time is None else round(args.start_time * 1e9))
+    config = MakeBagConfig(
+        output=args.output,
+        storage=args.storage,
+        rate_hz=rate or 10.0,
+        frame_id=args.frame_id,
+        topic=topic,
+        info_topic=None if args.no_camera_info else args.info_topic,
+        compressed=args.compressed,
+        start_time_ns=None if args.start_time is None else round(args.start_time * 1e9),
+    )
     k = None
     if args.intrinsics is not None:
         fx, fy, cx, cy = args.intrinsics
         k = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
     result = write_camera_bag(config, frames, k, total)
-    print(f"wrote {result.frames} frames {result.width}x{result.height} at {config.rate_hz:g} Hz to "
-          f"{result.path} ({config.storage}, topic {config.topic})")
+    print(
+        f"wrote {result.frames} frames {result.width}x{result.height} at {config.rate_hz:g} Hz to "
+        f"{result.path} ({config.storage}, topic {config.topic})"
+    )
     return 0
 
 

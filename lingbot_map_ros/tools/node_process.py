@@ -40,7 +40,10 @@ class NodeProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, env=None if env is None else dict(env),
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
             start_new_session=new_session,
         )
 
@@ -104,10 +107,14 @@ class NodeProcess:
             if client.wait_for_service(name, timeout_s, give_up=lambda: not self.alive()):
                 continue
             if not self.alive():
-                raise NodeProcessError(f"the node exited with code {self.proc.returncode} while starting; "
-                                       f"its log ({self.log_path}) ends with:\n{self.log_tail()}")
-            raise NodeProcessError(f"service {name} not available after {timeout_s:g} s; the node's "
-                                   f"log ({self.log_path}) ends with:\n{self.log_tail()}")
+                raise NodeProcessError(
+                    f"the node exited with code {self.proc.returncode} while starting; "
+                    f"its log ({self.log_path}) ends with:\n{self.log_tail()}"
+                )
+            raise NodeProcessError(
+                f"service {name} not available after {timeout_s:g} s; the node's "
+                f"log ({self.log_path}) ends with:\n{self.log_tail()}"
+            )
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGINT and wait; kill if it hangs (`killed`). Returns the exit code."""

@@ -11,8 +11,14 @@ from lingbot_map_ros.ros.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.node_process import NodeProcess, NodeProcessError
 
 
-def wait_until_done(monitor: MappingMonitor, sent: int, node: NodeProcess, deadline: float,
-                    settle_s: float = 1.0, lost_after_s: float = 10.0) -> None:
+def wait_until_done(
+    monitor: MappingMonitor,
+    sent: int,
+    node: NodeProcess,
+    deadline: float,
+    settle_s: float = 1.0,
+    lost_after_s: float = 10.0,
+) -> None:
     """Block (with a progress bar of posed frames) until `monitor.done(sent)` and no pose for `settle_s`.
 
     Also returns when the node is idle and no further frame has arrived for `lost_after_s`: the missing frames
@@ -29,9 +35,13 @@ def wait_until_done(monitor: MappingMonitor, sent: int, node: NodeProcess, deadl
             if settled and (monitor.done(sent) or (monitor.idle() and now - arrived_at >= lost_after_s)):
                 return
             if not node.alive():
-                raise NodeProcessError(f"the node exited with code {node.proc.returncode} while mapping; "
-                                       f"its log ends with:\n{node.log_tail()}")
+                raise NodeProcessError(
+                    f"the node exited with code {node.proc.returncode} while mapping; "
+                    f"its log ends with:\n{node.log_tail()}"
+                )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the node had not handled all {sent} frames before the timeout "
-                                   f"(diagnostics: {monitor.diagnostics})")
+                raise TimeoutError(
+                    f"the node had not handled all {sent} frames before the timeout "
+                    f"(diagnostics: {monitor.diagnostics})"
+                )
             time.sleep(0.1)

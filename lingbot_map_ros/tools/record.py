@@ -22,12 +22,21 @@ from lingbot_map_ros.ros.client import ClientNode
 from lingbot_map_ros.tools.bag_io import STORAGE_PLUGINS, BagWriter
 
 
-def node_output_topics(node_name: str = "lingbot_map", namespace: str = "",
-                       depth: bool = False) -> tuple[str, ...]:
+def node_output_topics(
+    node_name: str = "lingbot_map", namespace: str = "", depth: bool = False
+) -> tuple[str, ...]:
     """The node's published topics worth recording (issue 5's interface), fully qualified."""
     prefix = f"{namespace.rstrip('/')}/{node_name}" if namespace else f"/{node_name}"
-    topics = ["/tf", "/tf_static", f"{prefix}/odometry", f"{prefix}/path", f"{prefix}/map_cloud",
-              f"{prefix}/frame_cloud", f"{prefix}/camera_info", "/diagnostics"]
+    topics = [
+        "/tf",
+        "/tf_static",
+        f"{prefix}/odometry",
+        f"{prefix}/path",
+        f"{prefix}/map_cloud",
+        f"{prefix}/frame_cloud",
+        f"{prefix}/camera_info",
+        "/diagnostics",
+    ]
     if depth:
         topics.append(f"{prefix}/depth")
     return tuple(topics)
@@ -75,8 +84,9 @@ class Recorder:
         self._counts: dict[str, int] = {}
         self.last_message_time = time.monotonic()
         self.started = time.monotonic()
-        self._subscriber = RawTopicSubscriber(client.node, config.topics, self._write,
-                                              config.discovery_period_s)
+        self._subscriber = RawTopicSubscriber(
+            client.node, config.topics, self._write, config.discovery_period_s
+        )
 
     def _write(self, topic: str, msgtype: str, data: bytes, stamp_ns: int) -> None:
         with self._lock:
@@ -114,8 +124,12 @@ class Recorder:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `record`."""
-    p = subparsers.add_parser("record", help="record the node's outputs (TF, odometry, path, clouds)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "record",
+        help="record the node's outputs (TF, odometry, path, clouds)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-o", "--output", type=Path, required=True, help="bag folder to create (must not exist)")
     p.add_argument("--topics", nargs="+", default=None, help="fully qualified topics (default: node outputs)")
     p.add_argument("--node-name", default="lingbot_map", help="node whose outputs to record")
@@ -123,17 +137,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--depth", action="store_true", help="also record ~/depth (large)")
     p.add_argument("--storage", choices=sorted(STORAGE_PLUGINS), default="mcap")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--until-idle", type=float, default=None, metavar="SECONDS",
-                   help="stop once no message arrived for this long (after the first one)")
+    p.add_argument(
+        "--until-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop once no message arrived for this long (after the first one)",
+    )
     p.set_defaults(func=main_args)
 
 
 def main_args(args: argparse.Namespace) -> int:
     """Run `record` from parsed arguments."""
-    topics = (tuple(args.topics) if args.topics
-              else node_output_topics(args.node_name, args.namespace, args.depth))
-    config = RecordConfig(output=args.output, topics=topics, storage=args.storage, duration_s=args.duration,
-                          until_idle_s=args.until_idle)
+    topics = (
+        tuple(args.topics) if args.topics else node_output_topics(args.node_name, args.namespace, args.depth)
+    )
+    config = RecordConfig(
+        output=args.output,
+        topics=topics,
+        storage=args.storage,
+        duration_s=args.duration,
+        until_idle_s=args.until_idle,
+    )
     client = ClientNode("lingbot_map_record")
     recorder = Recorder(client, config)
     # Ctrl-C ends the recording; the bag is still finished below
@@ -141,8 +166,10 @@ def main_args(args: argparse.Namespace) -> int:
         client.spin_until(recorder.should_stop, lambda: progress.update(recorder.total - progress.n))
     stats = recorder.close()
     client.close()
-    print(f"recorded {sum(stats.recorded.values())} messages to {config.output}: "
-          + ", ".join(f"{t}: {n}" for t, n in sorted(stats.recorded.items())))
+    print(
+        f"recorded {sum(stats.recorded.values())} messages to {config.output}: "
+        + ", ".join(f"{t}: {n}" for t, n in sorted(stats.recorded.items()))
+    )
     if stats.missing:
         print(f"never published: {', '.join(stats.missing)}", file=sys.stderr)
     return 0

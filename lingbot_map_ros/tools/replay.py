@@ -66,8 +66,10 @@ def _selected(connections: list[Connection], topics: tuple[str, ...] | None, bag
     if topics is None:
         chosen = [c for c in connections if c.msgtype in (*CAMERA_TYPES, CAMERA_INFO)]
         if not chosen:
-            raise BagError(f"bag {bag} has no Image, CompressedImage or CameraInfo topic; "
-                           f"its topics: {sorted({c.topic for c in connections})}")
+            raise BagError(
+                f"bag {bag} has no Image, CompressedImage or CameraInfo topic; "
+                f"its topics: {sorted({c.topic for c in connections})}"
+            )
         return chosen
     known = {c.topic for c in connections}
     missing = [t for t in topics if t not in known]
@@ -90,13 +92,16 @@ def replay(client: ClientNode, config: ReplayConfig) -> ReplayStats:
         bag_start = reader.start_time + round(config.start_s * 1e9)
         per_pass = None if config.loop or config.start_s > 0 else sum(c.msgcount for c in connections)
         wall_start = time.monotonic()
-        progress = tqdm(total=per_pass, desc="replay", unit="msg", file=sys.stderr,
-                        disable=not config.progress)
+        progress = tqdm(
+            total=per_pass, desc="replay", unit="msg", file=sys.stderr, disable=not config.progress
+        )
         with progress:
             while True:
                 stored = reader.messages(connections=connections, start=bag_start)
-                messages = ((config.remap.get(conn.topic, conn.topic), log_time, raw)
-                            for conn, log_time, raw in stored)
+                messages = (
+                    (config.remap.get(conn.topic, conn.topic), log_time, raw)
+                    for conn, log_time, raw in stored
+                )
                 player.play(messages, bag_start, config.rate, progress.update)
                 if not config.loop:
                     break
@@ -111,18 +116,31 @@ def replay(client: ClientNode, config: ReplayConfig) -> ReplayStats:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `replay`."""
-    p = subparsers.add_parser("replay", help="play a bag's camera topics into DDS with recorded timing",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "replay",
+        help="play a bag's camera topics into DDS with recorded timing",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("bag", type=Path)
     p.add_argument("--rate", type=float, default=1.0, help="playback speed factor")
     p.add_argument("--loop", action="store_true", help="play again from the start until interrupted")
     p.add_argument("--start", type=float, default=0.0, help="skip this many seconds of the bag")
     p.add_argument("--topics", nargs="+", default=None, help="topics to play (default: camera + camera_info)")
     p.add_argument("--remap", nargs="+", default=[], metavar="FROM:=TO", help="rename topics when publishing")
-    p.add_argument("--qos", choices=QOS_CHOICES, default="reliable",
-                   help="reliable (default; waits for acks at the end) or sensor (best effort)")
-    p.add_argument("--wait-for-subscribers", type=float, default=0.0, metavar="SECONDS",
-                   help="wait up to this long for a subscriber on every played topic before playing")
+    p.add_argument(
+        "--qos",
+        choices=QOS_CHOICES,
+        default="reliable",
+        help="reliable (default; waits for acks at the end) or sensor (best effort)",
+    )
+    p.add_argument(
+        "--wait-for-subscribers",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for a subscriber on every played topic before playing",
+    )
     p.add_argument("--ack-timeout", type=float, default=10.0, metavar="SECONDS")
     p.set_defaults(func=main_args)
 
@@ -140,10 +158,17 @@ def parse_remaps(items: list[str]) -> dict[str, str]:
 
 def main_args(args: argparse.Namespace) -> int:
     """Run `replay` from parsed arguments."""
-    config = ReplayConfig(bag=args.bag, rate=args.rate, loop=args.loop, start_s=args.start,
-                          topics=tuple(args.topics) if args.topics else None, remap=parse_remaps(args.remap),
-                          qos=args.qos, wait_for_subscribers_s=args.wait_for_subscribers,
-                          ack_timeout_s=args.ack_timeout)
+    config = ReplayConfig(
+        bag=args.bag,
+        rate=args.rate,
+        loop=args.loop,
+        start_s=args.start,
+        topics=tuple(args.topics) if args.topics else None,
+        remap=parse_remaps(args.remap),
+        qos=args.qos,
+        wait_for_subscribers_s=args.wait_for_subscribers,
+        ack_timeout_s=args.ack_timeout,
+    )
     client = ClientNode("lingbot_map_replay")
     try:
         stats = replay(client, config)
@@ -153,7 +178,9 @@ def main_args(args: argparse.Namespace) -> int:
     finally:
         client.close()
     total = sum(stats.published.values())
-    print(f"published {total} messages in {stats.wall_s:.1f} s "
-          f"({', '.join(f'{t}: {n}' for t, n in stats.published.items())}); "
-          f"{'all acknowledged' if stats.all_acked else 'NOT all acknowledged within the timeout'}")
+    print(
+        f"published {total} messages in {stats.wall_s:.1f} s "
+        f"({', '.join(f'{t}: {n}' for t, n in stats.published.items())}); "
+        f"{'all acknowledged' if stats.all_acked else 'NOT all acknowledged within the timeout'}"
+    )
     return 0 if stats.all_acked else 1

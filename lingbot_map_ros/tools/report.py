@@ -20,14 +20,23 @@ import numpy as np  # noqa: E402
 from lingbot_map_ros.engine.writers import atomic_write  # noqa: E402
 
 # frame -> (horizontal axis, vertical axis, their labels) of the view from above
-TOP_VIEW = {"optical": (0, 2, "x (right of first camera)", "z (forward of first camera)"),
-            "ros": (0, 1, "x (forward of first camera)", "y (left of first camera)")}
+TOP_VIEW = {
+    "optical": (0, 2, "x (right of first camera)", "z (forward of first camera)"),
+    "ros": (0, 1, "x (forward of first camera)", "y (left of first camera)"),
+}
 
 
-def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np.ndarray, title: str,
-             reference: np.ndarray | None = None,
-             reference_label: str = "ground truth (Sim(3)-aligned)", frame: str = "optical",
-             latency_title: str = "per-frame latency (anchor frames share their step)") -> Path:
+def plot_run(
+    path: Path,
+    poses: np.ndarray,
+    latency_ms: np.ndarray,
+    keyframe: np.ndarray,
+    title: str,
+    reference: np.ndarray | None = None,
+    reference_label: str = "ground truth (Sim(3)-aligned)",
+    frame: str = "optical",
+    latency_title: str = "per-frame latency (anchor frames share their step)",
+) -> Path:
     """Write a two-panel PNG.
 
     Args:
@@ -42,8 +51,10 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
     h, v, h_label, v_label = TOP_VIEW[frame]
     poses, latency_ms, keyframe = np.asarray(poses), np.asarray(latency_ms, float), np.asarray(keyframe, bool)
     if poses.ndim != 3 or poses.shape[1:] != (4, 4) or not len(latency_ms) == len(poses) == len(keyframe):
-        raise ValueError(f"expected poses [N, 4, 4] and N latencies/keyframe flags, got {poses.shape}, "
-                         f"{latency_ms.shape}, {keyframe.shape}")
+        raise ValueError(
+            f"expected poses [N, 4, 4] and N latencies/keyframe flags, got {poses.shape}, "
+            f"{latency_ms.shape}, {keyframe.shape}"
+        )
     fig, (top, lat) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
     centres = poses[:, :3, 3]
     if reference is not None:
@@ -54,9 +65,18 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
     heading = poses[:, :3, 2]  # the camera's optical axis
     step = max(1, len(poses) // 20)
     scale = 0.08 * max(float(np.ptp(centres[:, [h, v]], axis=0).max()), 1e-6)
-    top.quiver(centres[::step, h], centres[::step, v], heading[::step, h] * scale, heading[::step, v] * scale,
-               angles="xy", scale_units="xy", scale=1, color="tab:orange", width=0.004,
-               label="view direction")
+    top.quiver(
+        centres[::step, h],
+        centres[::step, v],
+        heading[::step, h] * scale,
+        heading[::step, v] * scale,
+        angles="xy",
+        scale_units="xy",
+        scale=1,
+        color="tab:orange",
+        width=0.004,
+        label="view direction",
+    )
     top.set_xlabel(h_label)
     top.set_ylabel(v_label)
     top.set_title("trajectory from above")
@@ -67,8 +87,9 @@ def plot_run(path: Path, poses: np.ndarray, latency_ms: np.ndarray, keyframe: np
     index = np.arange(len(latency_ms))
     lat.plot(index, latency_ms, color="tab:red", lw=1.0)
     if not keyframe.all():
-        lat.scatter(index[~keyframe], latency_ms[~keyframe], s=8, color="tab:purple", label="non-keyframe",
-                    zorder=3)
+        lat.scatter(
+            index[~keyframe], latency_ms[~keyframe], s=8, color="tab:purple", label="non-keyframe", zorder=3
+        )
     finite = latency_ms[np.isfinite(latency_ms)]
     if finite.size:
         p50 = float(np.median(finite))
@@ -95,9 +116,15 @@ def latency_summary(latency_ms: np.ndarray) -> dict[str, float]:
     finite = finite[np.isfinite(finite)]
     if not finite.size:
         return {}
-    return {name: round(float(value), 1) for name, value in (
-        ("mean", finite.mean()), ("p50", np.median(finite)), ("p95", np.percentile(finite, 95)),
-        ("max", finite.max()))}
+    return {
+        name: round(float(value), 1)
+        for name, value in (
+            ("mean", finite.mean()),
+            ("p50", np.median(finite)),
+            ("p95", np.percentile(finite, 95)),
+            ("max", finite.max()),
+        )
+    }
 
 
 def _finite(value: object) -> object:
@@ -112,8 +139,9 @@ def _finite(value: object) -> object:
     return value
 
 
-def plot_alignment(path: Path, estimate: np.ndarray, reference: np.ndarray, title: str,
-                   frame: str = "ros") -> Path:
+def plot_alignment(
+    path: Path, estimate: np.ndarray, reference: np.ndarray, title: str, frame: str = "ros"
+) -> Path:
     """PNG of two trajectories from above: `estimate` [N, 3] (already aligned) over `reference` [M, 3]."""
     if frame not in TOP_VIEW:
         raise ValueError(f"frame must be one of {sorted(TOP_VIEW)}, got {frame!r}")
@@ -121,8 +149,9 @@ def plot_alignment(path: Path, estimate: np.ndarray, reference: np.ndarray, titl
     fig, ax = plt.subplots(figsize=(6, 5.4))
     ax.plot(reference[:, h], reference[:, v], color="0.6", lw=2.5, label="reference")
     ax.plot(estimate[:, h], estimate[:, v], color="tab:blue", lw=1.2, label="estimate (aligned)")
-    ax.scatter(reference[:1, h], reference[:1, v], s=50, marker="*", color="tab:green", label="start",
-               zorder=3)
+    ax.scatter(
+        reference[:1, h], reference[:1, v], s=50, marker="*", color="tab:green", label="start", zorder=3
+    )
     ax.set_xlabel(h_label)
     ax.set_ylabel(v_label)
     ax.set_aspect("equal", adjustable="datalim")

@@ -83,8 +83,12 @@ class RunConfig:
     def mapper_config(self) -> MapperConfig:
         """The node's mapper settings for these options (defaults equal the node's parameters)."""
         scale = ScaleConfig("fixed", self.scale_factor) if self.scale_factor else ScaleConfig("none")
-        voxel = VoxelMapConfig(voxel_size=self.voxel_size, conf_threshold=self.conf_threshold,
-                               pixel_stride=self.pixel_stride, max_points=self.max_points)
+        voxel = VoxelMapConfig(
+            voxel_size=self.voxel_size,
+            conf_threshold=self.conf_threshold,
+            pixel_stride=self.pixel_stride,
+            max_points=self.max_points,
+        )
         return MapperConfig(voxel=voxel, scale=scale)
 
 
@@ -117,13 +121,23 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
     from lingbot_map_ros.engine.builder import EngineSpec, build_engine
     from lingbot_map_ros.engine.config import SessionConfig
 
-    return build_engine(EngineSpec(
-        preset=config.preset, checkpoint=config.checkpoint, device=config.device, seed=config.seed,
-        session=SessionConfig(
-            scale_frames=config.scale_frames, sliding_window=config.sliding_window,
-            max_window=max(DEFAULT_MAX_WINDOW, config.sliding_window),
-            keyframe_interval=config.keyframe_interval,
-            image_width=config.image_width, backend="auto")), model)
+    return build_engine(
+        EngineSpec(
+            preset=config.preset,
+            checkpoint=config.checkpoint,
+            device=config.device,
+            seed=config.seed,
+            session=SessionConfig(
+                scale_frames=config.scale_frames,
+                sliding_window=config.sliding_window,
+                max_window=max(DEFAULT_MAX_WINDOW, config.sliding_window),
+                keyframe_interval=config.keyframe_interval,
+                image_width=config.image_width,
+                backend="auto",
+            ),
+        ),
+        model,
+    )
 
 
 def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
@@ -138,8 +152,9 @@ def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
     return topic, total if config.max_frames is None else min(total, config.max_frames)
 
 
-def run_bag(config: RunConfig, model: StreamingModel | None = None,
-            on_frame: Callable[[int], None] | None = None) -> RunResult:
+def run_bag(
+    config: RunConfig, model: StreamingModel | None = None, on_frame: Callable[[int], None] | None = None
+) -> RunResult:
     """Stream every frame of the bag's camera topic through the engine and write the outputs.
 
     Args:
@@ -155,8 +170,14 @@ def run_bag(config: RunConfig, model: StreamingModel | None = None,
     stamps, poses, latency, keyframe = [], [], [], []
     frames = 0
     start = time.perf_counter()
-    for frame in tqdm(iter_frames(config.bag, topic, config.max_frames), total=total, desc="run",
-                      unit="frame", file=sys.stderr, disable=not config.progress):
+    for frame in tqdm(
+        iter_frames(config.bag, topic, config.max_frames),
+        total=total,
+        desc="run",
+        unit="frame",
+        file=sys.stderr,
+        disable=not config.progress,
+    ):
         frames += 1
         step_start = time.perf_counter()
         results = session.push(frame.rgb, meta=frame.stamp_ns)
@@ -172,10 +193,17 @@ def run_bag(config: RunConfig, model: StreamingModel | None = None,
     wall_s = time.perf_counter() - start
     if frames == 0:
         raise ValueError(f"topic {topic} of bag {config.bag} holds no frames")
-    result = RunResult(frames=frames, stamps_s=np.array(stamps), poses=np.array(poses).reshape(-1, 4, 4),
-                       latency_ms=np.array(latency), keyframe=np.array(keyframe, bool),
-                       dropped=frames - len(stamps), wall_s=wall_s, map_points=len(mapper.voxels),
-                       session_stats=session.stats().as_dict())
+    result = RunResult(
+        frames=frames,
+        stamps_s=np.array(stamps),
+        poses=np.array(poses).reshape(-1, 4, 4),
+        latency_ms=np.array(latency),
+        keyframe=np.array(keyframe, bool),
+        dropped=frames - len(stamps),
+        wall_s=wall_s,
+        map_points=len(mapper.voxels),
+        session_stats=session.stats().as_dict(),
+    )
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved, _ = persistence.save(config.save_session, session, mapper, config.compat(), int)
@@ -186,21 +214,38 @@ def run_bag(config: RunConfig, model: StreamingModel | None = None,
 def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic: str) -> None:
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    result.files = {"trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
-                    "map": write_ply(out / "map.ply", *voxels.points())}
+    result.files = {
+        "trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
+        "map": write_ply(out / "map.ply", *voxels.points()),
+    }
     weights = f"synthetic (seed {config.seed})" if config.checkpoint is None else str(config.checkpoint)
     if len(result.poses):
         result.files["plot"] = plot_run(
-            out / "run.png", result.poses, result.latency_ms, result.keyframe,
+            out / "run.png",
+            result.poses,
+            result.latency_ms,
+            result.keyframe,
             f"{config.bag.name}: {result.frames} frames, preset {config.preset}, weights {weights}, "
-            f"width {config.image_width}, {result.fps:.1f} FPS on {config.device}", frame="ros")
+            f"width {config.image_width}, {result.fps:.1f} FPS on {config.device}",
+            frame="ros",
+        )
     summary = {
-        "bag": str(config.bag), "topic": topic, "preset": config.preset, "weights": weights,
-        "device": config.device, "image_width": config.image_width, "frames": result.frames,
-        "posed": len(result.stamps_s), "keyframes": int(result.keyframe.sum()), "dropped": result.dropped,
-        "wall_s": round(result.wall_s, 3), "fps": round(result.fps, 3),
-        "latency_ms": latency_summary(result.latency_ms), "map_points": result.map_points,
-        "map": voxels.stats(), "session": result.session_stats,
+        "bag": str(config.bag),
+        "topic": topic,
+        "preset": config.preset,
+        "weights": weights,
+        "device": config.device,
+        "image_width": config.image_width,
+        "frames": result.frames,
+        "posed": len(result.stamps_s),
+        "keyframes": int(result.keyframe.sum()),
+        "dropped": result.dropped,
+        "wall_s": round(result.wall_s, 3),
+        "fps": round(result.fps, 3),
+        "latency_ms": latency_summary(result.latency_ms),
+        "map_points": result.map_points,
+        "map": voxels.stats(),
+        "session": result.session_stats,
         "files": {k: _relative_to(v, out) for k, v in result.files.items()},
     }
     result.files["summary"] = write_json(out / "summary.json", summary)
@@ -214,18 +259,36 @@ def _relative_to(path: Path, folder: Path) -> str:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `run`."""
-    p = subparsers.add_parser("run", help="engine on a bag without DDS -> TUM, PLY, summary JSON, PNG",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "run",
+        help="engine on a bag without DDS -> TUM, PLY, summary JSON, PNG",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("bag", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="output folder (created)")
-    p.add_argument("--topics", nargs="+", default=None, metavar="TOPIC",
-                   help="several camera topics mapped together (default without --topic: every camera "
-                        "topic of the bag)")
+    p.add_argument(
+        "--topics",
+        nargs="+",
+        default=None,
+        metavar="TOPIC",
+        help="several camera topics mapped together (default without --topic: every camera topic of the bag)",
+    )
     add_run_options(p)
-    p.add_argument("--load", type=Path, default=None, metavar="SESSION",
-                   help="continue a saved session folder (docs/session.md) before the bag's frames")
-    p.add_argument("--save", type=Path, default=None, metavar="SESSION",
-                   help="save the session to this new folder at the end (node: session.load_path loads it)")
+    p.add_argument(
+        "--load",
+        type=Path,
+        default=None,
+        metavar="SESSION",
+        help="continue a saved session folder (docs/session.md) before the bag's frames",
+    )
+    p.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        metavar="SESSION",
+        help="save the session to this new folder at the end (node: session.load_path loads it)",
+    )
     p.set_defaults(func=main_args)
 
 
@@ -237,8 +300,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
     p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
     p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument("--sliding-window", type=_sliding_window, default=DEFAULT_SLIDING_WINDOW,
-                   help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)")
+    p.add_argument(
+        "--sliding-window",
+        type=_sliding_window,
+        default=DEFAULT_SLIDING_WINDOW,
+        help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)",
+    )
     p.add_argument("--keyframe-interval", type=int, default=1)
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
@@ -247,20 +314,39 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conf-threshold", type=float, default=1.5)
     p.add_argument("--stride", type=int, default=2, help="pixel stride of the map (node: map.stride)")
     p.add_argument("--max-points", type=int, default=500_000, help="map point budget (node: map.max_points)")
-    p.add_argument("--scale-factor", type=float, default=None,
-                   help="metres per model unit (node: scale.source fixed, scale.factor); default: none")
+    p.add_argument(
+        "--scale-factor",
+        type=float,
+        default=None,
+        help="metres per model unit (node: scale.source fixed, scale.factor); default: none",
+    )
 
 
 def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
     """The `RunConfig` of `bag` -> `output` for the options of `add_run_options` (and `run`'s --load/--save
     where `args` has them)."""
-    return RunConfig(bag=bag, output_dir=output, topic=args.topic, preset=args.preset,
-                     checkpoint=args.checkpoint, device=args.device, image_width=args.width,
-                     scale_frames=args.scale_frames, sliding_window=args.sliding_window,
-                     keyframe_interval=args.keyframe_interval, max_frames=args.max_frames, seed=args.seed,
-                     threads=args.threads, voxel_size=args.voxel_size, conf_threshold=args.conf_threshold,
-                     pixel_stride=args.stride, max_points=args.max_points, scale_factor=args.scale_factor,
-                     load_session=getattr(args, "load", None), save_session=getattr(args, "save", None))
+    return RunConfig(
+        bag=bag,
+        output_dir=output,
+        topic=args.topic,
+        preset=args.preset,
+        checkpoint=args.checkpoint,
+        device=args.device,
+        image_width=args.width,
+        scale_frames=args.scale_frames,
+        sliding_window=args.sliding_window,
+        keyframe_interval=args.keyframe_interval,
+        max_frames=args.max_frames,
+        seed=args.seed,
+        threads=args.threads,
+        voxel_size=args.voxel_size,
+        conf_threshold=args.conf_threshold,
+        pixel_stride=args.stride,
+        max_points=args.max_points,
+        scale_factor=args.scale_factor,
+        load_session=getattr(args, "load", None),
+        save_session=getattr(args, "save", None),
+    )
 
 
 def _sliding_window(text: str) -> int:
@@ -307,14 +393,18 @@ def _run_topics(args: argparse.Namespace, config: RunConfig) -> int:
             summary = run_cameras(config, topics)
             print(f"{summary['frames']} frames of {len(topics)} cameras, {summary['fps']:.2f} FPS")
             for name, camera in summary["cameras"].items():
-                print(f"  {name:10s} {camera['topic']}: {camera['posed']} posed, {camera['dropped']} "
-                      f"dropped, {camera['map_points']} map points -> {args.output / name}")
+                print(
+                    f"  {name:10s} {camera['topic']}: {camera['posed']} posed, {camera['dropped']} "
+                    f"dropped, {camera['map_points']} map points -> {args.output / name}"
+                )
             return 0
     if args.topics:
         config = replace(config, topic=args.topics[0])
     result = run_bag(config)
-    print(f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
-          f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points")
+    print(
+        f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
+        f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points"
+    )
     for name, path in result.files.items():
         print(f"  {name:10s} {path}")
     return 0

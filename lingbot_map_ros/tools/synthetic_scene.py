@@ -122,16 +122,22 @@ def _intersect(origin: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.nda
     return t, axis, surface
 
 
-def _shade(points: np.ndarray, dirs: np.ndarray, axis: np.ndarray, surface: np.ndarray,
-           seed: int) -> np.ndarray:
+def _shade(
+    points: np.ndarray, dirs: np.ndarray, axis: np.ndarray, surface: np.ndarray, seed: int
+) -> np.ndarray:
     """Linear RGB in [0, 1] [N, 3]: per-surface colour x value noise x tile grid x Lambert-like falloff."""
     # In-plane texture coordinates: the two world coordinates other than the face's normal axis.
     uv_index = np.array([[1, 2], [0, 2], [0, 1]])[axis]
     uv = np.take_along_axis(points, uv_index, axis=1)
     rng = np.random.default_rng(seed)
     palette = 0.35 + 0.6 * rng.random((6 + len(BOXES), 3))
-    noise = sum(0.5**octave * _value_noise(uv * (1.5 * 2.0**octave), seed + 31 * octave + surface)
-                for octave in range(5)) / 1.9375
+    noise = (
+        sum(
+            0.5**octave * _value_noise(uv * (1.5 * 2.0**octave), seed + 31 * octave + surface)
+            for octave in range(5)
+        )
+        / 1.9375
+    )
     tiles = np.abs(np.sin(np.pi * uv * 2.0))
     grid = 1.0 - 0.55 * ((tiles[:, 0] < 0.06) | (tiles[:, 1] < 0.06))
     blob = _value_noise(uv * 0.7, seed + 999 + surface)
@@ -171,8 +177,14 @@ class SceneBag:
     k: np.ndarray
 
 
-def write_scene_bag(config: SceneConfig, bag_path: Path, ground_truth: Path, storage: str = "mcap",
-                    rate_hz: float = 10.0, start_time_ns: int = 1_700_000_000_000_000_000) -> SceneBag:
+def write_scene_bag(
+    config: SceneConfig,
+    bag_path: Path,
+    ground_truth: Path,
+    storage: str = "mcap",
+    rate_hz: float = 10.0,
+    start_time_ns: int = 1_700_000_000_000_000_000,
+) -> SceneBag:
     """Render the loop and write it as a camera bag (rgb8 Image + CameraInfo) plus a TUM ground truth."""
     poses = camera_path(config)
     frames = (render(config, pose)[0] for pose in poses)
@@ -186,8 +198,12 @@ def write_scene_bag(config: SceneConfig, bag_path: Path, ground_truth: Path, sto
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `synthetic-scene`."""
-    p = subparsers.add_parser("synthetic-scene", help="render the demo scene to a bag + ground truth",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "synthetic-scene",
+        help="render the demo scene to a bag + ground truth",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-o", "--output", type=Path, required=True, help="bag folder to create")
     p.add_argument("--ground-truth", type=Path, default=None, help="TUM file (default: OUTPUT.gt.tum)")
     p.add_argument("--frames", type=int, default=SceneConfig.frames)
@@ -203,7 +219,9 @@ def main_args(args: argparse.Namespace) -> int:
     config = SceneConfig(width=args.width, height=args.height, frames=args.frames)
     gt = args.ground_truth or args.output.with_name(args.output.name + ".gt.tum")
     scene = write_scene_bag(config, args.output, gt, args.storage, args.rate)
-    print(f"wrote {scene.bag.frames} frames {config.width}x{config.height} to {scene.bag.path}, "
-          f"ground truth {gt}", file=sys.stdout)
+    print(
+        f"wrote {scene.bag.frames} frames {config.width}x{config.height} to {scene.bag.path}, "
+        f"ground truth {gt}",
+        file=sys.stdout,
+    )
     return 0
-

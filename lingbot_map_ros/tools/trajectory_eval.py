@@ -65,21 +65,35 @@ def ate(estimate: np.ndarray, reference: np.ndarray, alignment: str = "sim3") ->
     else:
         transform = umeyama_sim3(estimate, reference, with_scale=alignment == "sim3")
     errors = np.linalg.norm(transform.apply_points(estimate) - reference, axis=1)
-    return AteResult(float(np.sqrt((errors**2).mean())), float(errors.mean()), float(np.median(errors)),
-                     float(errors.max()), len(errors), transform)
+    return AteResult(
+        float(np.sqrt((errors**2).mean())),
+        float(errors.mean()),
+        float(np.median(errors)),
+        float(errors.max()),
+        len(errors),
+        transform,
+    )
 
 
-def matched_ate(stamps_e: np.ndarray, rows_e: np.ndarray, stamps_r: np.ndarray, rows_r: np.ndarray,
-                max_diff_s: float = 0.02, alignment: str = "sim3") -> AteResult:
+def matched_ate(
+    stamps_e: np.ndarray,
+    rows_e: np.ndarray,
+    stamps_r: np.ndarray,
+    rows_r: np.ndarray,
+    max_diff_s: float = 0.02,
+    alignment: str = "sim3",
+) -> AteResult:
     """ATE of trajectory e against reference r (stamps [N] s, TUM rows [N, 7]) on stamp-matched poses."""
     pairs = associate(stamps_e, stamps_r, max_diff_s)
     if len(pairs) < 3:
-        raise ValueError(f"only {len(pairs)} stamps of the estimate match the reference within "
-                         f"{max_diff_s} s; need >= 3")
+        raise ValueError(
+            f"only {len(pairs)} stamps of the estimate match the reference within {max_diff_s} s; need >= 3"
+        )
     return ate(rows_e[pairs[:, 0], :3], rows_r[pairs[:, 1], :3], alignment)
 
 
-def absolute_trajectory_error(estimate: Path, reference: Path, max_diff_s: float = 0.02,
-                              alignment: str = "sim3") -> AteResult:
+def absolute_trajectory_error(
+    estimate: Path, reference: Path, max_diff_s: float = 0.02, alignment: str = "sim3"
+) -> AteResult:
     """ATE of the TUM trajectory `estimate` against the TUM ground truth `reference` (default Sim(3))."""
     return matched_ate(*read_tum(estimate), *read_tum(reference), max_diff_s, alignment)

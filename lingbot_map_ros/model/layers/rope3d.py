@@ -30,9 +30,7 @@ def video_rope_axis_dims(head_dim: int) -> tuple[int, int, int]:
     return temporal, spatial, spatial
 
 
-def video_positions(
-    frame_indices: torch.Tensor, grid_h: int, grid_w: int, num_special: int
-) -> torch.Tensor:
+def video_positions(frame_indices: torch.Tensor, grid_h: int, grid_w: int, num_special: int) -> torch.Tensor:
     """(t, h, w) positions `[S * (num_special + grid_h*grid_w), 3]` int64 for frames `frame_indices` `[S]`.
 
     Frame-major, each frame's special tokens first, patches row-major.
@@ -59,9 +57,7 @@ class Rotation3D:
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         pairs = x.float().unflatten(-1, (-1, 2))
         real, imag = pairs[..., 0], pairs[..., 1]
-        out = torch.stack(
-            (real * self.cos - imag * self.sin, real * self.sin + imag * self.cos), dim=-1
-        )
+        out = torch.stack((real * self.cos - imag * self.sin, real * self.sin + imag * self.cos), dim=-1)
         return out.flatten(-2).to(x.dtype)
 
 
