@@ -2,7 +2,7 @@
 # Set up the environment (idempotent) and run the whole test suite: ruff, then pytest.
 #
 #   scripts/run_tests.sh                 # everything
-#   scripts/run_tests.sh test/test_cache_semantics.py -x   # extra arguments go to pytest
+#   scripts/run_tests.sh test/cache/test_cache_trace.py -x   # extra arguments go to pytest
 #
 # DDS stays on this machine: every test run gets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, its own ROS_DOMAIN_ID,
 # a temporary ROS_LOG_DIR and the project's large shared-memory Fast DDS profile (camera-sized images).

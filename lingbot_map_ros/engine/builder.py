@@ -5,7 +5,7 @@ sessions over one model and one shared KV pool (engine/multi_stream.py).
 
 The node (`ros/pipeline.py`), `lingbot-map-ros run` (`tools/run_bag.py`) and the benchmarks describe what they
 want as an `EngineSpec` (weights, device, precision, streaming policy) and call `build_engine` once; the model
-is `session.model`. `test/test_tools_layering.py` keeps it that way (one call site per tool, no direct
+is `session.model`. `test/tools/test_tools_layering.py` keeps it that way (one call site per tool, no direct
 `StreamingSession(...)` or `build_model(...)` outside this module and the tests).
 """
 

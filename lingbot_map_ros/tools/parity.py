@@ -6,7 +6,7 @@ Builds the "lingbot-map" preset on the meta device, adopts `synthetic_state_dict
 once), runs the case's protocol from `inputs.npz` + `case.json` in float32 on the CPU (phase 1 with S0 frames,
 then one frame per step with the keyframe rule) and writes `pose_enc`, `depth`, `depth_conf` and the debug
 arrays under the fixture's names. It never reads `expected.npz`; compare with `check_parity.py` or
-test/test_parity.py.
+test/model/test_parity.py.
 """
 
 from __future__ import annotations

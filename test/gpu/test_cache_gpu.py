@@ -2,7 +2,7 @@
 anchors.
 
 Skipped without CUDA (and the FlashInfer checks without the flashinfer package). Run on the H200:
-``python3 -m pytest -q -m gpu test/test_cache_gpu.py``.
+``python3 -m pytest -q -m gpu test/gpu/test_cache_gpu.py``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ FRAMES = {"s0": 8, "s1": 10, "s2": 12}
 OPTIONS = ["--width", "56", "--scale-frames", "4"]
 START_NS = 1_700_000_000_000_000_000
 TIMING_KEYS = ("wall_s", "fps", "latency_ms", "session", "files")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ class Run:
         self.robot = subprocess.Popen(
             [
                 str(PYTHON),
-                str(Path(__file__).with_name("robot_sim.py")),
+                str(Path(__file__).parent.with_name("robot_sim.py")),
                 str(self.truth),
                 "--frames",
                 str(FRAMES),

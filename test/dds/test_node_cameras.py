@@ -212,7 +212,7 @@ def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
         robot = subprocess.Popen(
             [
                 str(PYTHON),
-                str(Path(__file__).with_name("robot_sim.py")),
+                str(Path(__file__).parent.with_name("robot_sim.py")),
                 str(tmp_path / "truth.npz"),
                 "--frames",
                 str(ROBOT_FRAMES),

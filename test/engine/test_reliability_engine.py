@@ -18,7 +18,7 @@ from lingbot_map_ros.engine.session import NonFiniteOutputError, StreamingSessio
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
 S0 = 3
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> str:

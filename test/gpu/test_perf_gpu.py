@@ -1,6 +1,6 @@
 """Issue 13 on CUDA (tiny preset, CUDA graphs): the overlapped push and the pool growth on the GPU.
 
-Skipped without CUDA. Run on the H200: ``python3 -m pytest -q -m gpu --noconftest test/test_perf_gpu.py``.
+Skipped without CUDA. Run on the H200: ``python3 -m pytest -q -m gpu --noconftest test/gpu/test_perf_gpu.py``.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ class LiveRun:
         self.robot = subprocess.Popen(
             [
                 str(PYTHON),
-                str(Path(__file__).with_name("robot_sim.py")),
+                str(Path(__file__).parent.with_name("robot_sim.py")),
                 str(self.truth),
                 "--live",
                 "--frames",

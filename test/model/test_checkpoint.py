@@ -13,7 +13,7 @@ from lingbot_map_ros.model import CheckpointError, ModelConfig, build_model, loa
 from lingbot_map_ros.model.checkpoint import expected_shapes, load_state_dict_strict, meta_model
 from lingbot_map_ros.tools import convert
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 TSV = SHARED / "parity" / "state_dict_keys.tsv"
 RELEASED_TENSORS = 1342
 RELEASED_PARAMS = 1_157_943_540

@@ -19,7 +19,7 @@ from lingbot_map_ros.engine.geometry import rotation_angle
 from lingbot_map_ros.engine.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 NUM_FRAMES = 3000
 S0 = 4
 MAX_STORED = 1024  # the reference's RoPE table: it crashes on the step whose temporal index is 1,024

@@ -12,7 +12,7 @@ from cache_steps import run_step
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 
 
 def _step(cache: PagedKVCache, num_frames: int, keyframe: bool, attend: bool = True) -> int:

@@ -1,7 +1,7 @@
 """Batched streams on CUDA: FlashInfer's one call per layer over the shared pool vs the single-stream path.
 
 Skipped without CUDA (and the FlashInfer checks without the flashinfer package). Run on the H200:
-``python3 -m pytest -q -m gpu --noconftest test/test_multi_stream_gpu.py``.
+``python3 -m pytest -q -m gpu --noconftest test/gpu/test_multi_stream_gpu.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from lingbot_map_ros.tools.evaluate import compare
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"
 FRAMES = 30
 

@@ -3,7 +3,7 @@
 batched model step; each camera's results match a camera of its own within bf16 tolerance.
 
 Skipped without CUDA. Run on the H200 (in .device/src): `/tmp/rv/bin/python -m pytest -q -m gpu -s
-test/test_node_cameras_gpu.py`.
+test/gpu/test_node_cameras_gpu.py`.
 """
 
 from __future__ import annotations

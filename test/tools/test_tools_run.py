@@ -12,7 +12,7 @@ from lingbot_map_ros.engine.writers import read_ply, read_tum
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"
 FRAMES = 30
 START_NS = 1_700_000_000_000_000_000

@@ -91,7 +91,7 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
         PARAMS,
         client=ros_client,
         ready=("reset", "optimize"),
-        script=Path(__file__).with_name("loop_oracle_node.py"),
+        script=Path(__file__).parent.with_name("loop_oracle_node.py"),
     )
     try:
         images = ros_client.publisher(Image, "/loop/image", RELIABLE)
@@ -177,7 +177,7 @@ def test_robot_mode_loop_jumps_map_to_odom(ros_client: RosClient, tmp_path: Path
     tf = collect(ros_client, TFMessage, "/tf")
     params = {**PARAMS, "tf.mode": "map_to_odom", "tf.publish_rate": 20.0}
     proc = start_tiny_node(tmp_path, "loop", params, client=ros_client, ready=("reset", "optimize"),
-                           script=Path(__file__).with_name("loop_oracle_node.py"))  # fmt: skip
+                           script=Path(__file__).parent.with_name("loop_oracle_node.py"))  # fmt: skip
     try:
         tf_pub = ros_client.publisher(TFMessage, "/tf", RELIABLE)
         static_pub = ros_client.publisher(TFMessage, "/tf_static", LATCHED)

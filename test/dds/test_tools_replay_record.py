@@ -19,7 +19,7 @@ from sensor_msgs.msg import Image
 
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"
 FRAMES = 20
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lingbot_map_ros"
+PACKAGE = Path(__file__).resolve().parents[2] / "lingbot_map_ros"
 ROS_ONLY_ROOTS = ("rclpy", "tf2_ros", "cv_bridge", "rosidl_runtime_py")
 ROS_ONLY_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
 OUTSIDE_ROS = ("cache", "model", "engine", "tools")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+REPO = Path(__file__).resolve().parents[2]
 CASES = sorted(p for p in (SHARED / "parity").glob("case_*") if (p / "case.json").is_file())
 
 

@@ -23,7 +23,7 @@ from lingbot_map_ros.tools.bag_io import (
 )
 from lingbot_map_ros.tools.make_bag import image_files, read_images
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"
 FRAMES = 12
 START_S = 1_700_000_000.5

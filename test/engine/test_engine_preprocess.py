@@ -9,7 +9,7 @@ import pytest
 
 from lingbot_map_ros.engine.preprocess import preprocess, preprocess_geometry, resize_uint8
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 CASES = sorted((SHARED / "parity").glob("case_*"))
 
 
