@@ -8,7 +8,7 @@
 #   ../shared/gpu/prepare_flashinfer.sh .device/whl          # mode tests (carry .device/whl)
 #   ../shared/gpu/prepare_ros_wheels.sh .device/rosw         # mode node (carry .device/rosw, not whl)
 #   cp ../shared/gpu/*.sh .device/
-# There:  cd .device/src && bash benchmarks/h200_call.sh MODE      (MODE: tests | long | node)
+# There:  cd .device/src && bash benchmarks/h200_call.sh MODE      (MODE: tests | long | node | node-ab | gpu-node)
 # Results come back under $OUT (at most 8 files): copy $OUT/*_h200.json into benchmarks/results/, then
 # `python benchmarks/render_results.py` prints docs/benchmarks.md's tables.
 #
@@ -18,11 +18,16 @@
 #            multi_camera.py 1,2,4 cameras, default backend, compiled, with the single-stream row
 #   long     startup.py over 5,000 frames (16 re-anchors): p99 of the last 300 frames vs the first full window
 #   node     node_e2e.py at 60 and 30 Hz with the defaults, then with depth.every_n 2 and inference.overlap false
+#   node-ab BEFORE   node_e2e.py with the defaults at 60 and 30 Hz: this tree, the tree in BEFORE (another
+#            commit, e.g. .device/ab/before from `git archive`), this tree again: a refactor's before/after
+#            side by side on one machine (set DEV to the folder holding rosw/ and the env scripts)
+#   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
+#            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
-MODE=${1:?MODE: tests | long | node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | gpu-node}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
-DEV=..   # .device, where the wheels and the env scripts are
+DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
 
 step() {  # step SECONDS COMMAND...: run with a time limit, log to $OUT/log (a cut-off call keeps the log)
   local limit=$1
@@ -38,8 +43,8 @@ case "$MODE" in
   tests)
     . "$DEV/device_env.sh" "$DEV" >>"$LOG" 2>&1 || { echo "FlashInfer install failed" | tee -a "$LOG"; exit 1; }
     export PYTHONPATH=$PWD:$PYTHONPATH
-    step 200 python3 -u -m pytest -q --noconftest test/test_perf_gpu.py test/test_cache_gpu.py \
-      test/test_multi_stream_gpu.py test/test_perf_graphed.py
+    step 200 python3 -u -m pytest -q --noconftest test/gpu/test_perf_gpu.py test/gpu/test_cache_gpu.py \
+      test/gpu/test_multi_stream_gpu.py test/model/test_perf_graphed.py
     mkdir -p "$OUT/fi_aot"
     find /tmp/fiws -name '*.so' -size -16M 2>/dev/null | head -5 | xargs -r -I{} cp {} "$OUT/fi_aot/"
     step 110 python3 -u $STARTUP --frames 300 --push overlapped --record "$OUT/startup_h200.json"
@@ -62,6 +67,22 @@ case "$MODE" in
       --record "$OUT/node_e2e_h200.json"
     step 120 $NODE --rates 60,30 --seconds 12 --settle-s 4 --set inference.overlap=false \
       --record "$OUT/node_e2e_h200.json"
+    ;;
+  node-ab)
+    BEFORE=$(cd "${2:?node-ab BEFORE: the folder of the code to compare with}" && pwd)
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    SITE=${PYTHONPATH#*:}
+    for tree in "$PWD" "$BEFORE" "$PWD"; do
+      (cd "$tree" && export PYTHONPATH=$tree:$SITE && echo "tree $tree commit $(cat COMMIT)" | tee -a "$LOG" &&
+        step 170 /tmp/rv/bin/python -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc \
+          --out "/tmp/ne_$(cat COMMIT)" --rates 60,30 --seconds 12 --settle-s 5 \
+          --record "$OUT/node_e2e_ab_h200.json")
+    done
+    ;;
+  gpu-node)
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    step 400 /tmp/rv/bin/python -u -m pytest -q -rs test/gpu/test_node_cameras_gpu.py \
+      test/gpu/test_multi_stream_gpu.py
     ;;
   *)
     echo "unknown MODE $MODE" >&2
