@@ -38,8 +38,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.client import ClientNode
 from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.tools.node_process import NodeProcess
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 from fault_injection import FAULTS_ENV
 
-from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.tf_buffer import TfBuffer
 from lingbot_map_ros.tools import node_process
 from lingbot_map_ros.tools.dds import allocate_domain_id
