@@ -1,4 +1,4 @@
-"""Helpers of the issue-16 reliability tests (test_reliability_attacks*.py, test_reliability_streams.py):
+"""Helpers of the issue-16 reliability tests (test_reliability_attacks*.py, _streams.py, _input*.py):
 start a tiny-preset node as a subprocess, read its /diagnostics (memory: process_memory.py `PeakRss`)."""
 
 from __future__ import annotations
@@ -12,6 +12,17 @@ from ros_helpers import Collector, RosClient
 
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+#: Anchor frames of the input suites (test_reliability_input*.py).
+S0 = 2
+#: What the input suites change of the base parameters: 2 anchors, deep reader history, /diagnostics at 20 Hz,
+#: no depth or frame cloud.
+INPUT_PARAMS = {
+    "kv_cache.scale_frames": S0,
+    "qos.depth": 500,
+    "diagnostics_rate": 20.0,
+    "publish.frame_cloud": False,
+    "publish.depth": False,
+}
 #: What the attack suites change of the base parameters (`TINY_NODE_PARAMS`): 2 anchors, a short queue, no
 #: depth or frame cloud, /diagnostics at 10 Hz.
 ATTACK_PARAMS = {
@@ -59,6 +70,13 @@ def latest(
         return [s for s in found if s is not None and predicate(*s)]
 
     return matching(diag.wait_for(lambda msgs: bool(matching(msgs)), timeout))[-1]
+
+
+def latest_values(
+    diag: Collector, name: str, predicate: Callable[[dict[str, str]], bool], timeout: float = 30.0
+) -> dict[str, str]:
+    """The values of the newest non-empty status of node `name` on /diagnostics with `predicate(values)`."""
+    return latest(diag, name, lambda _level, _message, values: bool(values) and predicate(values), timeout)[2]
 
 
 def count(values: dict[str, str], key: str) -> int:
