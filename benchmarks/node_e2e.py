@@ -25,27 +25,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from node_child import REPO, parameter_overrides, thread_cpu, thread_shares, use_isolated_dds
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from lingbot_map_ros.tools.node_process import NodeProcess
+
 NODE = "lingbot_map"
-
-
-def _value(text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+#: `--executor single`: the node's main with rclpy's SingleThreadedExecutor patched in (node.py unchanged).
+SINGLE_EXECUTOR_NODE = (
+    "import sys, rclpy.executors as e\n"
+    "e.MultiThreadedExecutor = lambda num_threads=None, **k: e.SingleThreadedExecutor(**k)\n"
+    "from lingbot_map_ros.ros.node import main\n"
+    "sys.exit(main())\n"
+)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -58,30 +55,6 @@ def percentiles(values: list[float]) -> dict[str, float]:
         "p99": float(np.percentile(a, 99)),
         "count": len(values),
     }
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system) of every thread of process `pid`, with its name (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-            name = (task / "comm").read_text().strip()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
-def busiest_threads(before: dict, after: dict, seconds: float, top: int = 8) -> list[dict]:
-    """Threads of the node by CPU share over a window (1.0 = one core busy)."""
-    rows = [
-        {"tid": tid, "name": name, "cpu": round((cpu - before.get(tid, (name, 0.0))[1]) / seconds, 3)}
-        for tid, (name, cpu) in after.items()
-    ]
-    return sorted(rows, key=lambda r: -r["cpu"])[:top]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,14 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-    env.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="node_e2e_roslog_"))
-    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_localhost_big_shm.xml"))
-    os.environ.update(env)
-    params = {"model.warmup_image_size": f"{args.width}x{args.height}"}
-    params.update({k: _value(v) for k, v in (item.split("=", 1) for item in args.set)})
+    env = use_isolated_dds()
+    params = {"model.warmup_image_size": f"{args.width}x{args.height}", **parameter_overrides(args.set)}
 
     import rclpy
     from builtin_interfaces.msg import Time
@@ -133,20 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         TFMessage = None
 
-    command = [sys.executable, "-m", "lingbot_map_ros.ros.node", "--ros-args", "-r", f"__node:={NODE}"]
+    script = None
     if args.executor == "single":
-        patch = (
-            "import sys, rclpy.executors as e; "
-            "e.MultiThreadedExecutor = lambda num_threads=None, **k: e.SingleThreadedExecutor(**k); "
-            "from lingbot_map_ros.ros.node import main; sys.exit(main())"
-        )
-        command = [sys.executable, "-c", patch, "--ros-args", "-r", f"__node:={NODE}"]
-    for key, value in params.items():
-        command += ["-p", f"{key}:={json.dumps(value)}"]
+        script = args.out / "single_executor_node.py"
+        script.write_text(SINGLE_EXECUTOR_NODE)
     log_path = args.out / "node_e2e.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed below
     process_start = time.monotonic()
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = NodeProcess.start(log_path, params, name=NODE, script=script, env=env)
 
     context = Context()
     rclpy.init(context=context)
@@ -229,10 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                 first = odometry[0][1] if odometry else None
             if first is not None:
                 break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                tail = log_path.read_text(errors="replace").splitlines()[-30:]
-                raise SystemExit(f"no odometry (node exit {proc.poll()}); log tail:\n" + "\n".join(tail))
+            if not proc.alive() or time.monotonic() > deadline:
+                tail = proc.log_tail(30)
+                raise SystemExit(f"no odometry (node exit {proc.proc.poll()}); log tail:\n{tail}")
             time.sleep(0.01)
         report["process_start_to_first_pose_s"] = time.monotonic() - process_start
         print(f"first pose {report['process_start_to_first_pose_s']:.1f} s after the node process started")
@@ -243,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 t0_ns, n_pub0, n_odo0, n_tf0 = time.time_ns(), len(published), len(odometry), len(tf)
             cpu0 = thread_cpu(proc.pid)
             time.sleep(args.seconds)
-            threads = busiest_threads(cpu0, thread_cpu(proc.pid), args.seconds)
+            threads = thread_shares(cpu0, thread_cpu(proc.pid), args.seconds)[:8]
             with lock:
                 t1_ns = time.time_ns()
                 pub_stamps = set(published[n_pub0:])
@@ -295,14 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop.set()
         cam.join(2)
-        if proc.poll() is None:
-            proc.send_signal(2)
-            try:
-                report["node_exit_code"] = proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                report["node_exit_code"] = proc.wait()
-        log.close()
+        report["node_exit_code"] = proc.stop(30)
         executor.shutdown(timeout_sec=2)
         rclpy.try_shutdown(context=context)
     configured = [line for line in log_path.read_text(errors="replace").splitlines() if "configured:" in line]

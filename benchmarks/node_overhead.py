@@ -27,23 +27,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
+from node_child import use_isolated_dds
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="node_overhead_ros_log_"))
-os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_localhost_big_shm.xml"))
-
+use_isolated_dds()
 import rclpy  # noqa: E402  (after the DDS environment above)
 from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402

@@ -19,60 +19,36 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
+import sys
 import tempfile
-import threading
 import time
 import zipfile
 from pathlib import Path
 
 import cv2
 import numpy as np
-import psutil
 from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
+from node_child import REPO, use_isolated_dds
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.client import ClientNode
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.conversions import depth_to_image, rgb_to_image
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.tools.node_process import NodeProcess
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "test"))
+from process_memory import PeakRss  # noqa: E402 - the tests' sampler (test/process_memory.py)
+
 FRAMES = REPO.parent / "shared" / "data" / "loop"
 NAME = "attack_node"
 NODE = f"/{NAME}/{NAME}"
 LIMIT_MB = 1024.0
-
-
-class PeakSampler:
-    """Peak RSS (MiB) of a process, sampled every 5 ms on a thread while in the `with` block."""
-
-    def __init__(self, pid: int) -> None:
-        self.proc = psutil.Process(pid)
-        self.peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss(self) -> float:
-        return self.proc.memory_info().rss / 2**20
-
-    def __enter__(self) -> PeakSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.rss())
-            time.sleep(0.005)
+MIB = 2**20
 
 
 def stamp(i: int) -> Time:
@@ -80,15 +56,8 @@ def stamp(i: int) -> Time:
 
 
 def depth_msg(width: int, height: int, at: Time) -> Image:
-    data = np.full((height, width), 2.0, np.float32).tobytes()
-    return Image(
-        header=Header(stamp=at, frame_id="cam"),
-        height=height,
-        width=width,
-        encoding="32FC1",
-        step=width * 4,
-        data=data,
-    )
+    """A 32FC1 depth image of 2 m everywhere, `width` x `height`, in frame `cam`."""
+    return depth_to_image(np.full((height, width), 2.0, np.float32), Header(stamp=at, frame_id="cam"))
 
 
 def make_bomb(good: Path, target: Path, frames: int = 32, side: int = 4096) -> int:
@@ -130,11 +99,7 @@ def main() -> int:
     parser.add_argument("--depth-side", type=int, default=4096)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="session_attacks_"))
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    os.environ.setdefault(
-        "FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_localhost_big_shm.xml")
-    )
-    os.environ.setdefault("ROS_LOG_DIR", str(tmp / "roslog"))
+    use_isolated_dds()
     params = {
         "model.preset": "tiny",
         "model.device": "cpu",
@@ -172,8 +137,8 @@ def main() -> int:
             i += 1
             time.sleep(0.3)
         time.sleep(2.0)
-        sampler = PeakSampler(proc.pid)
-        idle = sampler.rss()
+        sampler = PeakRss(proc.pid)
+        idle = sampler.rss() / MIB
         rows.append(("node RSS idle (mapping, then quiet)", f"{idle:.0f} MiB"))
         saved = client.call_trigger(f"{NODE}/save_session", 60)
         assert saved.success, saved.message
@@ -194,27 +159,28 @@ def main() -> int:
             seconds = time.monotonic() - start
         rows.append(("zip bomb: answer", f"success={answer.success}: {answer.message[:110]}"))
         rows.append(("zip bomb: time to refuse", f"{seconds:.2f} s"))
-        rows.append(("zip bomb: node peak RSS above idle", f"{sampler.peak - idle:.0f} MiB"))
-        ok &= not answer.success and sampler.peak - idle < LIMIT_MB
+        peak = sampler.peak_sampled / MIB
+        rows.append(("zip bomb: node peak RSS above idle", f"{peak - idle:.0f} MiB"))
+        ok &= not answer.success and peak - idle < LIMIT_MB
 
-        base = sampler.rss()
-        flood = PeakSampler(proc.pid)
+        base = sampler.rss() / MIB
+        flood = PeakRss(proc.pid)
         with flood:
             for k in range(args.depth_images):
                 depth_pub.publish(depth_msg(args.depth_side, args.depth_side, stamp(1000 + k)))
                 time.sleep(0.2)
             time.sleep(3.0)
-        end = flood.rss()
+        end, peak = flood.rss() / MIB, flood.peak_sampled / MIB
         sent = args.depth_images * args.depth_side**2 * 4 / 2**20
         rows.append((f"depth flood: {args.depth_images} x {args.depth_side}² 32FC1", f"{sent:.0f} MiB sent"))
         rows.append(
             (
                 "depth flood: node peak RSS above idle",
-                f"{flood.peak - idle:.0f} MiB (at start {base - idle:+.0f})",
+                f"{peak - idle:.0f} MiB (at start {base - idle:+.0f})",
             )
         )
         rows.append(("depth flood: node RSS after, above idle", f"{end - idle:.0f} MiB"))
-        ok &= flood.peak - idle < LIMIT_MB
+        ok &= peak - idle < LIMIT_MB
     finally:
         client.close()
         code = proc.stop(30)

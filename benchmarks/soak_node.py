@@ -22,12 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,14 +30,11 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from node_child import REPO, use_isolated_dds
+from soak import load_loop_frames
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from soak import load_loop_frames  # noqa: E402
-
-from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW  # noqa: E402
+from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW
+from lingbot_map_ros.tools.node_process import NodeProcess
 
 NODE = "soak_node"
 
@@ -89,20 +81,8 @@ class NodeSoakReport:
         return not self.failures
 
 
-def dds_environment(log_dir: Path) -> dict[str, str]:
-    """LOCALHOST discovery, a random domain id (unless exported), ROS logs in `log_dir`, big-SHM profile."""
-    env = dict(os.environ)
-    env.update(
-        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-        ROS_DOMAIN_ID=os.environ.get("ROS_DOMAIN_ID") or str(random.randint(1, 100)),
-        ROS_LOG_DIR=str(log_dir),
-        FASTDDS_DEFAULT_PROFILES_FILE=str(REPO / "config" / "fastdds_localhost_big_shm.xml"),
-    )
-    return env
-
-
-def node_command(config: NodeSoakConfig) -> list[str]:
-    params = {
+def node_parameters(config: NodeSoakConfig) -> dict[str, object]:
+    return {
         "model.preset": "tiny",
         "model.device": "cpu",
         "model.image_width": config.width,
@@ -116,18 +96,12 @@ def node_command(config: NodeSoakConfig) -> list[str]:
         "publish.frame_cloud": False,
         "diagnostics_rate": 2.0,
     }
-    args = [sys.executable, "-m", "lingbot_map_ros.ros.node", "--ros-args", "-r", f"__node:={NODE}"]
-    for key, value in params.items():
-        args += ["-p", f"{key}:={json.dumps(value)}"]
-    return args
 
 
 def run_node_soak(config: NodeSoakConfig, out_dir: Path) -> NodeSoakReport:
     """Start the node, stream `config.frames` frames through it with flow control, measure, stop it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = dds_environment(Path(tempfile.mkdtemp(prefix="soak_node_roslog_")))
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "ROS_LOG_DIR")})
-    os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    env = use_isolated_dds()
     import rclpy
     from builtin_interfaces.msg import Time
     from diagnostic_msgs.msg import DiagnosticArray
@@ -143,8 +117,7 @@ def run_node_soak(config: NodeSoakConfig, out_dir: Path) -> NodeSoakReport:
     report = NodeSoakReport(config=config, window_full_frame=config.scale_frames + config.sliding_window)
     loop = load_loop_frames(config.source_width)
     messages = [rgb_to_image(rgb, Header(frame_id="soak_cam")) for rgb in loop]
-    log = open(out_dir / "soak_node.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(node_command(config), stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = NodeProcess.start(out_dir / "soak_node.log", node_parameters(config), name=NODE, env=env)
     context = Context()
     rclpy.init(context=context)
     client = rclpy.create_node("soak_client", context=context)
@@ -175,8 +148,10 @@ def run_node_soak(config: NodeSoakConfig, out_dir: Path) -> NodeSoakReport:
     try:
         deadline = time.monotonic() + config.timeout_s
         while pub.get_subscription_count() < 1:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the node did not subscribe (exit {proc.poll()}); see {log.name}")
+            if not proc.alive() or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the node did not subscribe (exit {proc.proc.poll()}); see {proc.log_path}"
+                )
             time.sleep(0.05)
         node = psutil.Process(proc.pid)
         start = time.monotonic()
@@ -200,15 +175,8 @@ def run_node_soak(config: NodeSoakConfig, out_dir: Path) -> NodeSoakReport:
         report.diagnostics = dict(diagnostics)
     finally:
         t0 = time.monotonic()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            report.exit_code = proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            report.exit_code = proc.wait()
+        report.exit_code = proc.stop(20)
         report.exit_s = time.monotonic() - t0
-        log.close()
         rclpy.try_shutdown(context=context)
         spinner.join(5)
     report.odometry = len(positions)

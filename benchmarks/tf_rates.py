@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -36,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from node_child import REPO, parameter_overrides, thread_cpu, thread_shares, use_isolated_dds
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from lingbot_map_ros.tools.node_process import NodeProcess
+
 NODE = "lingbot_map"
 JOINT_FRAMES = 6
 DEFAULT_SCENARIOS = "bare:0:0:0,odom30:30:0:0,robot:200:100:30"
@@ -70,34 +70,9 @@ class Scenario:
         return cls(name, float(odom), float(joints), float(info))
 
 
-def _value(text: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system) of every thread of process `pid`, with its name (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            name = (task / "comm").read_text().strip()
-        except OSError:
-            continue
-        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
 def cpu_share(before: dict, after: dict, seconds: float) -> tuple[float, list[dict]]:
     """(process total, busiest threads) in cores over a window."""
-    rows = [
-        {"name": name, "cpu": round((cpu - before.get(tid, (name, 0.0))[1]) / seconds, 3)}
-        for tid, (name, cpu) in after.items()
-    ]
-    rows.sort(key=lambda r: -r["cpu"])
+    rows = thread_shares(before, after, seconds)
     return round(sum(r["cpu"] for r in rows), 3), rows[:5]
 
 
@@ -212,15 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         return robot_main(f"/{NODE}_camera/camera_info")
     scenarios = [Scenario.parse(s) for s in args.scenarios.split(",")]
 
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-    env.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="tf_rates_roslog_"))
-    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_localhost_big_shm.xml"))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    os.environ.update(env)
-    params = dict(NODE_PARAMS)
-    params.update({k: _value(v) for k, v in (item.split("=", 1) for item in args.set)})
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = use_isolated_dds()
+    params = {**NODE_PARAMS, **parameter_overrides(args.set)}
 
     import rclpy
     from builtin_interfaces.msg import Time
@@ -236,22 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     from lingbot_map_ros.ros.conversions import rgb_to_image
 
     log_dir = Path(tempfile.mkdtemp(prefix="tf_rates_"))
-    command = [
-        sys.executable,
-        "-m",
-        "lingbot_map_ros.ros.node",
-        "--ros-args",
-        "-r",
-        f"__node:={NODE}",
-        "-r",
-        f"image:=/{NODE}_camera/image_raw",
-        "-r",
-        f"camera_info:=/{NODE}_camera/camera_info",
-    ]
-    for key, value in params.items():
-        command += ["-p", f"{key}:={json.dumps(value)}"]
-    node_log = open(log_dir / "node.log", "wb")  # noqa: SIM115 - closed below
-    node = subprocess.Popen(command, stdout=node_log, stderr=subprocess.STDOUT, env=env)
+    remaps = {"image": f"/{NODE}_camera/image_raw", "camera_info": f"/{NODE}_camera/camera_info"}
+    node = NodeProcess.start(log_dir / "node.log", params, remaps, name=NODE, env=env)
     robot = subprocess.Popen(
         [sys.executable, __file__, "--robot"],
         stdin=subprocess.PIPE,
@@ -401,16 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):  # the robot may have died (its log says why)
             robot.stdin.close()
         robot.terminate()
-        if node.poll() is None:
-            node.send_signal(2)
-            try:
-                report["node_exit_code"] = node.wait(30)
-            except subprocess.TimeoutExpired:
-                node.kill()
-                report["node_exit_code"] = node.wait()
-        else:
-            report["node_exit_code"] = node.returncode
-        node_log.close()
+        report["node_exit_code"] = node.stop(30)
         executor.shutdown(timeout_sec=2)
         rclpy.try_shutdown(context=context)
     text = (log_dir / "node.log").read_text(errors="replace")

@@ -1,19 +1,28 @@
-"""Helpers of the issue-16 reliability tests (test_reliability_attacks*.py, test_reliability_streams.py):
-start a tiny-preset node as a subprocess, read its /diagnostics, sample its memory with psutil."""
+"""Helpers of the issue-16 reliability tests (test_reliability_attacks*.py, _streams.py, _input*.py):
+start a tiny-preset node as a subprocess, read its /diagnostics (memory: process_memory.py `PeakRss`)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
-import psutil
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import Collector, RosClient
 
 RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+#: Anchor frames of the input suites (test_reliability_input*.py).
+S0 = 2
+#: What the input suites change of the base parameters: 2 anchors, deep reader history, /diagnostics at 20 Hz,
+#: no depth or frame cloud.
+INPUT_PARAMS = {
+    "kv_cache.scale_frames": S0,
+    "qos.depth": 500,
+    "diagnostics_rate": 20.0,
+    "publish.frame_cloud": False,
+    "publish.depth": False,
+}
 #: What the attack suites change of the base parameters (`TINY_NODE_PARAMS`): 2 anchors, a short queue, no
 #: depth or frame cloud, /diagnostics at 10 Hz.
 ATTACK_PARAMS = {
@@ -63,46 +72,15 @@ def latest(
     return matching(diag.wait_for(lambda msgs: bool(matching(msgs)), timeout))[-1]
 
 
+def latest_values(
+    diag: Collector, name: str, predicate: Callable[[dict[str, str]], bool], timeout: float = 30.0
+) -> dict[str, str]:
+    """The values of the newest non-empty status of node `name` on /diagnostics with `predicate(values)`."""
+    return latest(diag, name, lambda _level, _message, values: bool(values) and predicate(values), timeout)[2]
+
+
 def count(values: dict[str, str], key: str) -> int:
     return int(values.get(key, "0"))
-
-
-class PeakRss:
-    """Peak resident memory of a process: psutil samples every `period_s` and the kernel's VmHWM."""
-
-    def __init__(self, pid: int, period_s: float = 0.005) -> None:
-        self._proc = psutil.Process(pid)
-        self._period_s = period_s
-        self.peak_sampled = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak_sampled = max(self.peak_sampled, self._proc.memory_info().rss)
-            except psutil.Error:
-                return
-            time.sleep(self._period_s)
-
-    def rss(self) -> int:
-        return self._proc.memory_info().rss
-
-    def high_water_mark(self) -> int:
-        """The kernel's peak RSS of the process since it started (VmHWM, bytes)."""
-        with open(f"/proc/{self._proc.pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError("no VmHWM in /proc/<pid>/status")
 
 
 def warm_up(pub: object, odom: Collector, make: Callable[[int], object], timeout: float = 60.0) -> int:

@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 import yaml
 from fault_injection import FAULTS_ENV
 
-from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.tf_buffer import TfBuffer
 from lingbot_map_ros.tools import node_process
 from lingbot_map_ros.tools.dds import allocate_domain_id
@@ -176,6 +177,30 @@ def start_tiny_node(
     if client is not None:
         proc.wait_ready(client, [f"{namespace.rstrip('/')}/{name}/{service}" for service in ready])
     return proc
+
+
+@contextlib.contextmanager
+def in_process_node(params: Mapping[str, Any]) -> Iterator[Any]:
+    """A `LingBotMapNode` in this process, in its own rclpy context, with `TINY_NODE_PARAMS` updated by
+    `params`, configured and active (not spinning: no callbacks run); deactivated, cleaned up and destroyed
+    on exit."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from lingbot_map_ros.ros.node import LingBotMapNode
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    merged = {**TINY_NODE_PARAMS, **params}
+    node = LingBotMapNode(
+        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in merged.items()]
+    )
+    assert node.autostart()
+    yield node
+    node.trigger_deactivate()
+    node.trigger_cleanup()
+    node.destroy_node()
+    rclpy.shutdown(context=context)
 
 
 class Collector:

@@ -33,15 +33,11 @@ class StreamingModel(Protocol):
         """Fresh caches for one stream (its KV cache in ``pool`` when given: several streams batched)."""
 
     def step(
-        self,
-        images: torch.Tensor,
-        state: StreamState,
-        keyframe: bool = True,
-        keep_tokens: bool = False,
-        depth: bool = True,
+        self, images: torch.Tensor, state: StreamState, keyframe: bool = True, depth: bool = True
     ) -> StepOutput:
         """Run ``images`` ``[S, 3, H, W]`` (float in [0, 1]) through the stream ``state`` (``depth`` False:
-        without the depth head, its outputs None)."""
+        without the depth head, its outputs None). Only what the engine passes: `LingBotMap.step` also takes
+        ``keep_tokens`` (the parity tool's, on the model itself)."""
 
 
 @dataclass

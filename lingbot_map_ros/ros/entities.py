@@ -99,20 +99,8 @@ class NodeFacade:
 
     def __init__(self, node: Node, kept: KeptEntities) -> None:
         self._node = node
-        self._kept = kept
-
-    def create_publisher(self, msg_type: type, topic: str, qos: QoSProfile | int, **kwargs: Any) -> Any:
-        return self._kept.publisher(msg_type, topic, qos, **kwargs)
-
-    def create_subscription(
-        self,
-        msg_type: type,
-        topic: str,
-        callback: Callable[[Any], None],
-        qos: QoSProfile | int,
-        **kwargs: Any,
-    ) -> Any:
-        return self._kept.subscription(msg_type, topic, callback, qos, **kwargs)
+        self.create_publisher = kept.publisher  # the node's signatures: (msg_type, topic, qos, **kwargs)
+        self.create_subscription = kept.subscription  # (msg_type, topic, callback, qos, **kwargs)
 
     def destroy_publisher(self, publisher: Any) -> bool:
         return True  # kept until the node is destroyed at shutdown

@@ -3,8 +3,8 @@
 Every process this package starts on its own (tests, the demo's node) keeps DDS on the machine:
 `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`, a private `ROS_DOMAIN_ID`, `ROS_LOG_DIR` in a temp folder and
 the big shared-memory Fast DDS profile (camera-sized images do not fit the default 512 KiB segment).
-Only environment variables here; the QoS and message classes of the tools' endpoints are in `ros.qos` and
-`ros.message_types` (rclpy is imported only under `lingbot_map_ros/ros/`).
+Only environment variables here; the QoS and message classes of the tools' endpoints are in
+`ros.dds_tools.qos` and `ros.dds_tools.message_types` (rclpy is imported only under `lingbot_map_ros/ros/`).
 """
 
 from __future__ import annotations

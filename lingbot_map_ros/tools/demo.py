@@ -21,8 +21,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from lingbot_map_ros.ros.client import ClientNode
-from lingbot_map_ros.ros.mapping_monitor import MappingMonitor
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, COMPRESSED_IMAGE, camera_connection, open_bag
 from lingbot_map_ros.tools.dds import isolated_dds_env
 from lingbot_map_ros.tools.demo_analysis import DemoOutcome, analyse, print_report

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 
 NODE_MODULE = "lingbot_map_ros.ros.node"
 

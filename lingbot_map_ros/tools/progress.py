@@ -7,7 +7,7 @@ import time
 
 from tqdm import tqdm
 
-from lingbot_map_ros.ros.mapping_monitor import MappingMonitor
+from lingbot_map_ros.ros.dds_tools.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.node_process import NodeProcess, NodeProcessError
 
 

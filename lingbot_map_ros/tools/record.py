@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from lingbot_map_ros.ros.bag_recorder import RawTopicSubscriber
-from lingbot_map_ros.ros.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.bag_recorder import RawTopicSubscriber
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.tools.bag_io import STORAGE_PLUGINS, BagWriter
 
 

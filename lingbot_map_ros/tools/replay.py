@@ -16,9 +16,9 @@ from pathlib import Path
 from rosbags.interfaces import Connection
 from tqdm import tqdm
 
-from lingbot_map_ros.ros.bag_player import BagPlayer
-from lingbot_map_ros.ros.client import ClientNode
-from lingbot_map_ros.ros.qos import QOS_CHOICES
+from lingbot_map_ros.ros.dds_tools.bag_player import BagPlayer
+from lingbot_map_ros.ros.dds_tools.client import ClientNode
+from lingbot_map_ros.ros.dds_tools.qos import QOS_CHOICES
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, CAMERA_TYPES, BagError, open_bag
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from attack_helpers import ATTACK_PARAMS, RELIABLE, PeakRss, collect, count, latest, warm_up
+from attack_helpers import ATTACK_PARAMS, RELIABLE, collect, count, latest, warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
+from process_memory import PeakRss
 from ros_helpers import RosClient, load_frames, start_tiny_node
 from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from attack_helpers import warm_up
+from attack_helpers import collect, latest_values, warm_up
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import State, Transition
@@ -21,7 +21,7 @@ from nav_msgs.msg import Odometry
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from ros_helpers import Collector, RosClient, load_frames, start_tiny_node
+from ros_helpers import RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -43,30 +43,6 @@ FAULT_PARAMS = {
     "publish.frame_cloud": False,
     "publish.depth": False,
 }
-
-
-def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
-    """Subscribe (reliable) and wait until a publisher is matched, so no early message is lost."""
-    collector = Collector()
-    sub = client.node.create_subscription(msg_type, topic, collector, RELIABLE)
-    deadline = time.monotonic() + timeout
-    while sub.get_publisher_count() < 1:
-        assert time.monotonic() < deadline, f"no publisher on {topic} within {timeout} s"
-        time.sleep(0.02)
-    return collector
-
-
-def latest(collector: Collector, name: str, predicate: object, timeout: float = 30.0) -> dict[str, str]:
-    """Values of the newest /diagnostics status `/<name>/<name>: mapping` that satisfies `predicate`."""
-
-    def values(msg: DiagnosticArray) -> dict[str, str]:
-        for status in msg.status:
-            if status.name == f"/{name}/{name}: mapping":  # fully qualified (namespace /<name>)
-                return {kv.key: kv.value for kv in status.values}
-        return {}
-
-    msgs = collector.wait_for(lambda ms: any(v and predicate(v) for v in map(values, ms)), timeout)
-    return [v for v in map(values, msgs) if v and predicate(v)][-1]
 
 
 def stamp(i: int) -> Time:
@@ -185,7 +161,7 @@ def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
         publish(pub, frames, range(5))
         odom.wait_for(5)
         # the map thread integrates after the poses are out (issue 13): wait for it too
-        before = latest(
+        before = latest_values(
             diag,
             name,
             lambda v: v.get("session.last_frame.index") == "4" and int(v.get("map_points", "0")) > 0,
@@ -196,7 +172,7 @@ def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
         time.sleep(0.3)
         assert stamps(odom.messages) == expect(survivors)  # exactly the failed frames were dropped
         assert all(np.isfinite([m.pose.pose.position.x, m.pose.pose.orientation.w]).all() for m in msgs)
-        after = latest(diag, name, lambda v: v.get("session.last_frame.index") == "9")
+        after = latest_values(diag, name, lambda v: v.get("session.last_frame.index") == "9")
         assert after["failed_OutOfMemoryError"] == "1" and after["failed_NonFiniteOutputError"] == "1"
         assert after["session.recoveries_total"] == "2" and after["session.segment"] == "2"
         assert after["session.epoch"] == before["session.epoch"]  # same map frame: the map was kept
@@ -209,7 +185,7 @@ def test_oom_nan_and_errors_drop_the_frame_reset_the_cache_and_keep_mapping(
         odom.clear()
         publish(pub, frames, range(12, 16))  # the first anchor step fails: a new anchor phase starts
         assert stamps(odom.wait_for(2)) == expect([14, 15])
-        final = latest(
+        final = latest_values(
             diag, name, lambda v: v.get("failed_RuntimeError") == "1" and v.get("session.phase") == "2"
         )
         assert int(final["session.epoch"]) == int(before["session.epoch"]) + 2
@@ -367,10 +343,12 @@ def test_sigint_during_a_step_exits_cleanly_within_the_grace_period(
         diag = collect(ros_client, DiagnosticArray, "/diagnostics")
         pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
-        latest(diag, name, lambda v: v.get("frames_received") == "0")  # /diagnostics flows before the step
+        latest_values(
+            diag, name, lambda v: v.get("frames_received") == "0"
+        )  # /diagnostics flows before the step
         publish(pub, frames, range(S0), period=0.0)
         # frame 0 is taken at once (anchor phase collecting), frame 1 runs the anchor step
-        latest(
+        latest_values(
             diag,
             name,
             lambda v: v.get("frames_received") == str(S0) and v.get("frames_processed") == str(S0 - 1),

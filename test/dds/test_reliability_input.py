@@ -1,16 +1,12 @@
-"""Reliability of the node's input over real DDS (node subprocess, tiny preset on CPU): a fuzz corpus of 220
-malformed Image / CompressedImage messages, a camera resolution change mid-stream, a 60 Hz flood into a
-model slowed to a few FPS (docs/reliability.md)."""
+"""Reliability of the node's raw input over real DDS (node subprocess, tiny preset on CPU): a fuzz corpus of
+170 malformed Image messages, a camera resolution change mid-stream, a 60 Hz flood into a model slowed to a
+few FPS (docs/reliability.md). Compressed images and their decoding: test_reliability_input_compressed.py."""
 
 from __future__ import annotations
 
-import functools
 import os
-import resource
-import struct
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -18,67 +14,24 @@ import cv2
 import numpy as np
 import psutil
 import pytest
+from attack_helpers import INPUT_PARAMS, S0, collect, latest_values
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from fault_injection import FAULTS_ENV
 from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from ros_helpers import Collector, NodeProcess, RosClient, load_frames, start_tiny_node
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.conversions import (
-    ImageConversionError,
-    compressed_image_size,
-    compressed_to_rgb,
-    image_to_rgb,
     rgb_to_image,
 )
 
 pytestmark = pytest.mark.dds
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
-S0 = 2
-#: What these tests change of the base parameters (`TINY_NODE_PARAMS`).
-INPUT_PARAMS = {
-    "kv_cache.scale_frames": S0,
-    "qos.depth": 500,
-    "diagnostics_rate": 20.0,
-    "publish.frame_cloud": False,
-    "publish.depth": False,
-}
-
 CONFIRM = 3  # stream.change_confirm_frames (default): frames of a new size/camera before the stream restarts
-
-
-def collect(client: RosClient, msg_type: type, topic: str, timeout: float = 20.0) -> Collector:
-    """Subscribe (reliable) and wait until the node's publisher is matched, so no early message is lost."""
-    collector = Collector()
-    sub = client.node.create_subscription(msg_type, topic, collector, RELIABLE)
-    deadline = time.monotonic() + timeout
-    while sub.get_publisher_count() < 1:
-        assert time.monotonic() < deadline, f"no publisher on {topic} within {timeout} s"
-        time.sleep(0.02)
-    return collector
-
-
-def node_values(msg: DiagnosticArray, name: str) -> dict[str, str]:
-    """Key -> value of node `name`'s mapping status in one /diagnostics message (empty if absent)."""
-    for status in msg.status:
-        if status.name == f"/{name}/{name}: mapping":  # fully qualified (namespace /<name>)
-            return {kv.key: kv.value for kv in status.values}
-    return {}
-
-
-def latest(collector: Collector, name: str, predicate: object, timeout: float = 30.0) -> dict[str, str]:
-    """Values of the newest /diagnostics status of node `name` that satisfies `predicate`."""
-
-    def match(values: dict[str, str]) -> bool:
-        return bool(values) and predicate(values)
-
-    msgs = collector.wait_for(lambda ms: any(match(node_values(m, name)) for m in ms), timeout)
-    return [v for v in (node_values(m, name) for m in msgs) if match(v)][-1]
 
 
 def stamp(i: int) -> Time:
@@ -135,139 +88,6 @@ def raw_corpus(rng: np.random.Generator) -> list[tuple[str, Image]]:
     return cases
 
 
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return (
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    )
-
-
-@functools.cache
-def png_bomb(side: int, rows: int) -> bytes:
-    """A PNG whose IHDR claims `side` x `side` RGB px, with `rows` all-zero rows of real zlib data (deflate
-    ~1000:1: 3000 rows of 9000 px are ~80 kB; decoding would allocate the whole 243 MB image)."""
-    deflate = zlib.compressobj(9)
-    row = bytes(1 + 3 * side)
-    idat = b"".join(deflate.compress(row) for _ in range(rows)) + deflate.flush()
-    header = _png_chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
-    return b"\x89PNG\r\n\x1a\n" + header + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b"")
-
-
-def test_a_png_bomb_is_rejected_from_its_header_without_decoding() -> None:
-    bomb = png_bomb(9000, 3000)
-    assert len(bomb) < 400_000
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(ImageConversionError, match="claims 9000x9000 px") as info:
-        compressed_to_rgb(CompressedImage(format="png", data=bomb))
-    assert info.value.cause == "oversized_image"
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 50_000  # kB: nothing was decoded
-    assert compressed_image_size(bomb) == (9000, 9000)
-    assert compressed_image_size(b"\xff\xd8\xff\xda") is None and compressed_image_size(b"GIF89a") is None
-
-
-@pytest.mark.parametrize(
-    ("ext", "params"),
-    [
-        (".jpg", []),
-        (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]),
-        (".jpg", [cv2.IMWRITE_JPEG_OPTIMIZE, 1]),
-        (".png", []),
-    ],
-)
-def test_compressed_image_size_reads_real_headers(ext: str, params: list[int]) -> None:
-    rgb = np.random.default_rng(2).integers(0, 256, (37, 91, 3), dtype=np.uint8)
-    ok, buf = cv2.imencode(ext, rgb, params)
-    assert ok and compressed_image_size(buf.tobytes()) == (37, 91)
-    exif = b"\xff\xd8\xff\xe1\x00\x08Exif\x00\x00" + buf.tobytes()[2:]  # an APP1 segment before the frame
-    if ext == ".jpg":
-        assert compressed_image_size(exif) == (37, 91)
-        np.testing.assert_array_equal(
-            compressed_to_rgb(CompressedImage(format="jpeg", data=exif)).shape, (37, 91, 3)
-        )
-
-
-class StubBridge:
-    """Stands in for cv_bridge (absent here): fails as cv_bridge does on a corrupt payload, or succeeds."""
-
-    def __init__(self, result: object) -> None:
-        self.result = result
-
-    def _answer(self, *args: object, **kwargs: object) -> object:
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-    imgmsg_to_cv2 = compressed_imgmsg_to_cv2 = _answer
-
-
-@pytest.mark.parametrize(
-    ("result", "accepted"),
-    [
-        (AttributeError("'NoneType' object has no attribute 'shape'"), False),  # a failed imdecode inside
-        (cv2.error("bad image"), False),
-        (None, False),
-        (np.zeros((4, 4), np.uint8), False),
-        (np.zeros((20, 30, 3), np.uint8), True),
-    ],
-)
-def test_cv_bridge_failures_become_rejections(
-    monkeypatch: pytest.MonkeyPatch, result: object, accepted: bool
-) -> None:
-    monkeypatch.setattr(conversions, "_BRIDGE", StubBridge(result))
-    raw = rgb_to_image(np.zeros((20, 30, 3), np.uint8), Header())
-    jpeg = CompressedImage(
-        format="jpeg", data=cv2.imencode(".jpg", np.zeros((20, 30, 3), np.uint8))[1].tobytes()
-    )
-    for convert, msg, cause in (
-        (image_to_rgb, raw, "malformed_image"),
-        (compressed_to_rgb, jpeg, "undecodable_image"),
-    ):
-        if accepted:
-            assert convert(msg).shape == (20, 30, 3)
-        else:
-            with pytest.raises(ImageConversionError, match="cv_bridge") as info:
-                convert(msg)
-            assert info.value.cause == cause
-
-
-def compressed_corpus(rng: np.random.Generator, frame: np.ndarray) -> list[tuple[str, CompressedImage]]:
-    """50 malformed `sensor_msgs/CompressedImage`s (each checked to fail locally as its cause says)."""
-    h = Header(stamp=stamp(0), frame_id="cam")
-    ok, jpeg = cv2.imencode(".jpg", frame)
-    ok2, png = cv2.imencode(".png", frame)
-    assert ok and ok2
-    jpeg, png = jpeg.tobytes(), png.tobytes()
-    payloads: list[tuple[str, bytes, str]] = []
-    payloads += [("undecodable_image", b"", "jpeg")] * 5
-    payloads += [("undecodable_image", rng.bytes(int(rng.integers(1, 5000))), "jpeg") for _ in range(10)]
-    payloads += [
-        ("undecodable_image", b"\xff\xd8\xff\xe0" + rng.bytes(int(rng.integers(10, 3000))), "jpeg")
-        for _ in range(10)
-    ]
-    payloads += [("undecodable_image", png[: int(rng.integers(8, 200))], "png") for _ in range(10)]
-    payloads += [("undecodable_image", png[:33], "png")]  # signature + IHDR of the frame, no pixel data
-    payloads += [("undecodable_image", jpeg[:2] + rng.bytes(len(jpeg) // 4), "jpeg") for _ in range(4)]
-    jpeg_sof = b"\xff\xd8\xff\xc0\x00\x11\x08" + struct.pack(">HH", 30000, 30000) + b"\x03" + rng.bytes(200)
-    payloads += [
-        ("oversized_image", png_bomb(20000, 1), "png"),
-        ("oversized_image", png_bomb(9000, 3000), "png"),
-    ]
-    payloads += [("oversized_image", jpeg_sof, "jpeg")] * 2
-    tiny = [
-        cv2.imencode(".png", np.zeros((hh, w, 3), np.uint8))[1].tobytes()
-        for hh, w in ((1, 1), (8, 8), (2, 300))
-    ]
-    payloads += [("unsupported_size", tiny[k % 3], "png") for k in range(6)]
-    cases = []
-    for cause, data, fmt in payloads:
-        msg = CompressedImage(header=h, format=fmt, data=data)
-        if cause != "unsupported_size":  # decided by the node's size check, after decoding
-            with pytest.raises(ImageConversionError) as info:
-                compressed_to_rgb(msg)
-            assert info.value.cause == cause
-        cases.append((cause, msg))
-    return cases
-
-
 @pytest.fixture(scope="module")
 def frames() -> list[np.ndarray]:
     return load_frames(12, step=4)
@@ -297,8 +117,8 @@ def publish_valid(
 
 def raw_node_streams(ros_client: RosClient) -> tuple[Collector, Collector, object]:
     """Odometry and /diagnostics collectors of the `fuzz_raw` node and a matched Image publisher into it."""
-    odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry")
-    diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+    odom = collect(ros_client, Odometry, "/fuzz_raw/fuzz_raw/odometry", RELIABLE)
+    diag = collect(ros_client, DiagnosticArray, "/diagnostics", RELIABLE)
     pub = ros_client.publisher(Image, "/fuzz_raw/image", RELIABLE)
     ros_client.wait_for_subscribers(pub)
     return odom, diag, pub
@@ -315,7 +135,7 @@ def test_fuzzed_images_are_rejected_by_cause_and_mapping_continues(
     for _, msg in corpus:
         pub.publish(msg)
     expected = Counter(cause for cause, _ in corpus)
-    values = latest(diag, "fuzz_raw", lambda v: v.get("rejected_total") == str(len(corpus)))
+    values = latest_values(diag, "fuzz_raw", lambda v: v.get("rejected_total") == str(len(corpus)))
     for cause, count in expected.items():
         assert values[f"rejected_{cause}"] == str(count), (cause, values)
     assert values["frames_received"] == "4" and values["failed_total"] == "0"  # nothing reached the model
@@ -335,14 +155,14 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
     odom, diag, pub = raw_node_streams(ros_client)
     publish_valid(pub, frames, range(100, 104))
     odom.wait_for(4)
-    before = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(294, 518)")
+    before = latest_values(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(294, 518)")
     # a new camera mode: the first CONFIRM - 1 frames are rejected (stream.change_confirm_frames), the
     # CONFIRM-th restarts the stream
     publish_valid(pub, frames, range(90, 90 + CONFIRM - 1), size=(259, 147))
     publish_valid(pub, frames, range(104, 104 + S0 + 2), size=(259, 147))
     got = odom.wait_for(4 + S0 + 2)
     assert [m.header.stamp for m in got[4:]] == [stamp(i) for i in range(104, 104 + S0 + 2)]
-    after = latest(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(147, 259)")
+    after = latest_values(diag, "fuzz_raw", lambda v: v.get("session.input_hw") == "(147, 259)")
     assert int(after["session.epoch"]) == int(before["session.epoch"]) + 1
     assert "input resolution changed from 294x518 to 147x259" in after["session.last_reset_reason"]
     log = raw_node.output()
@@ -353,44 +173,10 @@ def test_resolution_or_camera_change_resets_with_a_log_line_and_mapping_continue
     got = odom.wait_for(4 + 2 * (S0 + 2))
     assert [m.header.stamp for m in got[-(S0 + 2) :]] == [stamp(i) for i in range(110, 110 + S0 + 2)]
     assert {m.child_frame_id for m in got[-(S0 + 2) :]} == {"cam_b"}
-    switched = latest(diag, "fuzz_raw", lambda v: "cam_b" in v.get("session.last_reset_reason", ""))
+    switched = latest_values(diag, "fuzz_raw", lambda v: "cam_b" in v.get("session.last_reset_reason", ""))
     assert int(switched["session.epoch"]) == int(after["session.epoch"]) + 1
     assert "camera changed from 'cam' to 'cam_b'" in raw_node.output()
     assert int(switched["rejected_unconfirmed_stream_change"]) == 2 * (CONFIRM - 1)
-
-
-def test_fuzzed_compressed_images_are_rejected(
-    ros_client: RosClient, tiny_node: Callable[..., NodeProcess], frames: list[np.ndarray]
-) -> None:
-    proc = tiny_node("fuzz_comp", INPUT_PARAMS, {"image_transport": "compressed"})
-    try:
-        odom = collect(ros_client, Odometry, "/fuzz_comp/fuzz_comp/odometry")
-        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
-        pub = ros_client.publisher(CompressedImage, "/fuzz_comp/image/compressed", RELIABLE)
-        ros_client.wait_for_subscribers(pub)
-        corpus = compressed_corpus(np.random.default_rng(9), frames[0])
-        assert len(corpus) == 50
-        good = [cv2.imencode(".jpg", f)[1].tobytes() for f in frames[:4]]
-
-        def valid(i: int) -> CompressedImage:
-            return CompressedImage(
-                header=Header(stamp=stamp(i), frame_id="cam"), format="jpeg", data=good[i % 4]
-            )
-
-        for i in range(2):
-            pub.publish(valid(i))
-        for _, msg in corpus:
-            pub.publish(msg)
-        for i in range(2, 4):
-            pub.publish(valid(i))
-        odom.wait_for(4, timeout=90)  # 50 fuzzed images are decoded and refused first (a loaded CI machine)
-        expected = Counter(cause for cause, _ in corpus)
-        values = latest(diag, "fuzz_comp", lambda v: v.get("rejected_total") == str(len(corpus)))
-        for cause, count in expected.items():
-            assert values[f"rejected_{cause}"] == str(count), (cause, values)
-        assert values["frames_received"] == "4" and proc.alive()
-    finally:
-        assert proc.stop() == 0, proc.output()
 
 
 def test_flood_at_60hz_into_a_slow_model_is_bounded(
@@ -400,8 +186,8 @@ def test_flood_at_60hz_into_a_slow_model_is_bounded(
     flood = {"queue_size": 2, "qos.depth": 5}
     proc = tiny_node("flood60", INPUT_PARAMS, flood, faults="delay@*:0.25")
     try:
-        odom = collect(ros_client, Odometry, "/flood60/flood60/odometry")
-        diag = collect(ros_client, DiagnosticArray, "/diagnostics")
+        odom = collect(ros_client, Odometry, "/flood60/flood60/odometry", RELIABLE)
+        diag = collect(ros_client, DiagnosticArray, "/diagnostics", RELIABLE)
         pub = ros_client.publisher(Image, "/flood60/image", RELIABLE)
         ros_client.wait_for_subscribers(pub)
         msgs = [rgb_to_image(f, Header(frame_id="cam")) for f in frames]
@@ -430,7 +216,7 @@ def test_flood_at_60hz_into_a_slow_model_is_bounded(
             done = int(v.get("frames_processed", -1)) + int(v.get("frames_dropped", -1))
             return done == int(v.get("frames_received", -2)) and v.get("queue_length") == "0"
 
-        values = latest(diag, "flood60", settled_counts, timeout=20)
+        values = latest_values(diag, "flood60", settled_counts, timeout=20)
         received = int(values["frames_received"])
         # DDS (reliable, reader history 5) may drop part of the flood before the callback on a busy machine;
         # enough must reach the node to overflow its queue many times over.

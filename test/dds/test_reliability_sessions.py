@@ -26,7 +26,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.conversions import depth_to_image, rgb_to_image
 
 pytestmark = pytest.mark.dds
 
@@ -41,15 +41,8 @@ def stamp(i: int) -> Time:
 
 
 def depth_msg(width: int, height: int, at: Time, metres: float = 2.0) -> Image:
-    data = np.full((height, width), metres, np.float32).tobytes()
-    return Image(
-        header=Header(stamp=at, frame_id="cam"),
-        height=height,
-        width=width,
-        encoding="32FC1",
-        step=width * 4,
-        data=data,
-    )
+    """A 32FC1 depth image of `metres` everywhere, `width` x `height`, in frame `cam`."""
+    return depth_to_image(np.full((height, width), metres, np.float32), Header(stamp=at, frame_id="cam"))
 
 
 def edit_manifest(folder: Path, edit) -> None:  # noqa: ANN001 - test helper

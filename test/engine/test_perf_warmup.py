@@ -12,20 +12,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from tiny_stream import tiny_model
 
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.session import StreamingSession
-from lingbot_map_ros.model import LingBotMap, ModelConfig
+from lingbot_map_ros.model import LingBotMap
 
 S0 = 3
 
 
 @pytest.fixture(scope="module")
 def model() -> LingBotMap:
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    return LingBotMap(ModelConfig.preset("tiny")).eval()
+    return tiny_model()
 
 
 def _session(model: LingBotMap) -> StreamingSession:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_stream import tiny_model
 
-from lingbot_map_ros.model import LingBotMap, ModelConfig, StreamConfig
+from lingbot_map_ros.model import LingBotMap, StreamConfig
 from lingbot_map_ros.model.graphed import GraphedStreamStep
 
 HW = (28, 56)
@@ -20,9 +21,7 @@ S0 = 3
 
 @pytest.fixture(scope="module")
 def model() -> LingBotMap:
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    return LingBotMap(ModelConfig.preset("tiny")).eval()
+    return tiny_model()
 
 
 def test_segmented_step_equals_plain_step(model: LingBotMap, monkeypatch: pytest.MonkeyPatch) -> None:

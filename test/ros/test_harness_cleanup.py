@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -49,29 +48,12 @@ def test_a_node_that_ignores_sigint_is_killed_with_its_process_group(tmp_path: P
 
 
 @pytest.mark.parametrize("delay_s", [0.5, 1.5])
-def test_sigint_during_start_up_exits_cleanly(delay_s: float) -> None:
+def test_sigint_during_start_up_exits_cleanly(delay_s: float, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = [
-        str(PYTHON),
-        "-m",
-        "lingbot_map_ros.ros.node",
-        "--ros-args",
-        "-p",
-        "model.preset:=tiny",
-        "-p",
-        "model.device:=cpu",
-        "-p",
-        "autostart:=false",
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        time.sleep(delay_s)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = out.decode(errors="replace")
-    assert proc.returncode == 0, text
+    params = {"model.preset": "tiny", "model.device": "cpu", "autostart": False}
+    proc = NodeProcess.start(tmp_path / "node.log", params, python=PYTHON, env=env, new_session=True)
+    time.sleep(delay_s)
+    code = proc.stop(timeout_s=60.0)  # SIGINT, then SIGKILL of the group if it hangs
+    text = proc.output()
+    assert code == 0 and not proc.killed, text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text

@@ -12,11 +12,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import rclpy
 from builtin_interfaces.msg import Time
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from ros_helpers import TINY_NODE_PARAMS, load_frames
+from ros_helpers import in_process_node, load_frames
 from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.fusion import fuse_grids, fuse_points
@@ -116,24 +115,14 @@ def test_scheduler_steps_every_ready_camera_and_drops_per_camera() -> None:
 @pytest.fixture(scope="module")
 def node() -> Iterator[LingBotMapNode]:
     """An in-process node with two cameras, configured and active (not spinning: no callbacks run)."""
-    context = rclpy.Context()
-    rclpy.init(context=context)
     params = {
-        **TINY_NODE_PARAMS,
         "autostart": False,
         "kv_cache.scale_frames": 2,
         "tf.mode": "map_to_camera",
         "cameras": ["front", "rear"],
     }
-    node = LingBotMapNode(
-        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]
-    )
-    assert node.autostart()
-    yield node
-    node.trigger_deactivate()
-    node.trigger_cleanup()
-    node.destroy_node()
-    rclpy.shutdown(context=context)
+    with in_process_node(params) as node:
+        yield node
 
 
 def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> InputFrame:

@@ -17,10 +17,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import rclpy
 from builtin_interfaces.msg import Time
-from rclpy.parameter import Parameter
-from ros_helpers import TINY_NODE_PARAMS
+from ros_helpers import in_process_node
 from std_msgs.msg import Header
 
 from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
@@ -67,24 +65,9 @@ def test_scheduler_calls_on_idle_only_when_no_frame_is_queued_and_when_stopping(
 @pytest.fixture(scope="module")
 def node() -> Iterator[LingBotMapNode]:
     """An in-process tiny node with one camera, configured and active (not spinning: no callbacks run)."""
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    params = {
-        **TINY_NODE_PARAMS,
-        "autostart": False,
-        "kv_cache.scale_frames": S0,
-        "tf.mode": "map_to_camera",
-        "depth.every_n": 2,
-    }
-    node = LingBotMapNode(
-        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]
-    )
-    assert node.autostart()
-    yield node
-    node.trigger_deactivate()
-    node.trigger_cleanup()
-    node.destroy_node()
-    rclpy.shutdown(context=context)
+    params = {"autostart": False, "kv_cache.scale_frames": S0, "tf.mode": "map_to_camera", "depth.every_n": 2}
+    with in_process_node(params) as node:
+        yield node
 
 
 def _frame(generation: int, rgb: np.ndarray, i: int) -> InputFrame:

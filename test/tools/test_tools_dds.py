@@ -1,5 +1,5 @@
-"""DDS helpers: isolated environments for child processes (tools.dds), QoS matching (ros.qos), message
-classes (ros.message_types)."""
+"""DDS helpers: isolated environments for child processes (tools.dds), QoS matching (ros.dds_tools.qos),
+message classes (ros.dds_tools.message_types)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import fcntl
 import pytest
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from lingbot_map_ros.ros.message_types import message_class
-from lingbot_map_ros.ros.qos import matching_subscription_qos, publisher_qos
+from lingbot_map_ros.ros.dds_tools.message_types import message_class
+from lingbot_map_ros.ros.dds_tools.qos import matching_subscription_qos, publisher_qos
 from lingbot_map_ros.tools.dds import DOMAIN_LOCK_DIR, fastdds_profile, isolated_dds_env
 
 

@@ -84,6 +84,20 @@ def test_dependencies_point_one_way(layer: str) -> None:
     assert not offenders, f"{layer} must not import {forbidden}:\n" + "\n".join(offenders)
 
 
+def test_the_node_imports_no_dds_tool_helper() -> None:
+    """ros/dds_tools/ serves the CLI tools (replay, record, demo); the node's modules import none of it."""
+    tool_side = "lingbot_map_ros.ros.dds_tools"
+    assert (PACKAGE / "ros" / "dds_tools" / "client.py").is_file()
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {module}"
+        for path in sorted((PACKAGE / "ros").rglob("*.py"))
+        if "dds_tools" not in path.parts
+        for line, module in imported_modules(path)
+        if module == tool_side or module.startswith(tool_side + ".")
+    ]
+    assert not offenders, "the node imports the tools' DDS helpers:\n" + "\n".join(offenders)
+
+
 def test_run_imports_no_ros_message_package() -> None:
     """`lingbot-map-ros run` needs no DDS: importing it loads neither rclpy nor a message package nor ros/."""
     import subprocess

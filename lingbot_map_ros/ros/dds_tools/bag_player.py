@@ -14,13 +14,13 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 
-from lingbot_map_ros.ros.message_types import message_class
-from lingbot_map_ros.ros.qos import publisher_qos
+from lingbot_map_ros.ros.dds_tools.message_types import message_class
+from lingbot_map_ros.ros.dds_tools.qos import publisher_qos
 
 
 class BagPlayer:
     """One publisher per topic of `topics` (published name -> type such as `sensor_msgs/msg/Image`) with
-    the QoS `qos` (`reliable` with history `depth`, or `sensor`; see `ros.qos.publisher_qos`).
+    the QoS `qos` (`reliable` with history `depth`, or `sensor`; see `ros.dds_tools.qos.publisher_qos`).
 
     `published` counts the messages sent per topic, `publish_times_ns` holds when each went out (system
     time, ns, in order). `close()` destroys the publishers."""

@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection
 from rclpy.node import Node
 from rclpy.subscription import Subscription
 
-from lingbot_map_ros.ros.message_types import message_class
-from lingbot_map_ros.ros.qos import matching_subscription_qos
+from lingbot_map_ros.ros.dds_tools.message_types import message_class
+from lingbot_map_ros.ros.dds_tools.qos import matching_subscription_qos
 
 # (topic, message type such as "nav_msgs/msg/Odometry", serialised CDR bytes, receive time in ns)
 RawMessageCallback = Callable[[str, str, bytes, int], None]
