@@ -42,6 +42,7 @@ from .grid import GridConfig, OccupancyGridBuilder
 from .mapping import Trajectory, VoxelMap, VoxelMapConfig
 from .result import FrameResult
 from .scale import ScaleConfig, ScaleEstimator, ScaleState
+from .settings import setting
 
 #: Keyframes whose points wait for the scale to converge (beyond: the oldest are dropped, counted).
 MAX_HELD_KEYFRAMES = 64
@@ -60,10 +61,24 @@ class CovarianceConfig:
         twist_min_dt: seconds; consecutive stamps closer than this give no twist (unknown covariance).
     """
 
-    position_std: float = 0.05
-    orientation_std: float = 0.02
-    unscaled_factor: float = 100.0
-    twist_min_dt: float = 0.005
+    position_std: float = setting(
+        0.05,
+        "Odometry pose standard deviation per axis in metres (the model predicts none).",
+        bounds=(1e-6, 1e3),
+    )
+    orientation_std: float = setting(
+        0.02, "Odometry orientation standard deviation per axis in radians.", bounds=(1e-6, 10.0)
+    )
+    unscaled_factor: float = setting(
+        100.0,
+        "Variances are multiplied by this while the metric scale has not converged.",
+        bounds=(1.0, 1e9),
+    )
+    twist_min_dt: float = setting(
+        0.005,
+        "Seconds; frames closer than this (or with a stamp going backwards) give no twist (covariance 1e6).",
+        bounds=(0.0, 10.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -74,8 +89,17 @@ class MapperConfig:
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     grid: GridConfig = field(default_factory=GridConfig)
     covariance: CovarianceConfig = field(default_factory=CovarianceConfig)
-    path_max_length: int = 1000
-    trajectory_max_poses: int = 1_000_000
+    path_max_length: int = setting(
+        1000,
+        "Poses kept in ~/path (oldest dropped; ~3-9 ms per 1000 poses to publish, at path.publish_rate).",
+        bounds=(1, 100_000),
+    )
+    trajectory_max_poses: int = setting(
+        1_000_000,
+        "Poses of the trajectory kept for ~/save_map since the last reset (64 B each: 64 MB at 1,000,000, "
+        "~9 h at 30 Hz); beyond it the oldest are dropped and counted (/diagnostics trajectory_dropped).",
+        bounds=(1, 50_000_000),
+    )
 
 
 @dataclass(frozen=True)

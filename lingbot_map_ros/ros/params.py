@@ -1,7 +1,10 @@
 """The node's ROS parameters: declaration (descriptors with ranges), validation, live vs reload.
 
 Every parameter is listed once in `PARAMETERS` (`param_table.py`; its rows are `ParamSpec`s, `param_spec.py`)
-with its default, range or choices, description and whether it applies live; `NodeParams` is derived from it.
+with its default, range or choices, description and whether it applies live; a row of an engine setting is
+derived from the owning dataclass field (`engine.settings`), and `owner_values` builds that dataclass's
+fields back from the parameters. `NodeParams` (node_params.py) is generated from the table
+(`python -m lingbot_map_ros.ros.params --node-params`; a test keeps it equal).
 Live parameters change the running node at once (e.g. `kv_cache.sliding_window` resizes the cache window
 through `StreamingSession.set_sliding_window`). The others are read at configure time; setting one while the
 node is configured is rejected with the reason (it needs a reload: deactivate, cleanup, set, configure). Other
@@ -13,7 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable
-from dataclasses import make_dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rcl_interfaces.msg import SetParametersResult
@@ -22,8 +25,10 @@ from rclpy.parameter import Parameter
 
 from ..engine.config import PATCH_SIZE, check_image_width
 from ..engine.loop.config import LoopClosureConfig
+from ..engine.loop.pose_graph import GraphConfig
+from .node_params import NodeParams
 from .param_spec import ParamSpec, ParamValue
-from .param_table import LOOP, PARAMETERS
+from .param_table import PARAMETERS
 from .streams import frame_id_problem, reserved_frames
 
 #: A camera name: one ROS name token (it becomes a topic namespace, `<name>/image`, and `~/<name>/...`).
@@ -41,20 +46,48 @@ def field_name(param_name: str) -> str:
     return param_name.replace(".", "_")
 
 
-def _field_type(default: ParamValue) -> type:
+def _field_type(default: ParamValue) -> str:
     """The `NodeParams` field type of a parameter: its default's type; string arrays are kept as tuples."""
-    return tuple[str, ...] if isinstance(default, list) else type(default)
+    return "tuple[str, ...]" if isinstance(default, list) else type(default).__name__
 
 
-#: Typed snapshot of all parameters, derived from `PARAMETERS` (the one list of them): one frozen dataclass
-#: field per parameter, named by `field_name` (`kv_cache.sliding_window` -> `kv_cache_sliding_window`) and
-#: typed by its default (string arrays as tuples).
-NodeParams = make_dataclass(
-    "NodeParams",
-    [(field_name(spec.name), _field_type(spec.default)) for spec in PARAMETERS],
-    frozen=True,
-    namespace={"__module__": __name__},
-)
+def node_params_source() -> str:
+    """node_params.py: the typed `NodeParams` dataclass, one field per row of `PARAMETERS`."""
+    lines = [
+        '"""`NodeParams`: the typed snapshot of every node parameter, one frozen field per row of',
+        "`PARAMETERS` (ros/param_table.py), named by `params.field_name` (`kv_cache.sliding_window` ->",
+        "`kv_cache_sliding_window`) and typed by the row's default (string arrays as tuples).",
+        "",
+        "Generated: `python -m lingbot_map_ros.ros.params --node-params > lingbot_map_ros/ros/node_params.py`;",
+        'test/ros/test_ros_params_derived.py fails when it drifts from the table. Do not edit by hand."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from dataclasses import dataclass",
+        "",
+        "",
+        "@dataclass(frozen=True)",
+        "class NodeParams:",
+        '    """Every node parameter (ros/param_table.py has the defaults, ranges and descriptions)."""',
+        "",
+    ]
+    lines += [f"    {field_name(spec.name)}: {_field_type(spec.default)}" for spec in PARAMETERS]
+    return "\n".join(lines) + "\n"
+
+
+def owner_values(owner: type, value: Callable[[str], object]) -> dict[str, object]:
+    """{field: value} of the fields of the dataclass `owner` that parameters set: one per `ParamSpec.of` row
+    derived from `owner`, read with `value(parameter name)` and coerced to the row's type."""
+    return {
+        spec.source.name: _coerce(spec, value(spec.name))
+        for spec in PARAMETERS
+        if spec.source is not None and spec.source.owner is owner
+    }
+
+
+def param_reader(params: NodeParams) -> Callable[[str], object]:
+    """`value(parameter name)` over a `NodeParams` snapshot (for `owner_values`)."""
+    return lambda name: getattr(params, field_name(name))
 
 
 def declare_parameters(node: Node) -> None:
@@ -131,18 +164,9 @@ def cross_check(values: dict[str, object]) -> list[str]:
 def loop_closure_config(value: Callable[[str], object]) -> LoopClosureConfig:
     """The engine's `LoopClosureConfig` from the `loop_closure.*` parameters (`value(name)`; the rest keep
     the engine's defaults). Raises ValueError (the engine's own validation)."""
-    graph = replace(LOOP.graph, max_time_ms=float(value("loop_closure.max_time_ms")))
-    fields = (
-        "enabled",
-        "keyframe_translation",
-        "keyframe_rotation_deg",
-        "exclude_recent",
-        "top_k",
-        "min_similarity",
-        "max_keyframes",
-        "merge_size",
-    )
-    return replace(LOOP, graph=graph, **{name: value(f"loop_closure.{name}") for name in fields})
+    base = LoopClosureConfig()
+    graph = replace(base.graph, **owner_values(GraphConfig, value))
+    return replace(base, graph=graph, **owner_values(LoopClosureConfig, value))
 
 
 def camera_names_problems(names: tuple[str, ...]) -> list[str]:
@@ -283,4 +307,6 @@ def _yaml_value(value: ParamValue) -> str:
 
 
 if __name__ == "__main__":
-    print(params_yaml(), end="")
+    import sys
+
+    print(node_params_source() if "--node-params" in sys.argv[1:] else params_yaml(), end="")
