@@ -75,6 +75,11 @@ def node_params_source() -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_params() -> NodeParams:
+    """Every parameter at its default (what a node without `-p` or a params file reads)."""
+    return NodeParams(**{field_name(spec.name): _coerce(spec, spec.default) for spec in PARAMETERS})
+
+
 def owner_values(owner: type, value: Callable[[str], object]) -> dict[str, object]:
     """{field: value} of the fields of the dataclass `owner` that parameters set: one per `ParamSpec.of` row
     derived from `owner`, read with `value(parameter name)` and coerced to the row's type."""
