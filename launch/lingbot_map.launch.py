@@ -72,7 +72,8 @@ KNOBS = {
 def knob_description(description: str, default: object) -> str:
     """A knob argument's description: its parameter's description and default, both read from the node's
     parameter table (ros/param_table.py), never typed here."""
-    return f"{description} Node default: {default!r}; empty: the params file's value."
+    shown = str(default).lower() if isinstance(default, bool) else repr(default)
+    return f"{description} Node default: {shown}; empty: the params file's value."
 
 
 #: What the node's exit codes mean (lingbot_map_ros.ros.shutdown.run_node).
