@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from ..engine.grid import GridConfig
-from ..engine.mapper import CovarianceConfig, MapperConfig
+from ..engine.mapper_config import CovarianceConfig, MapperConfig
 from ..engine.mapping import VoxelMapConfig
 from ..engine.scale import ScaleConfig
 from .params import NodeParams, owner_values, param_reader

@@ -14,7 +14,7 @@ from ..engine.frames import TF_AUTO, TF_MODES
 from ..engine.grid import GridConfig
 from ..engine.loop.config import LoopClosureConfig
 from ..engine.loop.pose_graph import GraphConfig
-from ..engine.mapper import CovarianceConfig, MapperConfig
+from ..engine.mapper_config import CovarianceConfig, MapperConfig
 from ..engine.mapping import VoxelMapConfig
 from ..engine.multi_stream import BatchConfig
 from ..engine.scale import ScaleConfig

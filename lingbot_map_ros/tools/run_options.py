@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
-from lingbot_map_ros.engine.mapper import MapperConfig
+from lingbot_map_ros.engine.mapper_config import MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
 from lingbot_map_ros.engine.persistence import compat_fields
 from lingbot_map_ros.engine.scale import ScaleConfig

@@ -18,7 +18,7 @@ from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.grid import GridConfig
 from lingbot_map_ros.engine.loop.config import LoopClosureConfig
 from lingbot_map_ros.engine.loop.pose_graph import GraphConfig
-from lingbot_map_ros.engine.mapper import CovarianceConfig, MapperConfig
+from lingbot_map_ros.engine.mapper_config import CovarianceConfig, MapperConfig
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
 from lingbot_map_ros.engine.multi_stream import BatchConfig
 from lingbot_map_ros.engine.scale import ScaleConfig
