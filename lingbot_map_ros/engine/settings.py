@@ -14,7 +14,7 @@ invariants (e.g. a window within the pool), so a value is not range-checked twic
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 #: The key of a field's `Setting` in `dataclasses.field(metadata=...)`.
 SETTING_KEY = "lingbot_map_ros.setting"
@@ -73,7 +73,8 @@ def owned(owner: type, name: str) -> Owned:
     if found is None or SETTING_KEY not in found.metadata:
         raise KeyError(f"{owner.__name__}.{name} is not a setting (declare it with engine.settings.setting)")
     info: Setting = found.metadata[SETTING_KEY]
-    default = found.default if info.node_default is None else info.node_default
+    # `setting` always gives the field a default (never MISSING)
+    default = cast(SettingValue, found.default if info.node_default is None else info.node_default)
     return Owned(owner, name, default, info)
 
 

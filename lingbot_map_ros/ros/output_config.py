@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -54,7 +55,7 @@ class OutputConfig:
         )
         return OutputConfig(p, mapper)
 
-    def with_params(self, **changes: object) -> OutputConfig:
+    def with_params(self, **changes: Any) -> OutputConfig:
         """This camera's outputs with some parameters changed (`NodeParams` field names)."""
         fresh = OutputConfig.from_params(replace(self.params, **changes))
         return replace(fresh, camera_map_frame=self.camera_map_frame, publish_robot_tf=self.publish_robot_tf)

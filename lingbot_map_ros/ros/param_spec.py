@@ -6,6 +6,7 @@ from there, never written twice."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
@@ -40,8 +41,8 @@ class ParamSpec:
             item.default,
             item.setting.doc,
             live=live,
-            int_range=bounds if integer else None,
-            float_range=None if integer else bounds,
+            int_range=cast(tuple[int, int], bounds) if integer and bounds else None,
+            float_range=cast(tuple[float, float], bounds) if bounds and not integer else None,
             choices=item.setting.choices,
             source=item,
         )

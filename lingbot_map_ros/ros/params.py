@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -80,7 +81,7 @@ def default_params() -> NodeParams:
     return NodeParams(**{field_name(spec.name): _coerce(spec, spec.default) for spec in PARAMETERS})
 
 
-def owner_values(owner: type, value: Callable[[str], object]) -> dict[str, object]:
+def owner_values(owner: type, value: Callable[[str], object]) -> dict[str, Any]:
     """{field: value} of the fields of the dataclass `owner` that parameters set: one per `ParamSpec.of` row
     derived from `owner`, read with `value(parameter name)` and coerced to the row's type."""
     return {
@@ -262,7 +263,9 @@ def apply_update(current: NodeParams, params: list[Parameter]) -> NodeParams:
     return NodeParams(**{**current.__dict__, **changes})
 
 
-def _coerce(spec: ParamSpec, value: object) -> ParamValue | tuple[str, ...]:
+def _coerce(spec: ParamSpec, value: Any) -> Any:
+    """`value` (from rclpy, untyped) as the `NodeParams` field of `spec` holds it: floats as float, string
+    arrays as tuples."""
     if isinstance(spec.default, list):
         return tuple(value)
     return float(value) if isinstance(spec.default, float) else value

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
+from typing import Any
 
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
 from lingbot_map_ros.engine.mapper_config import MapperConfig
@@ -32,19 +33,19 @@ SETTING_FLAGS: dict[str, tuple[str, Owned]] = {
 }
 
 
-def _flag_values(group: str) -> dict[str, object]:
+def _flag_values(group: str) -> dict[str, Any]:
     """{field: default} of the settings that the flags of `group` (`session` or `voxel`) set."""
     return {item.name: item.default for held, item in SETTING_FLAGS.values() if held == group}
 
 
-def run_session_config(**changes: object) -> SessionConfig:
+def run_session_config(**changes: Any) -> SessionConfig:
     """The streaming settings of a run: the flags' values (defaults: the settings'), the pool sized to fit
     the window, the rest at the engine's defaults."""
     values = {**_flag_values("session"), **changes}
     return SessionConfig(**values, max_window=max(DEFAULT_MAX_WINDOW, int(values["sliding_window"])))
 
 
-def run_voxel_config(**changes: object) -> VoxelMapConfig:
+def run_voxel_config(**changes: Any) -> VoxelMapConfig:
     """The map settings of a run: the flags' values (defaults: the node's), the rest at the engine's."""
     return VoxelMapConfig(**{**_flag_values("voxel"), **changes})
 
@@ -155,7 +156,7 @@ def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
     """The `RunConfig` of `bag` -> `output` for the options of `add_run_options` (and `run`'s --load/--save
     where `args` has them). Raises ValueError for settings the engine rejects (e.g. a width that is not a
     multiple of the patch size)."""
-    values: dict[str, dict[str, object]] = {"session": {}, "voxel": {}}
+    values: dict[str, dict[str, Any]] = {"session": {}, "voxel": {}}
     for flag, (group, item) in SETTING_FLAGS.items():
         values[group][item.name] = getattr(args, flag.lstrip("-").replace("-", "_"))
     return RunConfig(
