@@ -69,7 +69,9 @@ class ScaleConfig:
         if not self.factor > 0:
             raise ValueError(f"scale.factor must be > 0, got {self.factor}")
         if self.min_samples < 1 or self.window < self.min_samples:
-            raise ValueError(f"need 1 <= min_samples <= window, got {self.min_samples}, {self.window}")
+            raise ValueError(
+                f"scale.window ({self.window}) must be >= scale.min_samples ({self.min_samples}) >= 1"
+            )
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from ..engine.config import PATCH_SIZE, check_image_width
+from ..engine.grid import GridConfig
 from ..engine.loop.config import LoopClosureConfig
 from ..engine.loop.pose_graph import GraphConfig
+from ..engine.scale import ScaleConfig
 from .node_params import NodeParams
 from .param_spec import ParamSpec, ParamValue
 from .param_table import PARAMETERS
@@ -122,11 +124,8 @@ def cross_check(values: dict[str, object]) -> list[str]:
     window, max_window = values["kv_cache.sliding_window"], values["kv_cache.max_window"]
     if window > max_window:
         problems.append(f"kv_cache.sliding_window ({window}) must be <= kv_cache.max_window ({max_window})")
-    low, high = values.get("grid.min_height", 0.0), values.get("grid.max_height", 1.0)
-    if isinstance(low, float | int) and isinstance(high, float | int) and not high > low:
-        problems.append(f"grid.max_height ({high}) must be > grid.min_height ({low})")
-    if values.get("scale.window", 50) < values.get("scale.min_samples", 1):
-        problems.append("scale.window must be >= scale.min_samples")
+    for owner in (GridConfig, ScaleConfig):  # constraints between settings: the owner's own validation
+        problems += owner_problems(owner, lambda name: values.get(name, SPECS[name].default))
     for name in ("output_dir", "session.dir"):
         text = values.get(name)
         if isinstance(text, str):
@@ -165,6 +164,20 @@ def cross_check(values: dict[str, object]) -> list[str]:
     except ValueError as exc:  # e.g. loop_closure.max_keyframes < loop_closure.exclude_recent + 2
         problems.append(str(exc))
     return problems
+
+
+def owner_problems(owner: type, value: Callable[[str], object]) -> list[str]:
+    """What the engine dataclass `owner` rejects in the values its parameters give it (`__post_init__`: the
+    constraints between its fields, e.g. grid.max_height > grid.min_height); nothing when one of those values
+    is already invalid on its own (its row reports it)."""
+    rows = [spec for spec in PARAMETERS if spec.source is not None and spec.source.owner is owner]
+    if any(spec.validate(value(spec.name)) for spec in rows):
+        return []
+    try:
+        owner(**owner_values(owner, value))
+    except ValueError as exc:
+        return [str(exc)]
+    return []
 
 
 def loop_closure_config(value: Callable[[str], object]) -> LoopClosureConfig:

@@ -30,6 +30,7 @@ from lingbot_map_ros.ros.params import (
     PARAMETERS,
     SPECS,
     NodeParams,
+    cross_check,
     default_params,
     field_name,
     node_params_source,
@@ -120,3 +121,15 @@ def test_run_flags_default_to_the_node_parameters_and_check_their_range() -> Non
         with pytest.raises(SystemExit):
             parser.parse_args([flag, str(high * 2 if high > 0 else high + 1)])
     assert config.session == SessionConfig()  # `run` streams with the engine's defaults
+
+
+def test_constraints_between_settings_are_checked_by_their_owner() -> None:
+    """The node reports what the owning dataclass's `__post_init__` rejects (one check, one message)."""
+    values = {spec.name: spec.default for spec in PARAMETERS}
+    assert cross_check(values) == []
+    low_grid = cross_check({**values, "grid.min_height": 2.0})
+    assert low_grid == ["grid.max_height (1.5) must be > grid.min_height (2.0)"]
+    assert cross_check({**values, "scale.window": 5}) == [
+        "scale.window (5) must be >= scale.min_samples (10) >= 1"
+    ]
+    assert cross_check({**values, "scale.source": "sonar"}) == []  # its row reports it (ParamSpec.validate)
