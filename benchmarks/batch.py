@@ -28,7 +28,7 @@ from pathlib import Path
 
 from lingbot_map_ros.tools.batch import run_batch
 from lingbot_map_ros.tools.batch_pool import BatchConfig
-from lingbot_map_ros.tools.run_bag import RunConfig
+from lingbot_map_ros.tools.run_options import RunConfig, run_session_config
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -62,8 +62,7 @@ def measure(args: argparse.Namespace, bags: Path, workers: int, out: Path) -> di
         preset=args.preset,
         checkpoint=args.checkpoint,
         device=args.device,
-        image_width=args.width,
-        scale_frames=args.scale_frames,
+        session=run_session_config(image_width=args.width, scale_frames=args.scale_frames),
         threads=args.threads,
     )
     config = BatchConfig(

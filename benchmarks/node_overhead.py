@@ -193,11 +193,11 @@ def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
     changes = {}
     for item in overrides:
         name, sep, value = item.partition("=")
-        if not sep or not hasattr(config, name):
-            raise SystemExit(f"--set expects FIELD=VALUE with an OutputConfig field, got {item!r}")
-        kind = type(getattr(config, name))
+        if not sep or not hasattr(config.params, name):
+            raise SystemExit(f"--set expects FIELD=VALUE with a NodeParams field, got {item!r}")
+        kind = type(getattr(config.params, name))
         changes[name] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
-    return dataclasses.replace(config, **changes)
+    return config.with_params(**changes)
 
 
 def timed(samples: dict[str, list[float]], name: str, fn, *args):
@@ -238,7 +238,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override an output option (OutputConfig field, e.g. path_max_length=100, map_stride=4)",
+        help="override a parameter of the outputs (NodeParams field, e.g. path_max_length=100, map_stride=4)",
     )
     args = parser.parse_args()
     sys.setswitchinterval(args.switch_interval)

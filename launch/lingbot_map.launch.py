@@ -47,7 +47,8 @@ from launch import LaunchContext, LaunchDescription
 PACKAGE = "lingbot_map_ros"
 PROFILE_VARIABLE = "FASTDDS_DEFAULT_PROFILES_FILE"
 
-#: launch argument -> node parameter; an empty argument keeps the params file's value.
+#: launch argument -> node parameter; an empty argument keeps the params file's value. The argument's
+#: description comes from the parameter's row (`knob_description`).
 KNOBS = {
     "checkpoint": "model.checkpoint",
     "model_preset": "model.preset",
@@ -66,24 +67,13 @@ KNOBS = {
     "loop_closure": "loop_closure.enabled",
     "cameras": "cameras",
 }
-KNOB_HELP = {
-    "checkpoint": "LingBot-Map checkpoint (.pt/.safetensors); empty: params file value (synthetic weights)",
-    "model_preset": "architecture preset: lingbot-map or tiny",
-    "device": "torch device: auto, cpu, cuda, cuda:N",
-    "image_width": "network input width in pixels (multiple of 14; 518 as released)",
-    "tf_mode": "auto, map_to_odom, map_to_base or map_to_camera (docs/robot.md)",
-    "map_frame": "fixed frame (REP-105), default map",
-    "odom_frame": "odometry frame (REP-105), default odom",
-    "base_frame": "robot body frame (REP-105), default base_link",
-    "scale_source": "metric scale: none, fixed, odometry or depth",
-    "scale_factor": "metres per model unit with scale_source fixed",
-    "session_dir": "directory of saved sessions (docs/session.md)",
-    "session_load_path": "saved session to continue (a folder below session_dir)",
-    "mapping_enabled": "false: localisation mode (the map is not extended)",
-    "path_publish_rate": "rate of ~/path in Hz (default 2; never on the pose outputs' thread)",
-    "loop_closure": "false: no loop closure (default true; docs/loop_closure.md)",
-    "cameras": "several cameras in one node, e.g. [front,rear]: <camera>/<name>/image_raw each",
-}
+
+
+def knob_description(description: str, default: object) -> str:
+    """A knob argument's description: its parameter's description and default, both read from the node's
+    parameter table (ros/param_table.py), never typed here."""
+    shown = str(default).lower() if isinstance(default, bool) else repr(default)
+    return f"{description} Node default: {shown}; empty: the params file's value."
 
 
 #: What the node's exit codes mean (lingbot_map_ros.ros.shutdown.run_node).
@@ -295,6 +285,8 @@ def _rviz(share: Path, names: list[str]) -> list:
 
 
 def generate_launch_description() -> LaunchDescription:
+    from lingbot_map_ros.ros.params import SPECS  # the parameter table (imports the engine: torch)
+
     share = Path(get_package_share_directory(PACKAGE))
     args = [
         DeclareLaunchArgument(
@@ -315,7 +307,14 @@ def generate_launch_description() -> LaunchDescription:
             default_value="",
             description="registered metric depth (16UC1 mm / 32FC1 m) for scale_source:=depth",
         ),
-        *[DeclareLaunchArgument(name, default_value="", description=KNOB_HELP[name]) for name in KNOBS],
+        *[
+            DeclareLaunchArgument(
+                name,
+                default_value="",
+                description=knob_description(SPECS[param].description, SPECS[param].default),
+            )
+            for name, param in KNOBS.items()
+        ],
         DeclareLaunchArgument(
             "params_file",
             default_value=str(share / "config" / "lingbot_map.yaml"),

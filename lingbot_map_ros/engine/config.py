@@ -15,8 +15,13 @@ from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW as DEFAULT_SLIDI
 from lingbot_map_ros.cache.config import check_sliding_window
 from lingbot_map_ros.model import StreamConfig
 from lingbot_map_ros.model.config import PATCH_SIZE as PATCH_SIZE
+from lingbot_map_ros.model.config import PRESETS
 from lingbot_map_ros.model.config import check_image_width as check_image_width
 
+from .settings import setting
+
+#: The model presets (`ModelConfig.preset`): the released model first, then the small one for tests.
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
 #: Length of the released model's 3D-RoPE table: the temporal index of a step must stay below it.
 ROPE_TABLE_FRAMES = 1024
 
@@ -53,21 +58,49 @@ class SessionConfig:
             depth (``FrameResult.depth`` None). 1 (default): every frame.
     """
 
-    scale_frames: int = 8
-    sliding_window: int = DEFAULT_SLIDING_WINDOW
-    max_window: int = DEFAULT_MAX_WINDOW
-    keyframe_interval: int = 1
-    image_width: int = 518
+    scale_frames: int = setting(8, "Anchor frames (phase 1), never evicted.", bounds=(1, 64))
+    sliding_window: int = setting(
+        DEFAULT_SLIDING_WINDOW, "Non-anchor frames kept in the KV cache.", bounds=(1, ROPE_TABLE_FRAMES)
+    )
+    max_window: int = setting(
+        DEFAULT_MAX_WINDOW,
+        "Cache pool capacity: upper bound of kv_cache.sliding_window.",
+        bounds=(1, ROPE_TABLE_FRAMES),
+    )
+    keyframe_interval: int = setting(
+        1, "Every N-th streaming frame is stored in the cache.", bounds=(1, 1000)
+    )
+    image_width: int = setting(
+        518,
+        f"Network input width in pixels (multiple of {PATCH_SIZE}; 518 as released).",
+        bounds=(2 * PATCH_SIZE, 74 * PATCH_SIZE),
+    )
     device: str | None = None
     dtype: torch.dtype = torch.float32
     max_stored_frames: int = 320
-    backend: str = "auto"
-    cuda_graphs: bool = True
-    compile_blocks: bool = False
+    backend: str = setting("auto", "Global-attention backend.", choices=BACKENDS)
+    cuda_graphs: bool = setting(
+        True,
+        "On CUDA, replay streaming steps as CUDA graphs around the attention (same outputs, faster).",
+    )
+    compile_blocks: bool = setting(
+        False,
+        "With model.cuda_graphs, torch.compile the blocks inside the graphs (~24% faster on the H200). "
+        "Compiled during configure by the warm-up (about a minute the first time, seconds with the compile "
+        "cache); false: no compiler at all.",
+        node_default=True,
+    )
     camera_history: int | None = None
     realign_conf_threshold: float = 1.5
     timing_window: int = 100
-    depth_every_n: int = 1
+    depth_every_n: int = setting(
+        1,
+        "Run the depth head (~2.7 ms of a ~31 ms step on an H200) on every n-th streaming frame only, and on "
+        "every frame while ~/depth has a subscriber (with publish.depth); frames without it still get "
+        "TF, odometry, camera_pose and camera_info, but no ~/depth, ~/frame_cloud or map update. 1: every "
+        "frame (docs/performance.md, issue 22).",
+        bounds=(1, 1000),
+    )
 
     def __post_init__(self) -> None:
         def _int_at_least(name: str, low: int) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .settings import setting
 from .writers import atomic_write
 
 #: nav2_map_server loads a trinary pixel p as occupied when 1 - p/255 > occupied_thresh, free when below
@@ -39,9 +40,13 @@ GROW_MARGIN = 40
 class GridConfig:
     """`grid.*` parameters (metres)."""
 
-    resolution: float = 0.05
-    min_height: float = 0.1
-    max_height: float = 1.5
+    resolution: float = setting(0.05, "Cell size of ~/grid in metres.", bounds=(0.005, 10.0))
+    min_height: float = setting(
+        0.1,
+        "Points above this height (m, from the base frame's ground) are obstacles; below: floor (free).",
+        bounds=(-10.0, 10.0),
+    )
+    max_height: float = setting(1.5, "Points above this height (m) are ignored.", bounds=(-10.0, 100.0))
     occupied_ratio: float = 0.35
     max_rays: int = 10_000
     max_samples: int = 100_000

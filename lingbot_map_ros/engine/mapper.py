@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,44 +38,16 @@ from .frames import (
     transform_points,
 )
 from .geometry import Sim3, invert_rigid, rotation_vector
-from .grid import GridConfig, OccupancyGridBuilder
+from .grid import OccupancyGridBuilder
+from .mapper_config import MapperConfig
 from .mapping import Trajectory, VoxelMap, VoxelMapConfig
 from .result import FrameResult
-from .scale import ScaleConfig, ScaleEstimator, ScaleState
+from .scale import ScaleEstimator, ScaleState
 
 #: Keyframes whose points wait for the scale to converge (beyond: the oldest are dropped, counted).
 MAX_HELD_KEYFRAMES = 64
 #: Twist covariance diagonal when no velocity can be computed (first frame, dt < min_dt): "unknown".
 UNKNOWN_VARIANCE = 1e6
-
-
-@dataclass(frozen=True)
-class CovarianceConfig:
-    """Pose standard deviations reported in the odometry covariance (the model predicts none).
-
-    Attributes:
-        position_std: metres, per axis.
-        orientation_std: radians, per axis.
-        unscaled_factor: multiplies the variances while the scale has not converged.
-        twist_min_dt: seconds; consecutive stamps closer than this give no twist (unknown covariance).
-    """
-
-    position_std: float = 0.05
-    orientation_std: float = 0.02
-    unscaled_factor: float = 100.0
-    twist_min_dt: float = 0.005
-
-
-@dataclass(frozen=True)
-class MapperConfig:
-    """Everything the mapper needs (built from the node's parameters or `run`'s options)."""
-
-    voxel: VoxelMapConfig = field(default_factory=VoxelMapConfig)
-    scale: ScaleConfig = field(default_factory=ScaleConfig)
-    grid: GridConfig = field(default_factory=GridConfig)
-    covariance: CovarianceConfig = field(default_factory=CovarianceConfig)
-    path_max_length: int = 1000
-    trajectory_max_poses: int = 1_000_000
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .settings import setting
 from .trajectory import Trajectory
 from .writers import read_ply, read_tum, write_ply, write_tum
 
@@ -58,10 +59,20 @@ class VoxelMapConfig:
         merge_threshold: size of the pending index run that triggers a merge into the main run.
     """
 
-    voxel_size: float = 0.02
-    conf_threshold: float = 1.5
-    pixel_stride: int = 4
-    max_points: int = 1_000_000
+    voxel_size: float = setting(
+        0.02, "Voxel edge of the map in metres (model units with scale.source none).", bounds=(1e-4, 100.0)
+    )
+    conf_threshold: float = setting(
+        1.5, "Keep pixels with depth confidence above this (confidence >= 1).", bounds=(0.0, 1e6)
+    )
+    pixel_stride: int = setting(4, "Pixel stride when unprojecting a frame.", bounds=(1, 64), node_default=2)
+    max_points: int = setting(
+        1_000_000,
+        "Point budget of the map cloud, shared by all cameras (each gets an equal part); memory grows with "
+        "the points actually mapped.",
+        bounds=(1000, 50_000_000),
+        node_default=500_000,
+    )
     evict_fraction: float = 0.1
     max_weight: float = 32.0
     merge_threshold: int = 65_536

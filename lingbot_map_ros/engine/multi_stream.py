@@ -30,6 +30,7 @@ from .config import SessionConfig
 from .contracts import SessionStats
 from .result import FrameResult
 from .session import StreamingSession
+from .settings import setting
 from .step_frames import StreamingFrame
 
 
@@ -43,8 +44,15 @@ class BatchConfig:
         queue_depth: frames waiting per camera; a newer frame pushes out the oldest (counted as dropped).
     """
 
-    max_wait_ms: float = 5.0
-    max_batch: int = 8
+    max_wait_ms: float = setting(
+        5.0,
+        "Several cameras: once one camera has a frame, wait at most this long for the others' frames before "
+        "stepping them together (one batched model step); a slow camera never stalls a fast one by more.",
+        bounds=(0.0, 1000.0),
+    )
+    max_batch: int = setting(
+        8, "Several cameras: most streaming frames in one batched model step.", bounds=(1, 64)
+    )
     queue_depth: int = 1
 
     def __post_init__(self) -> None:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .settings import setting
+
 SCALE_SOURCES = ("none", "fixed", "odometry", "depth")
 
 
@@ -32,13 +34,32 @@ SCALE_SOURCES = ("none", "fixed", "odometry", "depth")
 class ScaleConfig:
     """`scale.*` parameters. `min_conf`: confidence threshold of the depth ratio's pixels."""
 
-    source: str = "none"
-    factor: float = 1.0
-    min_baseline: float = 0.1
-    min_samples: int = 5
-    window: int = 50
+    source: str = setting(
+        "none",
+        "Metric scale: odometry (odom -> base via TF), depth (depth_image topic), fixed (scale.factor), "
+        "none (model units).",
+        choices=SCALE_SOURCES,
+    )
+    factor: float = setting(1.0, "Metres per model unit with scale.source fixed.", bounds=(1e-6, 1e6))
+    min_baseline: float = setting(
+        0.1,
+        "Metres the camera must move (odometry) between the two keyframes of a scale sample.",
+        bounds=(0.0, 100.0),
+    )
+    min_samples: int = setting(
+        5,
+        "Samples before the scale counts as converged (map points are held until then).",
+        bounds=(1, 1000),
+        node_default=10,
+    )
+    window: int = setting(50, "Samples of the robust (median) estimate.", bounds=(1, 10000))
     min_conf: float = 1.5
-    max_change: float = 3.0
+    max_change: float = setting(
+        3.0,
+        "Once the scale has converged, a sample more than this factor above or below it is rejected and "
+        "counted (/diagnostics scale_rejected): one odometry jump cannot rescale the map.",
+        bounds=(1.01, 1000.0),
+    )
 
     def __post_init__(self) -> None:
         if not self.max_change > 1.0:
@@ -48,7 +69,9 @@ class ScaleConfig:
         if not self.factor > 0:
             raise ValueError(f"scale.factor must be > 0, got {self.factor}")
         if self.min_samples < 1 or self.window < self.min_samples:
-            raise ValueError(f"need 1 <= min_samples <= window, got {self.min_samples}, {self.window}")
+            raise ValueError(
+                f"scale.window ({self.window}) must be >= scale.min_samples ({self.min_samples}) >= 1"
+            )
 
 
 @dataclass(frozen=True)

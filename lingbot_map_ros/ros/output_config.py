@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from ..engine.grid import GridConfig
-from ..engine.mapper import CovarianceConfig, MapperConfig
+from ..engine.mapper_config import CovarianceConfig, MapperConfig
 from ..engine.mapping import VoxelMapConfig
 from ..engine.scale import ScaleConfig
-from .params import NodeParams
+from .params import NodeParams, owner_values, param_reader
 
 #: Map works that may wait for a camera's map thread beyond the anchor phase's (published back to back).
 MAP_QUEUE_SLACK = 8
@@ -28,90 +29,106 @@ FRAME_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=Re
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """Frames and options of the outputs (from `NodeParams`)."""
+    """One camera's outputs: the node's parameters (`params`: frames, TF mode, publishing switches) and the
+    mapper's settings (`mapper`, built from the parameters of its settings), each held once, plus what
+    differs per camera. The read-only attributes below name the parameter they read."""
 
-    map_frame: str
-    camera_frame: str  # empty: the input header's frame_id
-    path_max_length: int
-    trajectory_max_poses: int
-    map_conf_threshold: float
-    map_stride: int
-    map_voxel_size: float
-    map_max_points: int
-    publish_depth: bool
-    publish_frame_cloud: bool
-    odom_frame: str = "odom"
-    base_frame: str = "base_link"
-    tf_mode: str = "map_to_camera"
-    tf_timeout: float = 0.2
-    tf_transform_tolerance: float = 0.1
-    scale: ScaleConfig = ScaleConfig()
-    grid: GridConfig = GridConfig()
-    covariance: CovarianceConfig = CovarianceConfig()
-    mapping_enabled: bool = True
+    params: NodeParams
+    mapper: MapperConfig
     #: Several cameras (docs/node.md): the map frame of this camera while it is mapped without the robot
     #: (map_to_camera), e.g. `map_front`; empty: `map_frame` always.
     camera_map_frame: str = ""
     #: Whether this camera publishes the robot TF edge (map -> odom / map -> base): only one camera may.
     publish_robot_tf: bool = True
-    #: Map works waiting for the map thread (ros/map_worker.py); a full queue drops its oldest.
-    map_queue_size: int = 8 + MAP_QUEUE_SLACK
 
     @staticmethod
     def from_params(p: NodeParams) -> OutputConfig:
-        return OutputConfig(
-            map_frame=p.map_frame,
-            camera_frame=p.camera_frame,
-            path_max_length=p.path_max_length,
-            trajectory_max_poses=p.trajectory_max_poses,
-            map_conf_threshold=p.map_conf_threshold,
-            map_stride=p.map_stride,
-            map_voxel_size=p.map_voxel_size,
-            map_max_points=max(1, p.map_max_points // len(p.cameras)),  # one budget shared by all cameras
-            publish_depth=p.publish_depth,
-            publish_frame_cloud=p.publish_frame_cloud,
-            odom_frame=p.odom_frame,
-            base_frame=p.base_frame,
-            tf_mode=p.tf_mode,
-            tf_timeout=p.tf_timeout,
-            tf_transform_tolerance=p.tf_transform_tolerance,
-            scale=ScaleConfig(
-                source=p.scale_source,
-                factor=p.scale_factor,
-                min_baseline=p.scale_min_baseline,
-                min_samples=p.scale_min_samples,
-                window=p.scale_window,
-                min_conf=p.map_conf_threshold,
-                max_change=p.scale_max_change,
-            ),
-            grid=GridConfig(
-                resolution=p.grid_resolution, min_height=p.grid_min_height, max_height=p.grid_max_height
-            ),
-            covariance=CovarianceConfig(
-                position_std=p.covariance_position_std,
-                orientation_std=p.covariance_orientation_std,
-                unscaled_factor=p.covariance_unscaled_factor,
-                twist_min_dt=p.twist_min_dt,
-            ),
-            mapping_enabled=p.mapping_enabled,
-            map_queue_size=p.kv_cache_scale_frames + MAP_QUEUE_SLACK,
+        """The outputs of one of `len(p.cameras)` cameras (they share the map point budget equally)."""
+        value = param_reader(p)
+        voxel = VoxelMapConfig(**owner_values(VoxelMapConfig, value))
+        mapper = MapperConfig(
+            voxel=replace(voxel, max_points=max(1, voxel.max_points // len(p.cameras))),
+            scale=ScaleConfig(**owner_values(ScaleConfig, value), min_conf=voxel.conf_threshold),
+            grid=GridConfig(**owner_values(GridConfig, value)),
+            covariance=CovarianceConfig(**owner_values(CovarianceConfig, value)),
+            **owner_values(MapperConfig, value),
         )
+        return OutputConfig(p, mapper)
+
+    def with_params(self, **changes: Any) -> OutputConfig:
+        """This camera's outputs with some parameters changed (`NodeParams` field names)."""
+        fresh = OutputConfig.from_params(replace(self.params, **changes))
+        return replace(fresh, camera_map_frame=self.camera_map_frame, publish_robot_tf=self.publish_robot_tf)
+
+    @property
+    def map_frame(self) -> str:
+        return self.params.map_frame
+
+    @property
+    def odom_frame(self) -> str:
+        return self.params.odom_frame
+
+    @property
+    def base_frame(self) -> str:
+        return self.params.base_frame
+
+    @property
+    def camera_frame(self) -> str:
+        """Empty: the input header's frame_id."""
+        return self.params.camera_frame
+
+    @property
+    def tf_mode(self) -> str:
+        return self.params.tf_mode
+
+    @property
+    def tf_timeout(self) -> float:
+        return self.params.tf_timeout
+
+    @property
+    def tf_transform_tolerance(self) -> float:
+        return self.params.tf_transform_tolerance
+
+    @property
+    def publish_depth(self) -> bool:
+        return self.params.publish_depth
+
+    @property
+    def publish_frame_cloud(self) -> bool:
+        return self.params.publish_frame_cloud
+
+    @property
+    def mapping_enabled(self) -> bool:
+        return self.params.mapping_enabled
+
+    @property
+    def path_max_length(self) -> int:
+        return self.mapper.path_max_length
+
+    @property
+    def trajectory_max_poses(self) -> int:
+        return self.mapper.trajectory_max_poses
+
+    @property
+    def map_conf_threshold(self) -> float:
+        return self.mapper.voxel.conf_threshold
+
+    @property
+    def map_stride(self) -> int:
+        return self.mapper.voxel.pixel_stride
+
+    @property
+    def scale(self) -> ScaleConfig:
+        return self.mapper.scale
+
+    @property
+    def map_queue_size(self) -> int:
+        """Map works waiting for the map thread (ros/map_worker.py); a full queue drops its oldest."""
+        return self.params.kv_cache_scale_frames + MAP_QUEUE_SLACK
 
     def voxel_map_config(self) -> VoxelMapConfig:
         """The accumulated map's settings (voxel size, confidence threshold, pixel stride, point budget)."""
-        return VoxelMapConfig(
-            voxel_size=self.map_voxel_size,
-            conf_threshold=self.map_conf_threshold,
-            pixel_stride=self.map_stride,
-            max_points=self.map_max_points,
-        )
+        return self.mapper.voxel
 
     def mapper_config(self) -> MapperConfig:
-        return MapperConfig(
-            voxel=self.voxel_map_config(),
-            scale=self.scale,
-            grid=self.grid,
-            covariance=self.covariance,
-            path_max_length=self.path_max_length,
-            trajectory_max_poses=self.trajectory_max_poses,
-        )
+        return self.mapper

@@ -1,11 +1,16 @@
 """`ParamSpec`: one row of the node's parameter table (`param_table.py`): default, constraints, live or not;
-its rcl descriptor and the check of a value against it."""
+its rcl descriptor and the check of a value against it. A row of an engine setting is made by `ParamSpec.of`
+from the owning dataclass field (`engine.settings`): its default, range, choices and description are read
+from there, never written twice."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import cast
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+from ..engine.settings import Owned, owned
 
 ParamValue = bool | int | float | str | list[str]
 
@@ -22,6 +27,25 @@ class ParamSpec:
     float_range: tuple[float, float] | None = None
     choices: tuple[str, ...] | None = None
     startup: bool = False  # read when the node starts (its topics and services): never changed at run time
+    #: The engine setting the row is derived from (`ParamSpec.of`); None: a node-only parameter.
+    source: Owned | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, name: str, owner: type, attribute: str, *, live: bool = False) -> ParamSpec:
+        """The row of parameter `name` derived from the setting `owner.attribute` (default, description,
+        range, choices: `engine.settings.owned`)."""
+        item = owned(owner, attribute)
+        bounds, integer = item.setting.bounds, type(item.default) is int
+        return cls(
+            name,
+            item.default,
+            item.setting.doc,
+            live=live,
+            int_range=cast(tuple[int, int], bounds) if integer and bounds else None,
+            float_range=cast(tuple[float, float], bounds) if bounds and not integer else None,
+            choices=item.setting.choices,
+            source=item,
+        )
 
     def descriptor(self) -> ParameterDescriptor:
         """The rcl descriptor (ranges are enforced by rclpy itself; choices by `validate`)."""

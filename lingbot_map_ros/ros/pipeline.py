@@ -20,22 +20,10 @@ from ..engine.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.session import StreamingModel, StreamingSession
 from ..model import CheckpointError, PrecisionPolicy
 from ..model.graphed import compile_cache_dir
-from .params import NodeParams, field_name, parse_image_size
+from .params import NodeParams, owner_values, param_reader, parse_image_size
 from .process_settings import ProcessSettings
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-#: `SessionConfig` field <- the node parameter it comes from (the rest of `SessionConfig` keeps its defaults).
-SESSION_PARAMETERS = {
-    "scale_frames": "kv_cache.scale_frames",
-    "sliding_window": "kv_cache.sliding_window",
-    "max_window": "kv_cache.max_window",
-    "keyframe_interval": "keyframe.interval",
-    "image_width": "model.image_width",
-    "backend": "attention.backend",
-    "cuda_graphs": "model.cuda_graphs",
-    "compile_blocks": "model.compile_blocks",
-    "depth_every_n": "depth.every_n",
-}
 
 
 class ConfigureError(RuntimeError):
@@ -107,7 +95,8 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         cache_dir = compile_cache_dir(params.model_compile_cache_dir) if compiling else None
     except OSError as exc:
         raise ConfigureError(f"model.compile_cache_dir cannot be used: {exc}") from exc
-    policy = SessionConfig(**{key: getattr(params, field_name(p)) for key, p in SESSION_PARAMETERS.items()})
+    # the fields of the `ParamSpec.of(..., SessionConfig, ...)` rows; the rest keep the engine's defaults
+    policy = SessionConfig(**owner_values(SessionConfig, param_reader(params)))
     spec = EngineSpec(
         preset=params.model_preset,
         checkpoint=checkpoint,

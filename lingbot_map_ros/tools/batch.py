@@ -31,7 +31,8 @@ from pathlib import Path
 from lingbot_map_ros.tools.bag_io import BagError
 from lingbot_map_ros.tools.batch_pool import BagJob, BatchConfig, WorkerPool
 from lingbot_map_ros.tools.batch_summary import PARTIAL_DIR, BagRow, read_done, run_options, write_summary
-from lingbot_map_ros.tools.run_bag import add_run_options, bag_camera_topic, run_config
+from lingbot_map_ros.tools.run_bag import bag_camera_topic
+from lingbot_map_ros.tools.run_options import add_run_options, run_config
 
 #: Ray's shared-memory object store for a local instance: the job passes only configs and rows through it.
 LOCAL_OBJECT_STORE_BYTES = 100 * 2**20

@@ -17,7 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from lingbot_map_ros.tools.batch_summary import BagRow
-from lingbot_map_ros.tools.run_bag import RunConfig
+from lingbot_map_ros.tools.run_options import RunConfig
 
 #: How often the driver wakes to poll the workers' progress (seconds).
 POLL_S = 0.5

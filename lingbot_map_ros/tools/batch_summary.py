@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lingbot_map_ros.engine.writers import atomic_write
 from lingbot_map_ros.tools.report import write_json
-from lingbot_map_ros.tools.run_bag import RunConfig
+from lingbot_map_ros.tools.run_options import RunConfig
 from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error
 
 #: The done-marker inside a complete bag's folder.
@@ -30,11 +30,7 @@ PER_BAG_FIELDS = ("bag", "output_dir", "progress")
 
 def run_options(config: RunConfig) -> dict[str, object]:
     """The options of `config` that shape every bag's outputs (JSON-friendly), kept in the done-marker."""
-    return {
-        f.name: (str(v) if isinstance(v := getattr(config, f.name), Path) else v)
-        for f in fields(config)
-        if f.name not in PER_BAG_FIELDS
-    }
+    return {name: value for name, value in config.option_values().items() if name not in PER_BAG_FIELDS}
 
 
 def partial_folder(out: Path, name: str) -> Path:

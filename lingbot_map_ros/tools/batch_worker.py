@@ -30,7 +30,8 @@ from lingbot_map_ros.tools.batch_summary import (
     partial_folder,
     run_options,
 )
-from lingbot_map_ros.tools.run_bag import RunConfig, build_session, run_bag
+from lingbot_map_ros.tools.run_bag import build_session, run_bag
+from lingbot_map_ros.tools.run_options import RunConfig
 
 
 @dataclass

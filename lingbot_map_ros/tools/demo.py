@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from lingbot_map_ros.engine.config import PRESET_NAMES
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.dds_tools.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, COMPRESSED_IMAGE, camera_connection, open_bag
@@ -245,7 +246,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ground-truth", type=Path, default=None, help="TUM ground truth of --bag / --images")
     p.add_argument("-o", "--output-dir", type=Path, default=Path("lingbot_map_demo"))
     p.add_argument("--checkpoint", type=Path, default=None, help="model weights (default: synthetic)")
-    p.add_argument("--preset", choices=("tiny", "lingbot-map"), default="tiny")
+    p.add_argument("--preset", choices=PRESET_NAMES, default="tiny")
     p.add_argument("--device", default="cpu", help="torch device of the node (cpu, cuda, auto)")
     p.add_argument("--width", type=int, default=224, help="network input width (multiple of 14)")
     p.add_argument("--frames", type=int, default=SceneConfig.frames, help="synthetic scene frames")

@@ -23,13 +23,8 @@ from lingbot_map_ros.engine.writers import write_tum
 from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.evaluate import load_trajectory
 from lingbot_map_ros.tools.loop_eval import corrected
-from lingbot_map_ros.tools.run_bag import (
-    RunConfig,
-    add_run_options,
-    bag_camera_topic,
-    build_session,
-    run_config,
-)
+from lingbot_map_ros.tools.run_bag import bag_camera_topic, build_session
+from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
 from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, matched_ate
 
 

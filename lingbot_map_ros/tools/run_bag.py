@@ -36,60 +36,15 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
-from lingbot_map_ros.engine.persistence import compat_fields
-from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.mapper import Mapper
+from lingbot_map_ros.engine.mapping import VoxelMap
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
+from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.session import StreamingModel, StreamingSession
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Model, streaming and map settings of an offline run. `checkpoint` None: synthetic weights
-    (seeded with `seed`). `image_width`: network input width (multiple of 14)."""
-
-    bag: Path
-    output_dir: Path
-    topic: str | None = None
-    preset: str = "tiny"
-    checkpoint: Path | None = None
-    device: str = "cpu"
-    image_width: int = 518
-    scale_frames: int = 8
-    sliding_window: int = DEFAULT_SLIDING_WINDOW
-    keyframe_interval: int = 1
-    max_frames: int | None = None
-    seed: int = 0
-    threads: int | None = 1  # torch CPU threads, set by the entry point for the run (`torch_threads`)
-    voxel_size: float = 0.02
-    conf_threshold: float = 1.5
-    pixel_stride: int = 2
-    max_points: int = 500_000
-    scale_factor: float | None = None  # metres per model unit; None: model units (scale.source none)
-    progress: bool = True
-    load_session: Path | None = None
-    save_session: Path | None = None
-
-    def compat(self) -> dict[str, object]:
-        """The fields a saved session must share with this run (`persistence.compat_fields`)."""
-        return compat_fields(self.preset, self.checkpoint, self.image_width, self.scale_frames, self.seed)
-
-    def mapper_config(self) -> MapperConfig:
-        """The node's mapper settings for these options (defaults equal the node's parameters)."""
-        scale = ScaleConfig("fixed", self.scale_factor) if self.scale_factor else ScaleConfig("none")
-        voxel = VoxelMapConfig(
-            voxel_size=self.voxel_size,
-            conf_threshold=self.conf_threshold,
-            pixel_stride=self.pixel_stride,
-            max_points=self.max_points,
-        )
-        return MapperConfig(voxel=voxel, scale=scale)
 
 
 @dataclass
@@ -119,7 +74,6 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
     ``model`` (an already built one: several cameras of one run share it)."""
 
     from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-    from lingbot_map_ros.engine.config import SessionConfig
 
     return build_engine(
         EngineSpec(
@@ -127,14 +81,7 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
             checkpoint=config.checkpoint,
             device=config.device,
             seed=config.seed,
-            session=SessionConfig(
-                scale_frames=config.scale_frames,
-                sliding_window=config.sliding_window,
-                max_window=max(DEFAULT_MAX_WINDOW, config.sliding_window),
-                keyframe_interval=config.keyframe_interval,
-                image_width=config.image_width,
-                backend="auto",
-            ),
+            session=config.session,
         ),
         model,
     )
@@ -290,74 +237,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="save the session to this new folder at the end (node: session.load_path loads it)",
     )
     p.set_defaults(func=main_args)
-
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of one bag's run (topic, model, streaming, map) that `run` and `batch` share."""
-    p.add_argument("--topic", default=None, help="camera topic (default: the bag's only camera topic)")
-    p.add_argument("--preset", choices=("tiny", "lingbot-map"), default="tiny")
-    p.add_argument("--checkpoint", type=Path, default=None, help="default: synthetic weights")
-    p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:N)")
-    p.add_argument("--width", type=int, default=518, help="network input width (multiple of 14)")
-    p.add_argument("--scale-frames", type=int, default=8)
-    p.add_argument(
-        "--sliding-window",
-        type=_sliding_window,
-        default=DEFAULT_SLIDING_WINDOW,
-        help="live window of non-anchor keyframes, 1..1024 (max_window is sized to fit it)",
-    )
-    p.add_argument("--keyframe-interval", type=int, default=1)
-    p.add_argument("--max-frames", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (fixed for determinism)")
-    p.add_argument("--voxel-size", type=float, default=0.02)
-    p.add_argument("--conf-threshold", type=float, default=1.5)
-    p.add_argument("--stride", type=int, default=2, help="pixel stride of the map (node: map.stride)")
-    p.add_argument("--max-points", type=int, default=500_000, help="map point budget (node: map.max_points)")
-    p.add_argument(
-        "--scale-factor",
-        type=float,
-        default=None,
-        help="metres per model unit (node: scale.source fixed, scale.factor); default: none",
-    )
-
-
-def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
-    """The `RunConfig` of `bag` -> `output` for the options of `add_run_options` (and `run`'s --load/--save
-    where `args` has them)."""
-    return RunConfig(
-        bag=bag,
-        output_dir=output,
-        topic=args.topic,
-        preset=args.preset,
-        checkpoint=args.checkpoint,
-        device=args.device,
-        image_width=args.width,
-        scale_frames=args.scale_frames,
-        sliding_window=args.sliding_window,
-        keyframe_interval=args.keyframe_interval,
-        max_frames=args.max_frames,
-        seed=args.seed,
-        threads=args.threads,
-        voxel_size=args.voxel_size,
-        conf_threshold=args.conf_threshold,
-        pixel_stride=args.stride,
-        max_points=args.max_points,
-        scale_factor=args.scale_factor,
-        load_session=getattr(args, "load", None),
-        save_session=getattr(args, "save", None),
-    )
-
-
-def _sliding_window(text: str) -> int:
-    """`--sliding-window`: the CLI boundary where the window's range is checked."""
-    from lingbot_map_ros.cache.config import check_sliding_window
-    from lingbot_map_ros.engine.config import ROPE_TABLE_FRAMES
-
-    try:
-        return check_sliding_window(int(text), ROPE_TABLE_FRAMES)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main_args(args: argparse.Namespace) -> int:

@@ -248,7 +248,7 @@ def test_cameras_are_limited_and_share_one_point_budget() -> None:
         for p in cross_check({**{"kv_cache.sliding_window": 1, "kv_cache.max_window": 1}, "cameras": many})
     )
     four = _defaults(cameras=("a", "b", "c", "d"), map_max_points=2_000_000, scale_source="none")
-    assert OutputConfig.from_params(four).map_max_points == 500_000
+    assert OutputConfig.from_params(four).mapper.voxel.max_points == 500_000
 
 
 class _Outputs:

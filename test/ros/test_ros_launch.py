@@ -16,7 +16,7 @@ import pytest
 import yaml
 from ros_helpers import REPO
 
-from lingbot_map_ros.ros.params import PARAMETERS, params_yaml
+from lingbot_map_ros.ros.params import PARAMETERS, SPECS, params_yaml
 
 LAUNCH_FILE = REPO / "launch" / "lingbot_map.launch.py"
 PARAMS_FILE = REPO / "config" / "lingbot_map.yaml"
@@ -79,9 +79,13 @@ def test_launch_file_declares_its_arguments() -> None:
     helpers = _launch_helpers()
     declared |= set(helpers["KNOBS"])  # declared in a comprehension over KNOBS
     assert declared == EXPECTED_ARGS
-    assert set(helpers["KNOBS"]) == set(helpers["KNOB_HELP"])
     parameters = {spec.name for spec in PARAMETERS}
     assert set(helpers["KNOBS"].values()) <= parameters  # every knob sets a real parameter
+    # a knob's description is derived from its parameter's row: nothing typed in the launch file
+    assert "knob_description(SPECS[param].description, SPECS[param].default)" in source
+    scale = SPECS["scale.factor"]
+    text = helpers["knob_description"](scale.description, scale.default)
+    assert text.startswith(scale.description) and "Node default: 1.0;" in text
     functions = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
     assert "generate_launch_description" in functions
     strings = {
@@ -120,12 +124,12 @@ def _launch_helpers() -> dict[str, object]:
                 "camera_remappings",
                 "rviz_config_for",
                 "node_exit_reason",
+                "knob_description",
             )
         )
         or (
             isinstance(node, ast.Assign)
-            and node.targets[0].id
-            in ("KNOBS", "KNOB_HELP", "PROFILE_VARIABLE", "EXIT_CODE_MEANINGS", "ANSI_ESCAPE")
+            and node.targets[0].id in ("KNOBS", "PROFILE_VARIABLE", "EXIT_CODE_MEANINGS", "ANSI_ESCAPE")
         )
     ]
     namespace: dict[str, object] = {"re": re}

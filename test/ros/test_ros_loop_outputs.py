@@ -5,7 +5,6 @@ In-process node (not spinning), TF from a plain buffer."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -49,7 +48,7 @@ def robot_outputs() -> Iterator[list[MappingOutputs]]:
     rclpy.init(context=context)
     node = rclpy.create_node("loop_outputs_test", context=context)
     declare_parameters(node)
-    config = dataclasses.replace(OutputConfig.from_params(read_parameters(node)), tf_mode="map_to_odom")
+    config = OutputConfig.from_params(read_parameters(node)).with_params(tf_mode="map_to_odom")
     buffer = TfBuffer()
     buffer.set_transform("base_link", "cam", 0.0, BASE_CAM, static=True)
     for i, t in enumerate(STAMPS):

@@ -5,7 +5,6 @@ publishers, recorded."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -166,8 +165,8 @@ def outputs() -> Iterator[MappingOutputs]:
         "map_worker_test", context=context, parameter_overrides=[Parameter("map.stride", value=1)]
     )
     declare_parameters(node)
-    config = dataclasses.replace(
-        OutputConfig.from_params(read_parameters(node)), tf_mode="map_to_camera", map_voxel_size=0.05
+    config = OutputConfig.from_params(read_parameters(node)).with_params(
+        tf_mode="map_to_camera", map_voxel_size=0.05
     )
     out = MappingOutputs(node, config, TfLookup(node))
     for name in ("path", "frame_cloud", "map_cloud", "grid"):

@@ -21,7 +21,7 @@ from lingbot_map_ros.ros.camera_tf import CameraTf
 from lingbot_map_ros.ros.geometry import seconds_stamp
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import stamp_seconds
-from lingbot_map_ros.ros.params import cross_check
+from lingbot_map_ros.ros.params import cross_check, default_params
 from lingbot_map_ros.ros.robot_tf import RobotFrames, RobotTfConfig
 from lingbot_map_ros.ros.streams import CameraFrames, frame_id_problem, reserved_frames
 from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
@@ -266,9 +266,7 @@ def test_map_to_odom_first_at_the_image_stamp_then_republished_at_now(
     the node's clock (a bag's /clock under use_sim_time) + tolerance, nothing while that clock is 0."""
     monkeypatch.setattr(tf_module, "_Tf2RosBroadcaster", None)  # the package's publisher, even with tf2_ros
     node = FakeNode()
-    config = OutputConfig(
-        map_frame="map",
-        camera_frame="",
+    config = OutputConfig.from_params(default_params()).with_params(
         path_max_length=10,
         trajectory_max_poses=10,
         map_conf_threshold=0.0,

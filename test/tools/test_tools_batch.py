@@ -30,7 +30,7 @@ from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
 from lingbot_map_ros.tools.batch import find_bags, plan
 from lingbot_map_ros.tools.batch_pool import BatchConfig
 from lingbot_map_ros.tools.batch_summary import DONE_MARKER
-from lingbot_map_ros.tools.run_bag import RunConfig
+from lingbot_map_ros.tools.run_options import RunConfig
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render, write_scene_bag
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}

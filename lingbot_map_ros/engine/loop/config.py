@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..settings import setting
 from .pose_graph import GraphConfig
 from .verify import VerifyConfig
 
@@ -30,18 +31,36 @@ class LoopClosureConfig:
         queue_depth: keyframes waiting for the closer's thread (drop-oldest beyond).
     """
 
-    enabled: bool = True
-    keyframe_translation: float = 0.1
-    keyframe_rotation_deg: float = 10.0
+    enabled: bool = setting(
+        True,
+        "Loop closure (docs/loop_closure.md): keyframes, place recognition, verification and a Sim(3) pose "
+        "graph on a thread of its own; a correction jumps map -> odom (robot modes) or map -> camera.",
+    )
+    keyframe_translation: float = setting(
+        0.1,
+        "A new loop keyframe once the camera moved this fraction of the last one's median depth.",
+        bounds=(1e-3, 10.0),
+    )
+    keyframe_rotation_deg: float = setting(10.0, "... or turned this many degrees.", bounds=(0.1, 180.0))
     point_stride: int = 4
     conf_threshold: float = 1.5
     depth_stride: int = 2
     voxel_size: float = 0.05
-    exclude_recent: int = 15
-    top_k: int = 3
-    min_similarity: float = 0.8
-    max_keyframes: int = 1000
-    merge_size: int = 10
+    exclude_recent: int = setting(
+        15,
+        "Newest keyframes left out of the place search (the query's own neighbourhood in time).",
+        bounds=(1, 10000),
+    )
+    top_k: int = setting(3, "Candidates verified per keyframe (best first).", bounds=(1, 50))
+    min_similarity: float = setting(
+        0.8, "Cosine floor of a place candidate's descriptor.", bounds=(-1.0, 1.0)
+    )
+    max_keyframes: int = setting(
+        1000,
+        "Memory budget: past it the oldest loop_closure.merge_size keyframes merge into one submap.",
+        bounds=(3, 1000000),
+    )
+    merge_size: int = setting(10, "Keyframes merged into one submap.", bounds=(2, 1000))
     stream_sigma_floor: float = 0.002
     stream_sigma_rate: float = 0.05
     loop_rotation_sigma: float = 0.01

@@ -17,6 +17,7 @@ import gtsam
 import numpy as np
 
 from ..geometry import Sim3
+from ..settings import setting
 from .similarity import between, compose, interpolate, inverse, to_gtsam
 
 
@@ -52,7 +53,9 @@ class GraphConfig:
 
     cauchy_k: float = 3.0
     max_iterations: int = 50
-    max_time_ms: float = 200.0
+    max_time_ms: float = setting(
+        200.0, "Time bound of one pose-graph optimisation (on the closer's thread).", bounds=(1.0, 60000.0)
+    )
     relative_tolerance: float = 1e-3
     outlier_weight: float = 0.1
 
