@@ -18,9 +18,10 @@
 #            multi_camera.py 1,2,4 cameras, default backend, compiled, with the single-stream row
 #   long     startup.py over 5,000 frames (16 re-anchors): p99 of the last 300 frames vs the first full window
 #   node     node_e2e.py at 60 and 30 Hz with the defaults, then with depth.every_n 2 and inference.overlap false
-#   node-ab BEFORE   node_e2e.py with the defaults at 60 and 30 Hz: this tree, the tree in BEFORE (another
-#            commit, e.g. .device/ab/before from `git archive`), this tree again: a refactor's before/after
-#            side by side on one machine (set DEV to the folder holding rosw/ and the env scripts)
+#   node-ab BEFORE.tar.gz COMMIT_BEFORE   node_e2e.py with the defaults at 60 and 30 Hz: this tree, the other
+#            commit's tree, this tree again (a refactor's before/after side by side on one machine); run from
+#            the repository root with DEV=.device LINGBOT_COMMIT=<this commit>; carry .device/rosw,
+#            .device/gt (gtsam_slim.zip: gtsam's wheel without its data files) and the tar.gz
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
@@ -34,6 +35,14 @@ step() {  # step SECONDS COMMAND...: run with a time limit, log to $OUT/log (a c
   shift
   echo "== $(date -u +%T) (limit ${limit}s) $*" | tee -a "$LOG"
   timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+}
+
+with_gtsam() {  # with_gtsam PYTHONPATH: gtsam (the loop closer's pose graph) from $DEV/gt/gtsam_slim.zip, its
+  # wheel without the data files, unpacked into /tmp/gtsam and put in front of PYTHONPATH (printed)
+  if [[ -f "$DEV/gt/gtsam_slim.zip" && ! -d /tmp/gtsam/gtsam ]]; then
+    mkdir -p /tmp/gtsam && python3 -m zipfile -e "$DEV/gt/gtsam_slim.zip" /tmp/gtsam >>"$LOG" 2>&1
+  fi
+  echo "/tmp/gtsam:$1"
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee -a "$LOG"
@@ -69,18 +78,27 @@ case "$MODE" in
       --record "$OUT/node_e2e_h200.json"
     ;;
   node-ab)
-    BEFORE=$(cd "${2:?node-ab BEFORE: the folder of the code to compare with}" && pwd)
+    # BEFORE: a `git archive --format=tar.gz` of the other commit (package, config, benchmarks/node_e2e.py and
+    # results.py), COMMIT_BEFORE its commit; this tree's commit comes from $LINGBOT_COMMIT.
+    BEFORE_TGZ=${2:?node-ab BEFORE.tar.gz COMMIT_BEFORE}
+    rm -rf /tmp/before && mkdir -p /tmp/before && tar -xzf "$BEFORE_TGZ" -C /tmp/before
+    echo "${3:?COMMIT_BEFORE}" > /tmp/before/COMMIT
+    echo "${LINGBOT_COMMIT:?}" > COMMIT
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
-    SITE=${PYTHONPATH#*:}
-    for tree in "$PWD" "$BEFORE" "$PWD"; do
+    SITE=$(with_gtsam "${PYTHONPATH#*:}")
+    unset LINGBOT_COMMIT
+    for tree in "$PWD" /tmp/before "$PWD"; do
       (cd "$tree" && export PYTHONPATH=$tree:$SITE && echo "tree $tree commit $(cat COMMIT)" | tee -a "$LOG" &&
         step 170 /tmp/rv/bin/python -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc \
           --out "/tmp/ne_$(cat COMMIT)" --rates 60,30 --seconds 12 --settle-s 5 \
           --record "$OUT/node_e2e_ab_h200.json")
     done
+    rm -f COMMIT
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    PYTHONPATH=$(with_gtsam "$PYTHONPATH")
+    export PYTHONPATH
     step 400 /tmp/rv/bin/python -u -m pytest -q -rs test/gpu/test_node_cameras_gpu.py \
       test/gpu/test_multi_stream_gpu.py
     ;;
