@@ -21,7 +21,7 @@
 #   node-ab BEFORE.tar.gz COMMIT_BEFORE   node_e2e.py with the defaults at 60 and 30 Hz: this tree, the other
 #            commit's tree, this tree again (a refactor's before/after side by side on one machine); run from
 #            the repository root with DEV=.device LINGBOT_COMMIT=<this commit>; carry .device/rosw,
-#            .device/gt (gtsam_slim.zip: gtsam's wheel without its data files) and the tar.gz
+#            .device/gt (gtsam_slim.tar.xz: gtsam's wheel without its data files) and the tar.gz
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
@@ -37,10 +37,10 @@ step() {  # step SECONDS COMMAND...: run with a time limit, log to $OUT/log (a c
   timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
 }
 
-with_gtsam() {  # with_gtsam PYTHONPATH: gtsam (the loop closer's pose graph) from $DEV/gt/gtsam_slim.zip, its
+with_gtsam() {  # with_gtsam PYTHONPATH: gtsam (the loop closer's pose graph) from $DEV/gt/gtsam_slim.tar.xz, its
   # wheel without the data files, unpacked into /tmp/gtsam and put in front of PYTHONPATH (printed)
-  if [[ -f "$DEV/gt/gtsam_slim.zip" && ! -d /tmp/gtsam/gtsam ]]; then
-    mkdir -p /tmp/gtsam && python3 -m zipfile -e "$DEV/gt/gtsam_slim.zip" /tmp/gtsam >>"$LOG" 2>&1
+  if [[ -f "$DEV/gt/gtsam_slim.tar.xz" && ! -d /tmp/gtsam/gtsam ]]; then
+    mkdir -p /tmp/gtsam && tar -xJf "$DEV/gt/gtsam_slim.tar.xz" -C /tmp/gtsam >>"$LOG" 2>&1
   fi
   echo "/tmp/gtsam:$1"
 }
