@@ -4,12 +4,13 @@ A `CameraStream` owns what belongs to one image stream (docs/node.md "Behaviour"
 input subscriptions and stream guard (intake.py, streams.py), the stream generations (`~/reset` bumps the
 generation first, so frames arriving during a reset already belong to the new stream; the session, under the
 session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*`), the camera identity (a
-confirmed change of the image frame_id restarts the stream), its `StreamingSession` (one per camera, all on
-the node's one model), its `MappingOutputs` (kept from the first activate after configure until cleanup, so
-deactivate/activate keeps the map), its counters (`RuntimeStats`; the unnamed camera shares the node's) and
-its `~/<name>/reset`. Inference and publishing run on the node's threads: the step on the one inference thread
-(scheduler.py, camera_step.py: `prepare` and `finish` around the model step), `publish` on the publish
-thread, in step order. Nothing here raises into a callback.
+confirmed change of the image frame_id restarts the stream), its place in the node's set of cameras
+(`MultiStreamSession`: its `StreamingSession`, all on the node's one model), its `MappingOutputs` (kept
+from the first activate after configure until cleanup, so deactivate/activate keeps the map), its counters
+(`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. Inference and publishing
+run on the node's threads: the step on the one inference thread (scheduler.py, camera_step.py: `prepare` and
+`finish` around the model step), `publish` on the publish thread, in step order. Nothing here raises into a
+callback.
 """
 
 from __future__ import annotations
@@ -123,8 +124,7 @@ class CameraStream:
         self.generation = 0
         self._session_generation = self._outputs_generation = 0
         self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
-        self.session: StreamingSession | None = None
-        self._multi: MultiStreamSession | None = None
+        self._engine: MultiStreamSession | None = None  # the node's cameras (this one is `name` in it)
         self._step_epoch: object = None  # the session's epoch before the step in progress
         self.outputs: MappingOutputs | None = None
         self.session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
@@ -157,11 +157,27 @@ class CameraStream:
         )
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    def configure(self, session: StreamingSession, multi: MultiStreamSession | None = None) -> None:
-        """Take this camera's session (configure; `multi`: the `MultiStreamSession` it belongs to, whose
-        `reset` waits for a round in progress): a new stream, a new map at the first activate."""
+    @property
+    def configured(self) -> bool:
+        """Whether the camera has its session (configure until cleanup)."""
+        return self._engine is not None
+
+    @property
+    def session(self) -> StreamingSession | None:
+        """This camera's `StreamingSession` (save/load sessions), None when not configured."""
+        engine = self._engine
+        return None if engine is None else engine.sessions[self.name]
+
+    def depth_wanted(self) -> bool:
+        """Whether this frame's depth head must run (the outputs publish or use depth)."""
+        outputs = self.outputs
+        return outputs is not None and outputs.depth_wanted()
+
+    def configure(self, engine: MultiStreamSession) -> None:
+        """Take this camera's place in the node's set of cameras (configure; its `reset` waits for a round
+        in progress): a new stream, a new map at the first activate."""
         with self.session_lock:
-            self.session, self._multi = session, multi
+            self._engine = engine
             self.camera_id = None
             self._refresh_session_stats()
         self.intake.guard.forget()
@@ -187,7 +203,7 @@ class CameraStream:
     def release(self) -> None:
         """Drop the session and the outputs (cleanup); their publishers are kept (entities.py)."""
         with self.session_lock:
-            self.session = self._multi = None
+            self._engine = None
             self.session_stats = None
             self.camera_id = None
         with self.publish_lock:
@@ -204,7 +220,7 @@ class CameraStream:
     def prepare(self, frame: InputFrame) -> bool:
         """Inference thread, with `session_lock` held: whether `frame` goes into this step (False: a reset
         came after it arrived); a new generation resets the session, another camera id restarts the stream."""
-        if frame.generation != self.generation or self.session is None or self.outputs is None:
+        if frame.generation != self.generation or self._engine is None or self.outputs is None:
             return False
         self._sync_session(frame.generation)
         self._step_epoch = self._session_epoch()
@@ -255,7 +271,7 @@ class CameraStream:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""
         with self.session_lock:
             epoch = self._session_epoch()
-            if self.session is not None:
+            if self._engine is not None:
                 self._refresh_session_stats()
             restarted = self._session_epoch() != epoch
         self.causes.inference_failed(exc, restarted)
@@ -266,13 +282,13 @@ class CameraStream:
         stream), drop the queued frames (`clear_queue(name)`), then reset the session after a step in
         progress and clear path, trajectory and map after a step being published. Returns the number of
         queued frames discarded, None when not active."""
-        if self.session is None or self.outputs is None:
+        if self._engine is None or self.outputs is None:
             return None
         self.generation += 1
         generation = self.generation
         discarded = clear_queue(self.name)
         with self.session_lock:  # waits for a step in progress
-            if self.session is not None:
+            if self._engine is not None:
                 self._sync_session(generation)
         with self.publish_lock:  # waits for a step being published
             if self.outputs is not None:
@@ -331,12 +347,9 @@ class CameraStream:
             self._refresh_session_stats()
 
     def _reset_session(self, reason: str) -> None:
-        """Reset this camera's session (with `session_lock` held); through the `MultiStreamSession` when it
-        is one of several, which waits for a round of the other cameras in progress."""
-        if self._multi is not None:
-            self._multi.reset(self.name, reason)
-        else:
-            self.session.reset(reason)
+        """Reset this camera's session (with `session_lock` held); the set of cameras waits for a round of
+        the other cameras in progress."""
+        self._engine.reset(self.name, reason)
 
     def _sync_outputs(self, generation: int) -> None:
         """Clear path, trajectory and map once for a new stream generation (with `publish_lock` held)."""
@@ -349,15 +362,14 @@ class CameraStream:
     def set_sliding_window(self, window: int) -> None:
         """Live `kv_cache.sliding_window`. Raises ValueError/RuntimeError when the session refuses it."""
         with self.session_lock:
-            if self._multi is not None:  # between rounds
-                self._multi.set_sliding_window(window, self.name)
-            elif self.session is not None:  # cleanup may have released it meanwhile
-                self.session.set_sliding_window(window)
+            if self._engine is not None:  # cleanup may have released it meanwhile; between rounds
+                self._engine.set_sliding_window(window, self.name)
             self._refresh_session_stats()
 
     def _refresh_session_stats(self, last: object | None = None) -> None:
         """Snapshot the session statistics (call with `session_lock` held) for the diagnostics timer."""
-        self.session_stats = self.session.stats() if self.session is not None else None
+        engine = self._engine
+        self.session_stats = engine.stats(self.name) if engine is not None else None
         if last is not None:
             self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
 

@@ -4,7 +4,8 @@ Every camera publishes its own map under `~/<name>/` (in its map frame). The nod
 `~/grid` fuse the cameras whose stream is mapped in the robot's `map_frame` (robot TF modes,
 engine/fusion.py); a camera mapped without the robot (map_to_camera, frame `map_<name>`) is not in them.
 `~/save_map` writes each camera's map, trajectory and grid (`map_<tag>_<name>.ply`, ...) and the fused map
-and grid (`map_<tag>.ply`, `map_<tag>.pgm/.yaml`). The node's timers and services use it as `MappingOutputs`.
+and grid (`map_<tag>.ply`, `map_<tag>.pgm/.yaml`). The node's map and grid timers publish it beside each
+camera's map (a `timers.MapOutput`); `map -> odom` and `~/path` stay each camera's.
 """
 
 from __future__ import annotations
@@ -108,12 +109,6 @@ class FusedMap:
         changed = self._published.get(output) != state
         self._published[output] = state
         return changed
-
-    def republish_map_odom(self) -> None:
-        """Nothing: the cameras publish the robot TF themselves (only the first one does)."""
-
-    def publish_path(self) -> None:
-        """Nothing: each camera publishes its own path."""
 
     def save(self, out_dir: pathlib.Path, tag: str) -> str:
         """Each camera's `save` with `<tag>_<name>`, then the fused `map_<tag>.ply` and Nav2 map; the report.

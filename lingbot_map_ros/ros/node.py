@@ -1,7 +1,7 @@
 """The `lingbot_map` lifecycle node: cameras in; TF, odometry, path, depth and a point-cloud map out.
 
-Thin over the library (docs/node.md): configure builds the model and the session (pipeline.py: a
-`StreamingSession`, or with several cameras one `MultiStreamSession` over one KV pool), the node's
+Thin over the library (docs/node.md): configure builds the model and the set of cameras (pipeline.py: a
+`MultiStreamSession`, one camera or several over one KV pool), the node's
 subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
 while the executor may wait on them), activate starts the inference and
 publish threads and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
@@ -38,7 +38,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from ..engine.multi_stream import MultiStreamSession
 from ..engine.session_store import SessionError
 from ..engine.tf_tree import TfEdgeGuard
 from .camera import CameraHost, CameraStream, StepResults
@@ -58,7 +57,7 @@ from .session_files import SessionFiles
 from .shutdown import run_node
 from .streams import CameraFrames
 from .tf_listener import TfLookup
-from .timers import NodeTimers
+from .timers import MapOutput, NodeTimers
 from .worker import InferenceWorker, WorkerStopped
 
 NODE_NAME = "lingbot_map"
@@ -136,7 +135,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             self,
             self._timer_group,
             self.params,
-            self._active_outputs,
+            self._active_cameras,
+            self._active_maps,
             self.publish_diagnostics,
             self.context.ok,
             self._causes.callback_failed,
@@ -179,11 +179,14 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def _loops(self) -> list[LoopOutputs]:
         return [o.loop for _, o in self._camera_outputs() if o.loop is not None and self._active]
 
-    def _active_outputs(self) -> list:
-        """What the timers publish: every camera's outputs (and the fused map), none while not active."""
-        if not self._active:
-            return []
-        outputs: list = [o for _, o in self._camera_outputs()]
+    def _active_cameras(self) -> list[MappingOutputs]:
+        """Every camera's outputs (the timers' `map -> odom` and `~/path`), none while not active."""
+        return [o for _, o in self._camera_outputs()] if self._active else []
+
+    def _active_maps(self) -> list[MapOutput]:
+        """What the map and grid timers publish: every camera's map (and the fused map), none while not
+        active."""
+        outputs: list[MapOutput] = list(self._active_cameras())
         return outputs + [self._fused] if self._fused is not None and outputs else outputs
 
     def _save_target(self) -> object | None:
@@ -200,12 +203,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._pipeline = self.build_pipeline()
-            session = self._pipeline.session
-            for name, camera in self.cameras.items():
-                if isinstance(session, MultiStreamSession):
-                    camera.configure(session.sessions[name], session)
-                else:
-                    camera.configure(session)
+            for camera in self.cameras.values():
+                camera.configure(self._pipeline.cameras)
         except ConfigureError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -240,7 +239,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             self._step,
             p.queue_size,
             self._on_inference_error,
-            max_wait_s=p.batch_max_wait_ms / 1e3,
+            max_wait_s=self._pipeline.cameras.batch.max_wait_ms / 1e3,
             on_idle=self._flush,
         )
         self._publisher = InferenceWorker(
@@ -333,17 +332,20 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         """Inference thread: step the cameras that have a frame (camera_step.py: one batched round with
         several cameras) and hand their results to the publish thread, in order; each camera's error."""
         pipeline = self._pipeline
-        session = pipeline.session if pipeline else None
+        if pipeline is None:  # released meanwhile (cleanup): nothing to step
+            return [None] * len(batch)
         # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
-        cuda = pipeline is not None and pipeline.model.device.type == "cuda"
-        overlap = self.params.inference_overlap and cuda
-        steps, errors = step_cameras(self.cameras, batch, session, overlap=overlap)
+        overlap = self.params.inference_overlap and pipeline.model.device.type == "cuda"
+        steps, errors = step_cameras(self.cameras, batch, pipeline.cameras, overlap=overlap)
         self._hand_off(steps)
         return [errors.get(name) for name, _ in batch]
 
     def _flush(self) -> None:
         """Inference thread, no frame waiting: publish the overlapped step in flight (camera_step.py)."""
-        steps, errors = flush_cameras(self.cameras)
+        pipeline = self._pipeline
+        if pipeline is None:
+            return
+        steps, errors = flush_cameras(self.cameras, pipeline.cameras)
         self._hand_off(steps)
         for name, exc in errors.items():
             self._on_inference_error(name, None, exc)
@@ -433,8 +435,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             }
             if self._fused is not None and self._active:
                 runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
-            multi = pipeline.session if pipeline else None
-            pool = {"pool": multi.pool_stats()} if isinstance(multi, MultiStreamSession) else {}
+            pool_stats = pipeline.cameras.pool_stats() if pipeline else None
+            pool = {"pool": pool_stats} if pool_stats is not None else {}
             msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
             for camera in self.cameras.values():
                 worker = scheduler.stats(camera.name) if scheduler is not None else None

@@ -137,7 +137,7 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
             ),
         ),
         model,
-    )
+    ).only
 
 
 def bag_camera_topic(config: RunConfig) -> tuple[str, int]:

@@ -257,6 +257,7 @@ def test_path_timer_runs_at_path_publish_rate() -> None:
             MutuallyExclusiveCallbackGroup(),
             params,
             list,
+            list,
             lambda: None,
             lambda: True,
             lambda name, exc: None,
