@@ -17,11 +17,16 @@ from pathlib import Path
 
 import torch
 
-from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, build_model
+from lingbot_map_ros.model import CheckpointError, LingBotMap, ModelConfig, PrecisionPolicy, build_model
+from lingbot_map_ros.model.graphed import compile_cache_dir
 
 from .config import SessionConfig
 from .multi_stream import BatchConfig, MultiStreamSession
 from .session import StreamingModel
+
+# What a caller of `build_engine` needs of model/ (the node's configure: precision, the compile cache folder,
+# the checkpoint error), re-exported so that ros/ imports nothing from model/ or cache/.
+__all__ = ["CheckpointError", "EngineSpec", "PrecisionPolicy", "build_engine", "compile_cache_dir"]
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..engine.builder import EngineSpec, build_engine
+from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
 from ..engine.config import SessionConfig
 from ..engine.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.session import StreamingModel
-from ..model import CheckpointError, PrecisionPolicy
-from ..model.graphed import compile_cache_dir
 from .params import NodeParams, field_name, parse_image_size
 from .process_settings import ProcessSettings
 
