@@ -1,15 +1,17 @@
 """Publishers of the node's outputs: conversion and publishing only; the geometry is the mapper's.
 
-`MappingOutputs.publish` (the publish thread) looks up the robot's TF at the image stamp (robot_tf.py), hands
-the `FrameResult` to the engine's `Mapper.locate` (frame chain, metric scale, trajectory, twist) and publishes
-the pose outputs of its `PosedFrame` at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
-`map -> camera`; camera_tf.py: the TF mode of each stream, the `auto` switch, the one-parent check, the
-`map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances), `~/camera_pose`,
-`~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map work (points, voxel
-map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never delays them; `~/path`
-(`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers. A frame whose transforms
-are missing is dropped (`tf_unavailable`) before anything is published. `lock` guards the pose side (mapper
-pose state, path), `map.lock` the map side; where both are needed, `map.lock` is taken first.
+`MappingOutputs.publish` (the publish thread) hands the `FrameResult` to the camera's engine `CameraTracker`
+once (engine/tracker.py: the TF mode of each stream and the `auto` switch, the robot's TF at the image stamp
+read through the node's `TfLookup`, `Mapper.locate`: frame chain, metric scale, trajectory, twist, the
+`map -> odom` estimate) and publishes the pose outputs of the `TrackedFrame` it returns at once: the TF
+mode's single edge (`map -> odom`, `map -> base_frame` or `map -> camera`; camera_tf.py: the one-parent
+check, the `map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances),
+`~/camera_pose`, `~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map
+work (points, voxel map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never
+delays them; `~/path` (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers.
+A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published. `lock` (the
+tracker's) guards the pose side (mapper pose state, path), `map.lock` the map side; where both are needed,
+`map.lock` is taken first.
 """
 
 from __future__ import annotations
@@ -33,19 +35,19 @@ from std_msgs.msg import Header
 from ..engine import persistence
 from ..engine.geometry import Sim3, invert_rigid
 from ..engine.grid import write_nav2_map
-from ..engine.mapper import Mapper, PosedFrame
 from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
+from ..engine.robot_tf import RobotTfConfig, TransformUnavailable
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionSnapshot
 from ..engine.tf_tree import TfEdgeGuard
+from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
 from .geometry import camera_info_msg, odometry_msg, pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
-from .robot_tf import TransformUnavailable
 from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
@@ -95,12 +97,26 @@ class MappingOutputs:
         tf_guard: TfEdgeGuard | None = None,
     ) -> None:
         self._node = node
-        self._robot_map = robot_map
         self.config = config
-        self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
-        self.tf = CameraTf(node, config, lookup, tf_guard, topic_prefix.strip("~/") or "camera")
-        self._depth_input = depth_input if config.scale.source == "depth" else None
+        self.tracker = CameraTracker(
+            config.mapper_config(),
+            RobotTfConfig(
+                config.tf_mode,
+                config.base_frame,
+                config.odom_frame,
+                config.tf_timeout,
+                odometry_scale=config.scale.source == "odometry",
+            ),
+            lookup,
+            lambda: self.tf.guard.foreign_graph(),
+            depth_input if config.scale.source == "depth" else None,
+            robot_map,
+            self._notice,
+        )
+        self.lock = self.tracker.lock  # the pose side: mapper pose state, path
+        self.mapper = self.tracker.mapper
+        self.tf = CameraTf(node, config, self.tracker, tf_guard, topic_prefix.strip("~/") or "camera")
         topics = {
             "odometry": Odometry,
             "camera_pose": PoseStamped,
@@ -114,7 +130,6 @@ class MappingOutputs:
         }
         self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
-        self.mapper = Mapper(config.mapper_config())
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
         self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
@@ -153,45 +168,32 @@ class MappingOutputs:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or DEFAULT_CAMERA_FRAME
 
+    def _notice(self, level: str, text: str, throttle_s: float | None) -> None:
+        """The tracker's notices (TF mode, switch, stamps going back) in the node's log."""
+        log = getattr(self._node.get_logger(), level)
+        log(text) if throttle_s is None else log(text, throttle_duration_sec=throttle_s)
+
     def publish(self, result: FrameResult, header: Header) -> bool:
         """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
-        mode = self.mapper.mode
-        new_epoch = self.mapper.needs_new_epoch(result)
-        if new_epoch:  # a stream starts: choose the TF mode (auto) for it
-            mode = self.tf.start_stream(camera, stamp_s)
         try:
-            robot, root_cam = self.tf.sample(mode, camera, stamp_s, new_epoch)
+            tracked = self.tracker.track(result, camera, stamp_s)  # the engine's pose side, once
         except TransformUnavailable as exc:
-            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {mode}): {exc}")
+            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
             return False
-        shared = self._robot_map() if self._robot_map is not None else None
-        if shared is not None and robot.mode == "map_to_odom" and self.mapper.needs_new_epoch(result):
-            robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
-        sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
+        frame, work = tracked.frame, tracked.work
         with self.lock:
-            if robot.mode != mode and not new_epoch:  # auto: odometry appeared in map_to_base
-                self.mapper.switch_mode(robot.mode)
-                self.tf.switched(stamp_s)
-            bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
-            frame, work = self.mapper.locate(result, stamp_s, robot, sensor)
-            if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
-                self._node.get_logger().warning(
-                    f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
-                    f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
-                    throttle_duration_sec=10.0,
-                )
             if frame.new_epoch:
                 self._path.clear()
-                self.tf.new_stream()
+                self.tf.release()
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
             self._path.append(pose_stamped_msg(body, map_header))
             self._path_header = map_header
             self._last_poses = (frame.body_pose, frame.camera_pose)  # T_body_cam for `correct`
             frame_cloud = self.config.publish_frame_cloud
-        self._publish_frame(frame, body, header, camera, root_cam)
+        self._publish_frame(tracked, body, header, camera)
         if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
             self.loop.submit(result, stamp_s, frame.new_epoch)
         # else it has nothing to do on the map thread (no depth: the step skipped the depth head)
@@ -201,18 +203,15 @@ class MappingOutputs:
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(
-        self, frame: PosedFrame, body: Pose, header: Header, camera: str, root_cam: np.ndarray | None
-    ) -> None:
+    def _publish_frame(self, tracked: TrackedFrame, body: Pose, header: Header, camera: str) -> None:
         """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
-        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera; `root_cam`: T_root_cam of a
-        map_to_camera edge attached above the camera's subtree root)."""
-        cfg = self.config
+        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera)."""
+        cfg, frame = self.config, tracked.frame
         cam = body if frame.camera_pose is frame.body_pose else pose_msg(frame.camera_pose)
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
-        self.tf.publish(frame, body, cam, header.stamp, map_frame, camera, root_cam)
+        self.tf.publish(tracked, body, cam, header.stamp, map_frame, camera)
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
         self._pubs["odometry"].publish(
             odometry_msg(body, frame.twist, map_header, child, frame.pose_covariance, frame.twist_covariance)
@@ -262,7 +261,7 @@ class MappingOutputs:
             last = self._path[-1]
             last_body = pose_matrix(last.pose)
             jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
-            self.tf.jump(lambda map_odom: jump @ map_odom)
+            self.tracker.jump(lambda map_odom: jump @ map_odom)
             for entry in self._path:
                 entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
             self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
@@ -343,7 +342,7 @@ class MappingOutputs:
 
     def session_state(self) -> dict[str, object]:
         """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
-        estimate = self.tf.estimate()
+        estimate = self.tracker.estimate()
         map_odom = estimate.tolist() if estimate is not None else None
         cfg = self.config
         return {
@@ -372,7 +371,9 @@ class MappingOutputs:
                 self._path.append(pose_stamped_msg(pose, header))
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
             saved = _saved_map_odom(snapshot.state)
-            self.tf.restore(saved if self.mapper.mode == "map_to_odom" and len(stamps) else None)
+            self.tracker.restore_estimate(
+                saved if self.mapper.mode == "map_to_odom" and len(stamps) else None
+            )
             self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
@@ -384,7 +385,7 @@ class MappingOutputs:
 
     def robot_map_odom(self) -> np.ndarray | None:
         """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""
-        return self.tf.estimate() if self.config.publish_robot_tf else None
+        return self.tracker.estimate() if self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
         with self.map.lock:
@@ -417,9 +418,9 @@ class MappingOutputs:
             self._path.clear()
             self._path_header = None
             self._last_poses = None
-            self.mapper.clear()
+            self.tracker.clear()  # the mapper's stream and map; a new stream logs its TF mode again
+            self.tf.release()
             self.map.mark_changed()
-            self.tf.clear()  # a new stream logs its TF mode again
             if self.loop is not None:
                 self.loop.clear()
             self.last_stamp = None
