@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -33,7 +32,7 @@ from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
 from ..engine.tf_tree import TfEdgeGuard
 from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
+from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
 from .intake import FrameIntake, InputFrame
 from .output_config import OutputConfig
@@ -43,7 +42,6 @@ from .services import SERVICE_QOS
 from .session_files import SessionFiles
 from .streams import CameraFrames
 from .tf_listener import TfLookup
-from .worker import WorkerStats
 
 
 @dataclass(frozen=True)
@@ -236,15 +234,12 @@ class CameraStream:
         stats, epoch = self.session_stats, self._step_epoch
         if epoch is not None and stats is not None and stats.epoch != epoch:  # the engine restarted it
             self._host.node.get_logger().warning(
-                f"{self._prefix()}mapping restarted (epoch {stats.epoch}): "
+                f"{f'camera {self.name}: ' if self.name else ''}mapping restarted (epoch {stats.epoch}): "
                 f"{stats.last_reset_reason}; "
                 f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
                 "frames have formed a new anchor phase"
             )
         return StepResults(self, frame.generation, results) if results else None
-
-    def _prefix(self) -> str:
-        return f"camera {self.name}: " if self.name else ""
 
     def _follow_camera(self, frame_id: str) -> None:
         """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
@@ -376,42 +371,28 @@ class CameraStream:
     def _session_epoch(self) -> int | None:
         return None if self.session_stats is None else self.session_stats.epoch
 
-    def _session_diagnostics(self) -> dict[str, object]:
+    def session_diagnostics(self) -> dict[str, object]:
         """The `session.` values of /diagnostics: the statistics and the last published frame."""
         stats = {} if self.session_stats is None else self.session_stats.as_dict()
         return {**stats, "last_frame": dict(self._last_result)}
 
-    def status(
-        self,
-        name: str,
-        hardware: str,
-        stamp: object,
-        runtime: dict[str, object],
-        worker: WorkerStats | None,
-        state: str,
-    ) -> DiagnosticArray:
-        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic;
-        WARN: a TF gap or a refused TF edge, camera_tf.py)."""
-        conflict = self.intake.guard.conflict()
-        outputs = self.outputs
-        return diagnostic_array(
-            name,
-            hardware,
-            stamp,
-            runtime,
-            worker,
-            self._session_diagnostics(),
-            state,
-            errors=[conflict] if conflict else [],
-            warnings=outputs.tf.warnings() if outputs is not None else [],
-        )
 
-    def runtime(self) -> dict[str, object]:
-        """This camera's counters, intrinsics check and map/trajectory statistics for /diagnostics."""
-        values: dict[str, object] = self.stats.snapshot()
-        values.update(self.intrinsics)
-        outputs = self.outputs  # cleanup may clear it meanwhile
-        if outputs is not None:
-            values["map_points"] = outputs.map_size()
-            values.update(outputs.trajectory_stats())
-        return values
+def make_cameras(
+    host: CameraHost,
+    names: tuple[str, ...],
+    node_counters: tuple[RuntimeStats, CauseLog],
+    robot_map: Callable[[], np.ndarray | None],
+) -> dict[str, CameraStream]:
+    """One `CameraStream` per name; the unnamed camera shares the node's counters (`node_counters`), a named
+    one has its own and its own input callback group (frames of each camera arrive in order, one at a time).
+    Every camera but the first starts its robot-mode streams in the first camera's map (`robot_map`)."""
+    cameras: dict[str, CameraStream] = {}
+    for i, name in enumerate(names):
+        if not name:
+            stats, causes = node_counters
+        else:
+            stats = RuntimeStats()
+            causes = CauseLog(stats, host.node.get_logger().get_child(name))
+            host = replace(host, input_group=MutuallyExclusiveCallbackGroup())
+        cameras[name] = CameraStream(name, host, stats, causes, None if i == 0 else robot_map)
+    return cameras

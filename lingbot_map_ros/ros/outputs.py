@@ -17,8 +17,6 @@ tracker's) guards the pose side (mapper pose state, path), `map.lock` the map si
 from __future__ import annotations
 
 import pathlib
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
@@ -33,7 +31,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine import persistence
-from ..engine.geometry import Sim3, invert_rigid
+from ..engine.geometry import Sim3
 from ..engine.grid import write_nav2_map
 from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
@@ -45,9 +43,10 @@ from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, odometry_msg, pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp
+from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
+from .path_output import PathOutput
 from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
@@ -57,11 +56,6 @@ if TYPE_CHECKING:
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
 MAP_DRAIN_S = 5.0
-
-
-def stamp_seconds(stamp: Time) -> float:
-    """builtin_interfaces/Time -> float seconds."""
-    return stamp.sec + 1e-9 * stamp.nanosec
 
 
 class MappingOutputs:
@@ -133,19 +127,15 @@ class MappingOutputs:
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
         self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
-        self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
-        self._path_header: Header | None = None  # the last frame's map header: ~/path to publish (None: sent)
-        self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
+        self.path = PathOutput(self._pubs["path"], config.path_max_length)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
         self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
-        self._last_poses: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""
         with self.lock:
-            if config.path_max_length != self.config.path_max_length:
-                self._path = deque(self._path, maxlen=config.path_max_length)
+            self.path.resize(config.path_max_length)
             self.config = config
             self.tf.update_config(config)
             voxel = replace(
@@ -185,13 +175,11 @@ class MappingOutputs:
         frame, work = tracked.frame, tracked.work
         with self.lock:
             if frame.new_epoch:
-                self._path.clear()
+                self.path.clear()
                 self.tf.release()
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
-            self._path.append(pose_stamped_msg(body, map_header))
-            self._path_header = map_header
-            self._last_poses = (frame.body_pose, frame.camera_pose)  # T_body_cam for `correct`
+            self.path.append(body, map_header, frame.body_pose, frame.camera_pose)
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(tracked, body, header, camera)
         if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
@@ -229,14 +217,7 @@ class MappingOutputs:
     def publish_path(self) -> bool:
         """Timer (`path.publish_rate`): `~/path` if a frame was published since the last call; stamped with
         the last frame's stamp, as the message of that frame would have been."""
-        with self._path_lock:
-            with self.lock:
-                if self._path_header is None:
-                    return False
-                path = Path(header=self._path_header, poses=list(self._path))
-                self._path_header = None
-            self._pubs["path"].publish(path)
-        return True
+        return self.path.send(self.lock)
 
     def depth_wanted(self) -> bool:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
@@ -247,24 +228,12 @@ class MappingOutputs:
         pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
         republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
         body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
-        with self._path_lock, self.lock:
+        with self.path.send_lock, self.lock:
             self.mapper.correction = correction
-            if self._last_poses is None or not self._path:
-                return
-            body, camera = self._last_poses
-            body_cam = invert_rigid(body) @ camera
-            cam_body = invert_rigid(body_cam)
-
-            def move_body(stamp_s: float, pose: np.ndarray) -> np.ndarray:
-                return move(stamp_s, pose @ body_cam) @ cam_body
-
-            last = self._path[-1]
-            last_body = pose_matrix(last.pose)
-            jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
-            self.tracker.jump(lambda map_odom: jump @ map_odom)
-            for entry in self._path:
-                entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
-            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
+            header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
+            jump = self.path.correct(move, header)
+            if jump is not None:
+                self.tracker.jump(lambda map_odom: jump @ map_odom)
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
@@ -296,7 +265,7 @@ class MappingOutputs:
     def publish_cleared(self, stamp: Time) -> None:
         """After `clear`: publish an empty path, map and grid so viewers drop the old ones."""
         header = Header(stamp=stamp, frame_id=self.map_frame)
-        self._pubs["path"].publish(Path(header=header))
+        self.path.send_cleared(header)
         self.publish_map(stamp, force=True)
         self.publish_grid(force=True)
 
@@ -340,18 +309,6 @@ class MappingOutputs:
             )
         return report
 
-    def session_state(self) -> dict[str, object]:
-        """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
-        estimate = self.tracker.estimate()
-        map_odom = estimate.tolist() if estimate is not None else None
-        cfg = self.config
-        return {
-            "map_frame": cfg.map_frame,
-            "odom_frame": cfg.odom_frame,
-            "base_frame": cfg.base_frame,
-            "map_odom": map_odom,
-        }
-
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
         """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes
         its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
@@ -365,16 +322,13 @@ class MappingOutputs:
             persistence.restore(session, self.mapper, snapshot, loop=closer)
             self.map.mark_changed()
             stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
-            self._path.clear()
-            for stamp, pose in zip(stamps, poses, strict=True):
-                header = Header(stamp=seconds_stamp(float(stamp)), frame_id=self.config.map_frame)
-                self._path.append(pose_stamped_msg(pose, header))
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
+            header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
+            self.path.restore(stamps, poses, header)
             saved = _saved_map_odom(snapshot.state)
             self.tracker.restore_estimate(
                 saved if self.mapper.mode == "map_to_odom" and len(stamps) else None
             )
-            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)
@@ -414,10 +368,8 @@ class MappingOutputs:
     def clear(self) -> None:
         """Forget path, map, grid, trajectory, scale and TF mode (reset; the queued map works are dropped);
         the next publish_map sends an empty cloud."""
-        with self._path_lock, self.both_sides(drain=False):
-            self._path.clear()
-            self._path_header = None
-            self._last_poses = None
+        with self.path.send_lock, self.both_sides(drain=False):
+            self.path.clear()
             self.tracker.clear()  # the mapper's stream and map; a new stream logs its TF mode again
             self.tf.release()
             self.map.mark_changed()

@@ -92,8 +92,9 @@ def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(
 
     after = live.tracker.estimate()
     assert np.linalg.norm(after[:3, 3] - before[:3, 3]) > 0.05  # the jump
-    np.testing.assert_allclose(after, reference.tracker.estimate(), atol=1e-9)  # where frame 9 lands corrected
-    live_path, reference_path = (pose_matrix(o._path[-1].pose) for o in (live, reference))
+    # where frame 9 lands corrected
+    np.testing.assert_allclose(after, reference.tracker.estimate(), atol=1e-9)
+    live_path, reference_path = (pose_matrix(o.path.poses[-1].pose) for o in (live, reference))
     np.testing.assert_allclose(live_path, reference_path, atol=1e-6)  # the path's last pose likewise
     publish(live, 10), publish(reference, 10)  # later frames: the same edge from either
     np.testing.assert_allclose(live.tracker.estimate(), reference.tracker.estimate(), atol=1e-9)
