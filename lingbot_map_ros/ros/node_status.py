@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticArray
 
+from ..engine.lanes import WorkerStats
 from .camera import CameraStream
 from .diagnostics import diagnostic_array
 from .rounds import NodeRounds
-from .worker import WorkerStats
 
 
 def node_status(

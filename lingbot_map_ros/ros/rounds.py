@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..engine.lanes import WorkerStats
 from .camera import CameraStream, StepResults
 from .camera_step import flush_cameras, step_cameras
 from .intake import InputFrame
 from .params import NodeParams
 from .pipeline import Pipeline
 from .scheduler import StreamScheduler
-from .worker import InferenceWorker, WorkerStats, WorkerStopped
+from .worker import InferenceWorker, WorkerStopped
 
 #: Steps whose results may wait for the publish thread before inference waits (back-pressure).
 PUBLISH_QUEUE_STEPS = 2
