@@ -19,7 +19,6 @@ Scheduling (which frames make a round, how long to wait for the other cameras) i
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import torch
 
 from .config import SessionConfig
 from .contracts import SessionStats, StreamingModel
+from .lock_order import OrderedLock
 from .result import FrameResult
 from .session import StreamingSession
 from .step_frames import StreamingFrame
@@ -92,7 +92,7 @@ class MultiStreamSession:
         self.pool = model.new_pool(self.config.backend, streams=len(names)) if len(names) > 1 else None
         self.sessions = {name: StreamingSession(model, self.config, kv_pool=self.pool) for name in names}
         self._batches: dict[int, int] = {}  # batch size -> batched model steps
-        self._step_lock = threading.Lock()
+        self._step_lock = OrderedLock("cameras.step_lock")
 
     @property
     def names(self) -> list[str]:

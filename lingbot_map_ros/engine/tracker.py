@@ -26,13 +26,13 @@ stream, the switch, stamps going back) go to `on_notice(level, text, throttle_s)
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
+from .lock_order import OrderedLock
 from .mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
 from .result import FrameResult
 from .robot_tf import NoRobotTf, RobotFrames, RobotTfConfig, RobotTfSource, TransformUnavailable
@@ -100,8 +100,8 @@ class CameraTracker:
         self._depth = depth
         self._robot_map = robot_map
         self._notice = on_notice or (lambda level, text, throttle_s: None)
-        self.lock = threading.Lock()  # the pose side (module doc)
-        self._estimate_lock = threading.Lock()  # the latest T_map_odom only
+        self.lock = OrderedLock("pose.lock")  # the pose side (module doc)
+        self._estimate_lock = OrderedLock("tracker.estimate_lock")  # the latest T_map_odom only
         self._map_odom: np.ndarray | None = None
         self._sent = False  # a map -> odom was given in this stream (the first is also at the image stamp)
         self.root: str | None = None

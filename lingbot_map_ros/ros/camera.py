@@ -15,7 +15,6 @@ callback.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from ..engine.contracts import SessionStats
+from ..engine.lock_order import OrderedLock
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
@@ -117,8 +117,8 @@ class CameraStream:
         self._robot_map = robot_map
         self._input_prefix = f"{name}/" if name else ""
         self.output_prefix = f"~/{name}/" if name else "~/"
-        self.session_lock = threading.Lock()
-        self.publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
+        self.session_lock = OrderedLock("camera.session_lock")
+        self.publish_lock = OrderedLock("camera.publish_lock")  # one step's results at a time; reset clears
         self.generation = 0
         self._session_generation = self._outputs_generation = 0
         self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)

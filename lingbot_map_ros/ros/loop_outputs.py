@@ -20,7 +20,6 @@ No new TF edge: the corrected edges go through the same broadcaster and the node
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -34,6 +33,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from ..engine.frames import FrameChain
 from ..engine.geometry import Sim3
+from ..engine.lock_order import OrderedLock
 from ..engine.loop import LoopCloser, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from ..engine.loop.similarity import compose, inverse
 from ..engine.result import FrameResult
@@ -90,7 +90,7 @@ class LoopOutputs:
         self._outputs = outputs
         self._markers = facade.create_publisher(MarkerArray, topic_prefix + "loop_closures", MAP_QOS)
         self._applied = Corrections()
-        self._apply_lock = threading.Lock()
+        self._apply_lock = OrderedLock("loop.apply_lock")
         self.corrections = 0  # corrections published
         self.worker = LoopClosureWorker(closer, self._on_event)
 

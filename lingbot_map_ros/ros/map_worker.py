@@ -14,7 +14,6 @@ takes the pose lock, so it never waits for an integration in progress).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
+from ..engine.lock_order import OrderedLock
 from ..engine.mapper import Mapper, MapWork
 from .conversions import points_to_cloud
 from .geometry import grid_msg
@@ -62,7 +62,7 @@ class MapWorker:
         on_error: Callable[[Exception], None],
         name: str = "lingbot_map_map",
     ) -> None:
-        self.lock = threading.Lock()
+        self.lock = OrderedLock("map.lock")
         self._mapper = mapper
         self._pubs = publishers
         self._map_dirty = self._grid_dirty = False

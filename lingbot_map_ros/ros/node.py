@@ -24,7 +24,6 @@ if __name__ == "__main__":
     exit_quietly_on_signals()
 
 import sys
-import threading
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
@@ -32,6 +31,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
+from ..engine.lock_order import OrderedLock
 from ..engine.session_store import SessionError
 from ..engine.tf_tree import TfEdgeGuard
 from .camera import CameraHost, CameraStream, make_cameras
@@ -82,7 +82,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
         self._clock_watch = SimClockWatch(self.get_logger())
         self._service_group = MutuallyExclusiveCallbackGroup()
-        self._stream_change = threading.Lock()  # resets and loads (services in their own callback groups)
+        self._stream_change = OrderedLock("node.stream_change")  # resets and loads (services' own groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)

@@ -8,7 +8,6 @@ nothing of the old stream follows it, while the publish thread never waits for a
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -19,6 +18,7 @@ from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
 from ..engine.geometry import invert_rigid
+from ..engine.lock_order import OrderedLock
 from .geometry import pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 
 
@@ -30,7 +30,7 @@ class PathOutput:
         self.poses: deque[PoseStamped] = deque(maxlen=max_length)
         self._header: Header | None = None  # the last frame's map header: ~/path to send (None: sent)
         self._last: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
-        self.send_lock = threading.Lock()
+        self.send_lock = OrderedLock("path.send_lock")
 
     def resize(self, max_length: int) -> None:
         """A live `path.max_length` (pose side held)."""
@@ -58,7 +58,7 @@ class PathOutput:
             self.poses.append(pose_stamped_msg(pose, entry))
         self._header = header
 
-    def send(self, pose_lock: threading.Lock) -> bool:
+    def send(self, pose_lock: OrderedLock) -> bool:
         """Timer: send `~/path` if a frame came since the last send (taken under `pose_lock`); stamped with
         the last frame's stamp, as that frame's own message would have been."""
         with self.send_lock:

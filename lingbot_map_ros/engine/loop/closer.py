@@ -20,6 +20,7 @@ import numpy as np
 
 from ..frames import camera_points
 from ..geometry import Sim3, rotation_angle
+from ..lock_order import OrderedLock
 from ..preprocess import preprocess_geometry, resize_uint8
 from ..result import FrameResult
 from .config import LoopClosureConfig
@@ -267,7 +268,7 @@ class LoopClosureWorker:
     def __init__(self, closer: LoopCloser, on_event: Callable[[LoopEvent], None] | None = None) -> None:
         self.closer = closer
         self.on_event = on_event
-        self.lock = threading.Lock()
+        self.lock = OrderedLock("loop.worker_lock")
         self.dropped = 0
         self._queue: queue.Queue[tuple[str, object, float]] = queue.Queue(closer.config.queue_depth)
         self._thread = threading.Thread(target=self._run, name="loop_closure", daemon=True)
