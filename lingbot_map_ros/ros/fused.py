@@ -19,7 +19,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.fusion import fuse_grids, fuse_points, in_robot_map
+from ..engine.fusion import fuse_grids, fuse_points
 from ..engine.grid import Grid, write_nav2_map
 from ..engine.mapping import write_ply
 from .conversions import points_to_cloud
@@ -62,13 +62,8 @@ class FusedMap:
         cameras = self._outputs()
         if not cameras:
             return None
-        clouds, grids = [], []
-        for _, outputs in cameras:
-            with outputs.map.lock:
-                if in_robot_map(outputs.mapper):
-                    clouds.append(outputs.mapper.voxels.points())
-                    grids.append(outputs.mapper.grid.counts())
-        return clouds, grids
+        parts = [p for _, outputs in cameras if (p := outputs.map_side.robot_parts()) is not None]
+        return [cloud for cloud, _ in parts], [counts for _, counts in parts]
 
     def _points(self) -> tuple:
         parts = self._robot_parts()

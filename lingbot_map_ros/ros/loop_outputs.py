@@ -185,14 +185,11 @@ class LoopOutputs:
         if not mapper.mapping_enabled or not mapper.scale.converged:
             return
         outputs.map.drain(MAP_DRAIN_S)
-        with outputs.map.lock:
-            mapper.voxels.clear()
-            mapper.grid.clear()
-            for xyz, rgb, centre in clouds:
-                points = g.apply_points(xyz.astype(np.float64)).astype(np.float32)
-                mapper.voxels.insert(points, rgb)
-                mapper.grid.integrate(points, g.apply_points(centre[None])[0])
-            outputs.map.mark_changed()
+        moved = [
+            (g.apply_points(xyz.astype(np.float64)).astype(np.float32), rgb, g.apply_points(centre[None])[0])
+            for xyz, rgb, centre in clouds
+        ]
+        outputs.map_side.rebuild(moved)
 
     def _publish_edges(self, g: Sim3, edges: list[tuple[np.ndarray, np.ndarray]]) -> None:
         outputs = self._outputs

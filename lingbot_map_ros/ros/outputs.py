@@ -10,8 +10,8 @@ check, the `map -> odom` republish), `~/odometry` (the base frame in the robot m
 work (points, voxel map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never
 delays them; `~/path` (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers.
 A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published. `lock` (the
-tracker's) guards the pose side (mapper pose state, path), `map.lock` the map side; where both are needed,
-`map.lock` is taken first.
+tracker's) guards the pose side (mapper pose state, path), the `MapSide`'s lock the map side
+(engine/map_side.py); where both are needed (`both_sides`), the map's is taken first.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from std_msgs.msg import Header
 from ..engine import persistence
 from ..engine.geometry import Sim3
 from ..engine.grid import write_nav2_map
+from ..engine.map_side import MapSide
 from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
 from ..engine.robot_tf import RobotTfConfig, TransformUnavailable
@@ -126,7 +127,8 @@ class MappingOutputs:
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
-        self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
+        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/map_side.py)
+        self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
         self.path = PathOutput(self._pubs["path"], config.path_max_length)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
@@ -254,12 +256,12 @@ class MappingOutputs:
 
     @contextmanager
     def both_sides(self, drain: bool = True) -> Iterator[None]:
-        """Hold `map.lock`, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
+        """Hold the map's lock, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
         if drain:
             self.map.drain(MAP_DRAIN_S)
         else:
             self.map.discard()
-        with self.map.lock, self.lock:
+        with self.map_side.lock, self.lock:
             yield
 
     def publish_cleared(self, stamp: Time) -> None:
@@ -277,8 +279,7 @@ class MappingOutputs:
             poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
         self.map.drain(MAP_DRAIN_S)  # every keyframe published so far is in the map
-        with self.map.lock:
-            xyz, rgb = self.mapper.voxels.points()
+        xyz, rgb = self.map_side.snapshot()
         with self.lock:
             stamps, rows = self.mapper.trajectory.full_history()
             dropped = self.mapper.trajectory.history_dropped
@@ -292,8 +293,7 @@ class MappingOutputs:
             OSError: the directory cannot be created or written.
         """
         xyz, rgb, stamps, rows, dropped = self.snapshot()
-        with self.map.lock:
-            grid = self.mapper.grid.grid()
+        grid = self.map_side.grid()
         out_dir.mkdir(parents=True, exist_ok=True)
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
@@ -320,7 +320,7 @@ class MappingOutputs:
         """
         with self.both_sides(drain=False), self.held_closer() as closer:
             persistence.restore(session, self.mapper, snapshot, loop=closer)
-            self.map.mark_changed()
+            self.map_side.mark_changed()
             stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
             header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
@@ -342,14 +342,13 @@ class MappingOutputs:
         return self.tracker.estimate() if self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
-        with self.map.lock:
-            return len(self.mapper.voxels)
+        return self.map_side.size()
 
     def trajectory_stats(self) -> dict[str, object]:
         """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
         last reset, beyond `trajectory.max_poses`), and the mapper's TF mode, scale (value, spread, source,
         samples, converged, age in seconds of image time), stamp counters and the map thread's counters."""
-        with self.map.lock, self.lock:  # held keyframes and grid rays are the map side's
+        with self.map_side.lock, self.lock:  # held keyframes and grid rays are the map side's
             stats = self.mapper.stats()
             out: dict[str, object] = {
                 "trajectory_poses": self.mapper.trajectory.history_length,
@@ -372,7 +371,7 @@ class MappingOutputs:
             self.path.clear()
             self.tracker.clear()  # the mapper's stream and map; a new stream logs its TF mode again
             self.tf.release()
-            self.map.mark_changed()
+            self.map_side.mark_changed()
             if self.loop is not None:
                 self.loop.clear()
             self.last_stamp = None
