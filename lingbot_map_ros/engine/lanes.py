@@ -1,7 +1,8 @@
 """`Lane`: the package's one drop-oldest bounded queue, and its counters (`WorkerStats`).
 
 No thread and no lock of its own: its owner guards it with its condition (ros/worker.py `InferenceWorker`,
-ros/scheduler.py `StreamScheduler`). A full lane drops its oldest item to admit a new one, counted.
+ros/scheduler.py `StreamScheduler`, engine/loop/closer.py `LoopClosureWorker`). A full lane drops its oldest
+item to admit a new one, counted.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Lane(Generic[Item]):
     """A drop-oldest bounded queue and its counters (`WorkerStats`); the owner guards it with its condition.
 
     The package's one drop-oldest queue: the node's `InferenceWorker` (ros/worker.py: the publish thread and
-    each camera's map thread) has one, its `StreamScheduler` (ros/scheduler.py) one per camera.
+    each camera's map thread) has one, its `StreamScheduler` (ros/scheduler.py) one per camera, the loop
+    closer's thread (engine/loop/closer.py) one.
     """
 
     def __init__(self, capacity: int) -> None:
