@@ -39,7 +39,7 @@ from .robot_tf import NoRobotTf, RobotFrames, RobotTfConfig, RobotTfSource, Tran
 from .tf_tree import subtree_root
 
 #: `on_notice(level, text, throttle_s)`: level "info" or "warning"; throttle_s: at most one such notice per
-#: that many seconds (None: every one).
+#: that many seconds (None: every one; only warnings are throttled).
 Notice = Callable[[str, str, float | None], None]
 
 

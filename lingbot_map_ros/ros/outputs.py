@@ -20,6 +20,7 @@ import pathlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +45,7 @@ from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
+from .diagnostics import log_notice
 from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
@@ -107,7 +109,7 @@ class MappingOutputs:
             lambda: self.tf.guard.foreign_graph(),
             depth_input if config.scale.source == "depth" else None,
             robot_map,
-            self._notice,
+            partial(log_notice, node.get_logger()),
         )
         self.lock = self.tracker.lock  # the pose side: mapper pose state, path
         self.mapper = self.tracker.mapper
@@ -159,11 +161,6 @@ class MappingOutputs:
     def camera_frame(self, header: Header) -> str:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or DEFAULT_CAMERA_FRAME
-
-    def _notice(self, level: str, text: str, throttle_s: float | None) -> None:
-        """The tracker's notices (TF mode, switch, stamps going back) in the node's log."""
-        log = getattr(self._node.get_logger(), level)
-        log(text) if throttle_s is None else log(text, throttle_duration_sec=throttle_s)
 
     def publish(self, result: FrameResult, header: Header) -> bool:
         """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""

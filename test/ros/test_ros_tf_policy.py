@@ -18,6 +18,7 @@ from lingbot_map_ros.engine.tf_tree import TfEdgeGuard, subtree_root
 from lingbot_map_ros.engine.tracker import CameraTracker
 from lingbot_map_ros.ros import tf as tf_module
 from lingbot_map_ros.ros.camera_tf import CameraTf
+from lingbot_map_ros.ros.diagnostics import log_notice
 from lingbot_map_ros.ros.geometry import seconds_stamp
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import stamp_seconds
@@ -289,3 +290,27 @@ def test_map_to_odom_first_at_the_image_stamp_then_republished_at_now(
     tracker.restore_estimate(estimate)  # a loaded session's estimate: stamped now, the next frame a first one
     cam.republish()
     assert stamp_seconds(node.sent[-1].header.stamp) == pytest.approx(1_796_000_000.6, abs=1e-6)
+
+
+def test_the_trackers_notices_of_every_kind_reach_the_log() -> None:
+    """rclpy refuses a second severity at a call site it has seen (the bug of one shared `log(...)` call:
+    the auto switch's warning after the TF mode's info failed the publish step); `log_notice` has a call site
+    per kind."""
+    import rclpy.logging
+
+    logger = rclpy.logging.get_logger("notice_test")
+
+    def one_site(level: str) -> None:
+        getattr(logger, level)("text")
+
+    one_site("info")
+    with pytest.raises(ValueError, match="severity cannot be changed"):
+        one_site("warning")
+    for level, throttle in [
+        ("info", None),
+        ("warning", None),
+        ("warning", 10.0),
+        ("info", None),
+        ("warning", 10.0),
+    ]:
+        log_notice(logger, level, "text", throttle)
