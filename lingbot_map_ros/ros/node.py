@@ -344,7 +344,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             runtime,
             self.cameras,
             rounds,
-            pipeline.cameras.pool_stats() if pipeline else None,
+            pipeline.cameras.pool_stats() if pipeline and self._named else None,
             sum(o.map_size() for _, o in self._camera_outputs()) if fused else None,
             self._tf_lookup.stats(),
         )
