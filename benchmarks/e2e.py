@@ -95,7 +95,7 @@ def engine(
             ),
         ),
         model,
-    )
+    ).only
 
 
 def random_frames(count: int, hw: tuple[int, int], seed: int) -> list[np.ndarray]:

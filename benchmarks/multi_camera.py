@@ -93,10 +93,12 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
 
 
 def sessions(model: torch.nn.Module, args: argparse.Namespace, names: tuple[str, ...]) -> object:
-    """A `MultiStreamSession` of cameras `names` over `model`; no names: a `StreamingSession`."""
+    """A `MultiStreamSession` of cameras `names` over `model`; no names: the `StreamingSession` of a set of
+    one camera."""
     batch = BatchConfig(max_batch=args.max_batch)
-    spec = EngineSpec(session=session_config(args), cameras=names, batch=batch)
-    return build_engine(spec, model)
+    spec = EngineSpec(session=session_config(args), cameras=names or ("",), batch=batch)
+    cameras = build_engine(spec, model)
+    return cameras if names else cameras.only
 
 
 def run_single(model: torch.nn.Module, args: argparse.Namespace) -> float:
@@ -149,7 +151,11 @@ def run_cameras(
     c = model.config
     history = cameras * 2 * c.camera_num_iterations * c.camera_trunk_depth * 2 * c.embed_dim * 4
     history *= config.effective_camera_history + 1
-    pool = multi.pool_stats()
+    # a set of one camera runs the single-stream path: its own KV pool, no batched steps
+    pool = multi.pool_stats() or {
+        "pool_bytes": multi.stats(names[0]).cache.kv_cache.pool_bytes,
+        "batches": {},
+    }
     run = CameraRun(
         cameras=cameras,
         backend=args.backend,

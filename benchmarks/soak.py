@@ -145,7 +145,7 @@ def run_soak(config: SoakConfig, progress: bool = True) -> SoakReport:
                 max_stored_frames=config.max_stored_frames,
             ),
         )
-    )
+    ).only
     loop = load_loop_frames(config.source_width)
     report = SoakReport(config=config)
     report.window_full_frame = config.scale_frames + config.max_stored_frames

@@ -88,7 +88,7 @@ def main() -> None:
                 depth_every_n=args.depth_every_n,
             ),
         )
-    )
+    ).only
     if cuda:
         torch.cuda.synchronize(device)
         report["weights_gib"] = torch.cuda.memory_allocated(device) / GIB  # + the camera history (small)

@@ -27,7 +27,7 @@ class FaultInjectingNode(LingBotMapNode):
         pipeline = super().build_pipeline()
         if faults:
             self.get_logger().warning(f"{FAULTS_ENV} is set: injecting faults into model.step: {faults}")
-            pipeline.model = pipeline.session.model = FaultInjectingModel(pipeline.session.model, faults)
+            pipeline.model = pipeline.cameras.model = FaultInjectingModel(pipeline.cameras.model, faults)
         return pipeline
 
 

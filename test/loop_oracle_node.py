@@ -41,8 +41,8 @@ class LoopOracleNode(LingBotMapNode):
 
     def build_pipeline(self) -> Pipeline:
         pipeline = super().build_pipeline()
-        oracle = DriftingOracle(pipeline.session.model, oracle_scene(), DRIFT, seed=0)
-        pipeline.model = pipeline.session.model = oracle  # the engine's model seam
+        oracle = DriftingOracle(pipeline.cameras.model, oracle_scene(), DRIFT, seed=0)
+        pipeline.model = pipeline.cameras.model = oracle  # the engine's model seam
         pipeline.loop_descriptor = image_descriptor
         self.get_logger().warning("test node: the model is the drifting oracle (tools/loop_oracle.py)")
         return pipeline

@@ -1,11 +1,12 @@
-"""`build_engine(EngineSpec)`: the one place where a model and its session are made.
+"""`build_engine(EngineSpec)`: the one place where a model and its camera sessions are made.
 
-One camera: a `StreamingSession`; named cameras (`EngineSpec.cameras`): a `MultiStreamSession`, their
-sessions over one model and one shared KV pool (engine/multi_stream.py).
+It always returns a set of cameras, a `MultiStreamSession` (engine/multi_stream.py): one camera is a set of
+one (its lone `StreamingSession`, `.only`, runs exactly as a single stream); several cameras share one model
+and one KV pool.
 
 The node (`ros/pipeline.py`), `lingbot-map-ros run` (`tools/run_bag.py`) and the benchmarks describe what they
 want as an `EngineSpec` (weights, device, precision, streaming policy) and call `build_engine` once; the model
-is `session.model`. `test/tools/test_tools_layering.py` keeps it that way (one call site per tool, no direct
+is `cameras.model`. `test/tools/test_tools_layering.py` keeps it that way (one call site per tool, no direct
 `StreamingSession(...)` or `build_model(...)` outside this module and the tests).
 """
 
@@ -16,11 +17,16 @@ from pathlib import Path
 
 import torch
 
-from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy, build_model
+from lingbot_map_ros.model import CheckpointError, LingBotMap, ModelConfig, PrecisionPolicy, build_model
+from lingbot_map_ros.model.graphed import compile_cache_dir
 
 from .config import SessionConfig
 from .multi_stream import BatchConfig, MultiStreamSession
-from .session import StreamingModel, StreamingSession
+from .session import StreamingModel
+
+# What a caller of `build_engine` needs of model/ (the node's configure: precision, the compile cache folder,
+# the checkpoint error), re-exported so that ros/ imports nothing from model/ or cache/.
+__all__ = ["CheckpointError", "EngineSpec", "PrecisionPolicy", "build_engine", "compile_cache_dir"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,8 @@ class EngineSpec:
         init_on_device: draw synthetic weights directly on ``device`` (fast for the released preset on a GPU;
             other values than the default CPU draw of the same seed). Ignored with a checkpoint.
         session: the streaming policy (anchors, window, keyframes, backend, CUDA graphs, ...).
-        cameras: names of several cameras (one `MultiStreamSession`); empty: one camera (`StreamingSession`).
-        batch: how the cameras' streaming frames are batched (with ``cameras`` only).
+        cameras: the cameras' names (distinct; the default is one unnamed camera, "").
+        batch: how several cameras' streaming frames are batched.
     """
 
     preset: str = "lingbot-map"
@@ -48,7 +54,7 @@ class EngineSpec:
     seed: int | None = 0
     init_on_device: bool = False
     session: SessionConfig = field(default_factory=SessionConfig)
-    cameras: tuple[str, ...] = ()
+    cameras: tuple[str, ...] = ("",)
     batch: BatchConfig = field(default_factory=BatchConfig)
 
     @property
@@ -57,25 +63,20 @@ class EngineSpec:
         return self.checkpoint is None
 
 
-def build_engine(
-    spec: EngineSpec, model: StreamingModel | None = None
-) -> StreamingSession | MultiStreamSession:
-    """A `StreamingSession` over the model of ``spec`` (``session.model``), or with ``spec.cameras`` a
-    `MultiStreamSession` of those cameras.
+def build_engine(spec: EngineSpec, model: StreamingModel | None = None) -> MultiStreamSession:
+    """The set of ``spec.cameras`` over the model of ``spec`` (``cameras.model``).
 
     Args:
         spec: what to build.
-        model: an already built model to stream through instead (one model, several sessions: benchmarks);
-            the weight fields of ``spec`` are then unused.
+        model: an already built model to stream through instead (one model, several sets: benchmarks,
+            `run --topics`); the weight fields of ``spec`` are then unused.
     Raises:
         CheckpointError, OSError: unreadable or mismatching checkpoint.
         ValueError: a streaming policy the model cannot run (e.g. more stored frames than its RoPE table).
     """
     if model is None:
         model = _build_model(spec)
-    if spec.cameras:
-        return MultiStreamSession(model, spec.session, spec.cameras, spec.batch)
-    return StreamingSession(model, spec.session)
+    return MultiStreamSession(model, spec.session, spec.cameras, spec.batch)
 
 
 def _build_model(spec: EngineSpec) -> LingBotMap:

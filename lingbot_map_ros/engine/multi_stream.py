@@ -1,33 +1,34 @@
-"""`MultiStreamSession`: several cameras through one model and one KV pool, their streaming steps batched.
+"""`MultiStreamSession`: the node's set of cameras (one or several) through one model.
 
-One `StreamingSession` per camera (its own pre-processing, anchor phase, keyframe policy, re-anchors,
-recovery, decoding, epoch and map frame) keeps its caches in one shared KV pool (``model.new_pool()``). A
-round takes at most one frame per camera: each session takes its frame in (`StreamingSession.begin_frame`;
-anchor phases and re-anchors run there, on their own), the plain streaming frames are grouped by network
-resolution and run as ONE `LingBotMap.step_batch` per group (at most ``max_batch`` frames), and each
-session decodes its own result (`finish_frame`). A lone streaming frame runs through ``model.step`` (the
-single-stream path, with its CUDA graphs). So every camera's results equal those of its own
-`StreamingSession` fed the same frames (docs/architecture.md, "Several cameras").
+`build_engine` always returns one: a single camera is a set of one. Each camera has its own
+`StreamingSession` (pre-processing, anchor phase, keyframe policy, re-anchors, recovery, decoding, epoch and
+map frame). A set of one runs its lone session exactly as a single stream: `StreamingSession.push` (CUDA
+graphs) or, with ``overlap``, `push_overlapped` + `flush` (the one-deep pipeline, docs/performance.md).
+Several cameras keep their caches in one shared KV pool (``model.new_pool()``): a round takes at most one
+frame per camera, each session takes its frame in (`StreamingSession.begin_frame`; anchor phases and
+re-anchors run there, on their own), the plain streaming frames are grouped by network resolution and run as
+ONE `LingBotMap.step_batch` per group (at most ``max_batch`` frames), and each session decodes its own result
+(`finish_frame`); a lone streaming frame runs through ``model.step``. So every camera's results equal those of
+its own `StreamingSession` fed the same frames (docs/architecture.md, "Several cameras").
 
-Threading: ``submit`` may be called from any thread (camera callbacks); ``step`` from one worker thread. A
-round starts as soon as any camera has a frame and waits at most ``max_wait_ms`` for the other cameras, so a
-slow or paused camera never stalls a fast one by more than that.
+Scheduling (which frames make a round, how long to wait for the other cameras) is the caller's: the node's
+`ros/scheduler.py` reads ``BatchConfig.max_wait_ms``; `run_round` is called from one thread at a time, and
+``reset`` / ``set_sliding_window`` wait for a round in progress.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from .config import SessionConfig
-from .contracts import SessionStats
+from .contracts import SessionStats, StreamingModel
+from .lock_order import OrderedLock
 from .result import FrameResult
 from .session import StreamingSession
 from .settings import setting
@@ -36,12 +37,11 @@ from .step_frames import StreamingFrame
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """Scheduling of a `MultiStreamSession` (``batch.*`` parameters).
+    """How several cameras are stepped together (``batch.*`` parameters).
 
     Attributes:
-        max_wait_ms: once one camera has a frame, wait at most this long for the others before stepping.
+        max_wait_ms: once one camera has a frame, the scheduler waits at most this long for the others.
         max_batch: most streaming frames in one batched model step.
-        queue_depth: frames waiting per camera; a newer frame pushes out the oldest (counted as dropped).
     """
 
     max_wait_ms: float = setting(
@@ -53,25 +53,13 @@ class BatchConfig:
     max_batch: int = setting(
         8, "Several cameras: most streaming frames in one batched model step.", bounds=(1, 64)
     )
-    queue_depth: int = 1
 
     def __post_init__(self) -> None:
         if not self.max_wait_ms >= 0:
             raise ValueError(f"BatchConfig.max_wait_ms must be >= 0, got {self.max_wait_ms!r}")
-        for name in ("max_batch", "queue_depth"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BatchConfig.{name} must be an int >= 1, got {value!r}")
-
-
-@dataclass(frozen=True)
-class CameraStats:
-    """`MultiStreamSession.stats(name)`: the camera's session statistics, frames waiting in its queue and
-    frames dropped from it (the queue was full)."""
-
-    session: SessionStats
-    queued: int
-    dropped: int
+        value = self.max_batch
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"BatchConfig.max_batch must be an int >= 1, got {value!r}")
 
 
 @dataclass
@@ -79,7 +67,7 @@ class RoundResults:
     """What one round produced: per camera its results (in order), and the cameras whose frame failed.
 
     A failed camera's frame is dropped and its session recovered (as `StreamingSession.push`); the error is
-    also in that camera's ``stats(name).session.last_error``.
+    also in that camera's ``stats(name).last_error``.
     """
 
     results: dict[str, list[FrameResult]] = field(default_factory=dict)
@@ -87,18 +75,18 @@ class RoundResults:
 
 
 class MultiStreamSession:
-    """N named camera streams over one model and one shared KV pool.
+    """The set of camera streams (one or several) over one model; several share one KV pool.
 
     Args:
         model: the `LingBotMap` (one copy of the weights for every camera).
         config: the streaming policy of every camera (one `SessionConfig`).
-        names: the cameras' names (distinct, non-empty).
-        batch: scheduling (`BatchConfig`).
+        names: the cameras' names (distinct strings, at least one; "" is a single unnamed camera).
+        batch: how several cameras' streaming frames are batched (`BatchConfig`).
     """
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: StreamingModel,
         config: SessionConfig | None,
         names: Sequence[str],
         batch: BatchConfig | None = None,
@@ -108,56 +96,64 @@ class MultiStreamSession:
             raise ValueError(f"names must be distinct strings, at least one, got {names!r}")
         self.config = config or SessionConfig()
         self.batch = batch or BatchConfig()
-        self.model = model
-        self.pool = model.new_pool(self.config.backend, streams=len(names))
+        self._model = model
+        self.pool = model.new_pool(self.config.backend, streams=len(names)) if len(names) > 1 else None
         self.sessions = {name: StreamingSession(model, self.config, kv_pool=self.pool) for name in names}
-        self._queues: dict[str, deque[tuple[np.ndarray, object]]] = {
-            name: deque(maxlen=self.batch.queue_depth) for name in names
-        }
-        self._dropped = dict.fromkeys(names, 0)
         self._batches: dict[int, int] = {}  # batch size -> batched model steps
-        self._ready = threading.Condition()
-        self._step_lock = threading.Lock()
+        self._step_lock = OrderedLock("cameras.step_lock")
 
     @property
     def names(self) -> list[str]:
         return list(self.sessions)
 
-    # ------------------------------------------------------------------ input
+    @property
+    def model(self) -> StreamingModel:
+        """The model every camera steps through."""
+        return self._model
 
-    def submit(self, name: str, rgb: np.ndarray, meta: object = None) -> None:
-        """Queue a frame of camera ``name`` for the next round (thread-safe; never blocks on the model)."""
-        queue = self._queue(name)
-        with self._ready:
-            if len(queue) == queue.maxlen:
-                self._dropped[name] += 1
-            queue.append((rgb, meta))
-            self._ready.notify_all()
+    @model.setter
+    def model(self, model: StreamingModel) -> None:
+        """Step every camera through ``model`` from the next round on (e.g. test/fault_injection.py)."""
+        self._model = model
+        for session in self.sessions.values():
+            session.model = model
 
-    def step(self, timeout_s: float | None = None) -> RoundResults:
-        """Wait for a frame (at most ``timeout_s``; None: forever), then up to ``max_wait_ms`` for the other
-        cameras, and run one round over every camera that has a frame. Empty results on timeout."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._ready:
-            if not self._ready.wait_for(self._any_ready, None if deadline is None else timeout_s):
-                return RoundResults()
-            gather_until = time.monotonic() + self.batch.max_wait_ms / 1e3
-            while not self._all_ready():
-                left = gather_until - time.monotonic()
-                if left <= 0 or not self._ready.wait(left):
-                    break
-            frames = {name: q.popleft() for name, q in self._queues.items() if q}
-        return self.run_round(frames)
+    @property
+    def only(self) -> StreamingSession:
+        """The session of a set of one camera (a tool streaming one camera). Raises ValueError otherwise."""
+        if len(self.sessions) != 1:
+            raise ValueError(f"a set of {len(self.sessions)} cameras has no only session: {self.names}")
+        return next(iter(self.sessions.values()))
 
     # ------------------------------------------------------------------ rounds
 
-    def run_round(self, frames: dict[str, tuple[np.ndarray, object]]) -> RoundResults:
-        """One frame of each camera in ``frames`` (name -> (rgb, meta)): anchor phases and re-anchors on
-        their own, streaming frames batched per network resolution. Results per camera in frame order."""
+    def run_round(
+        self,
+        frames: dict[str, tuple[np.ndarray, object]],
+        overlap: bool = False,
+        depth: Collection[str] = (),
+    ) -> RoundResults:
+        """One frame of each camera in ``frames`` (name -> (rgb, meta)). Results per camera in frame order.
+
+        A set of one: `StreamingSession.push` (``overlap``: `push_overlapped`, whose results are those of
+        the frame before, up to `flush`); ``depth``: the cameras whose depth head runs for this frame
+        whatever ``depth_every_n`` says. Several cameras: anchor phases and re-anchors on their own,
+        streaming frames batched per network resolution (``overlap`` and ``depth`` do not apply).
+        Raises ValueError for an unknown camera.
+        """
         for name in frames:
             self._session(name)
         out = RoundResults({name: [] for name in frames})
         with self._step_lock:
+            if self.pool is None:
+                for name, (rgb, meta) in frames.items():
+                    session = self.sessions[name]
+                    push = session.push_overlapped if overlap else session.push
+                    try:
+                        out.results[name] = push(rgb, meta=meta, depth=name in depth)
+                    except Exception as exc:  # noqa: BLE001 - the session recovered; report per camera
+                        out.errors[name] = exc
+                return out
             waiting: dict[str, StreamingFrame] = {}
             for name, (rgb, meta) in frames.items():
                 try:
@@ -171,6 +167,13 @@ class MultiStreamSession:
             for group in self._groups(waiting):
                 self._run_group(group, waiting, out)
         return out
+
+    def flush(self, name: str) -> list[FrameResult]:
+        """Camera ``name``'s frame still in flight after an ``overlap`` round (``[]`` if none). Raises as
+        `StreamingSession.flush`."""
+        session = self._session(name)
+        with self._step_lock:
+            return session.flush()
 
     def _groups(self, waiting: dict[str, StreamingFrame]) -> list[list[str]]:
         """Camera names with a waiting frame, grouped by network resolution, at most ``max_batch`` each."""
@@ -220,8 +223,6 @@ class MultiStreamSession:
         session = self._session(name)
         with self._step_lock:
             session.reset(reason)
-            with self._ready:
-                self._queues[name].clear()
 
     def set_sliding_window(self, n: int, name: str | None = None) -> None:
         """Resize the live window of camera ``name`` (None: every camera), between rounds."""
@@ -230,14 +231,15 @@ class MultiStreamSession:
             for session in sessions:
                 session.set_sliding_window(n)
 
-    def stats(self, name: str) -> CameraStats:
-        """Camera ``name``'s `StreamingSession.stats()` plus its queue and dropped frames."""
-        session = self._session(name).stats()
-        with self._ready:
-            return CameraStats(session, len(self._queues[name]), self._dropped[name])
+    def stats(self, name: str) -> SessionStats:
+        """Camera ``name``'s `StreamingSession.stats()`."""
+        return self._session(name).stats()
 
-    def pool_stats(self) -> dict[str, object]:
-        """The shared pool (capacity, regions, bytes) and how many batched steps of each size ran."""
+    def pool_stats(self) -> dict[str, object] | None:
+        """The shared pool (capacity, regions, bytes) and how many batched steps of each size ran; None for
+        a set of one (no shared pool)."""
+        if self.pool is None:
+            return None
         stats = self.pool.stats()
         return {**dataclasses.asdict(stats), "batches": dict(sorted(self._batches.items()))}
 
@@ -247,13 +249,3 @@ class MultiStreamSession:
         if name not in self.sessions:
             raise ValueError(f"unknown camera {name!r}; cameras: {self.names}")
         return self.sessions[name]
-
-    def _queue(self, name: str) -> deque:
-        self._session(name)
-        return self._queues[name]
-
-    def _any_ready(self) -> bool:
-        return any(self._queues.values())
-
-    def _all_ready(self) -> bool:
-        return all(self._queues.values())

@@ -4,35 +4,35 @@ A `CameraStream` owns what belongs to one image stream (docs/node.md "Behaviour"
 input subscriptions and stream guard (intake.py, streams.py), the stream generations (`~/reset` bumps the
 generation first, so frames arriving during a reset already belong to the new stream; the session, under the
 session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*`), the camera identity (a
-confirmed change of the image frame_id restarts the stream), its `StreamingSession` (one per camera, all on
-the node's one model), its `MappingOutputs` (kept from the first activate after configure until cleanup, so
-deactivate/activate keeps the map), its counters (`RuntimeStats`; the unnamed camera shares the node's) and
-its `~/<name>/reset`. Inference and publishing run on the node's threads: the step on the one inference thread
-(scheduler.py, camera_step.py: `prepare` and `finish` around the model step), `publish` on the publish
-thread, in step order. Nothing here raises into a callback.
+confirmed change of the image frame_id restarts the stream), its place in the node's set of cameras
+(`MultiStreamSession`: its `StreamingSession`, all on the node's one model), its `MappingOutputs` (kept
+from the first activate after configure until cleanup, so deactivate/activate keeps the map), its counters
+(`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. Inference and publishing
+run on the node's threads: the step on the one inference thread (scheduler.py, camera_step.py: `prepare` and
+`finish` around the model step), `publish` on the publish thread, in step order. Nothing here raises into a
+callback.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.callback_groups import CallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from ..engine.contracts import SessionStats
+from ..engine.lock_order import OrderedLock
 from ..engine.multi_stream import MultiStreamSession
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionError, SessionSnapshot
 from ..engine.tf_tree import TfEdgeGuard
 from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, diagnostic_array, intrinsics_report
+from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
 from .intake import FrameIntake, InputFrame
 from .output_config import OutputConfig
@@ -42,7 +42,6 @@ from .services import SERVICE_QOS
 from .session_files import SessionFiles
 from .streams import CameraFrames
 from .tf_listener import TfLookup
-from .worker import WorkerStats
 
 
 @dataclass(frozen=True)
@@ -118,13 +117,12 @@ class CameraStream:
         self._robot_map = robot_map
         self._input_prefix = f"{name}/" if name else ""
         self.output_prefix = f"~/{name}/" if name else "~/"
-        self.session_lock = threading.Lock()
-        self.publish_lock = threading.Lock()  # one step's results at a time; reset clears under it
+        self.session_lock = OrderedLock("camera.session_lock")
+        self.publish_lock = OrderedLock("camera.publish_lock")  # one step's results at a time; reset clears
         self.generation = 0
         self._session_generation = self._outputs_generation = 0
         self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
-        self.session: StreamingSession | None = None
-        self._multi: MultiStreamSession | None = None
+        self._engine: MultiStreamSession | None = None  # the node's cameras (this one is `name` in it)
         self._step_epoch: object = None  # the session's epoch before the step in progress
         self.outputs: MappingOutputs | None = None
         self.session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
@@ -157,11 +155,27 @@ class CameraStream:
         )
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    def configure(self, session: StreamingSession, multi: MultiStreamSession | None = None) -> None:
-        """Take this camera's session (configure; `multi`: the `MultiStreamSession` it belongs to, whose
-        `reset` waits for a round in progress): a new stream, a new map at the first activate."""
+    @property
+    def configured(self) -> bool:
+        """Whether the camera has its session (configure until cleanup)."""
+        return self._engine is not None
+
+    @property
+    def session(self) -> StreamingSession | None:
+        """This camera's `StreamingSession` (save/load sessions), None when not configured."""
+        engine = self._engine
+        return None if engine is None else engine.sessions[self.name]
+
+    def depth_wanted(self) -> bool:
+        """Whether this frame's depth head must run (the outputs publish or use depth)."""
+        outputs = self.outputs
+        return outputs is not None and outputs.depth_wanted()
+
+    def configure(self, engine: MultiStreamSession) -> None:
+        """Take this camera's place in the node's set of cameras (configure; its `reset` waits for a round
+        in progress): a new stream, a new map at the first activate."""
         with self.session_lock:
-            self.session, self._multi = session, multi
+            self._engine = engine
             self.camera_id = None
             self._refresh_session_stats()
         self.intake.guard.forget()
@@ -187,7 +201,7 @@ class CameraStream:
     def release(self) -> None:
         """Drop the session and the outputs (cleanup); their publishers are kept (entities.py)."""
         with self.session_lock:
-            self.session = self._multi = None
+            self._engine = None
             self.session_stats = None
             self.camera_id = None
         with self.publish_lock:
@@ -204,7 +218,7 @@ class CameraStream:
     def prepare(self, frame: InputFrame) -> bool:
         """Inference thread, with `session_lock` held: whether `frame` goes into this step (False: a reset
         came after it arrived); a new generation resets the session, another camera id restarts the stream."""
-        if frame.generation != self.generation or self.session is None or self.outputs is None:
+        if frame.generation != self.generation or self._engine is None or self.outputs is None:
             return False
         self._sync_session(frame.generation)
         self._step_epoch = self._session_epoch()
@@ -220,15 +234,12 @@ class CameraStream:
         stats, epoch = self.session_stats, self._step_epoch
         if epoch is not None and stats is not None and stats.epoch != epoch:  # the engine restarted it
             self._host.node.get_logger().warning(
-                f"{self._prefix()}mapping restarted (epoch {stats.epoch}): "
+                f"{f'camera {self.name}: ' if self.name else ''}mapping restarted (epoch {stats.epoch}): "
                 f"{stats.last_reset_reason}; "
                 f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
                 "frames have formed a new anchor phase"
             )
         return StepResults(self, frame.generation, results) if results else None
-
-    def _prefix(self) -> str:
-        return f"camera {self.name}: " if self.name else ""
 
     def _follow_camera(self, frame_id: str) -> None:
         """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
@@ -255,7 +266,7 @@ class CameraStream:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""
         with self.session_lock:
             epoch = self._session_epoch()
-            if self.session is not None:
+            if self._engine is not None:
                 self._refresh_session_stats()
             restarted = self._session_epoch() != epoch
         self.causes.inference_failed(exc, restarted)
@@ -266,13 +277,13 @@ class CameraStream:
         stream), drop the queued frames (`clear_queue(name)`), then reset the session after a step in
         progress and clear path, trajectory and map after a step being published. Returns the number of
         queued frames discarded, None when not active."""
-        if self.session is None or self.outputs is None:
+        if self._engine is None or self.outputs is None:
             return None
         self.generation += 1
         generation = self.generation
         discarded = clear_queue(self.name)
         with self.session_lock:  # waits for a step in progress
-            if self.session is not None:
+            if self._engine is not None:
                 self._sync_session(generation)
         with self.publish_lock:  # waits for a step being published
             if self.outputs is not None:
@@ -331,12 +342,9 @@ class CameraStream:
             self._refresh_session_stats()
 
     def _reset_session(self, reason: str) -> None:
-        """Reset this camera's session (with `session_lock` held); through the `MultiStreamSession` when it
-        is one of several, which waits for a round of the other cameras in progress."""
-        if self._multi is not None:
-            self._multi.reset(self.name, reason)
-        else:
-            self.session.reset(reason)
+        """Reset this camera's session (with `session_lock` held); the set of cameras waits for a round of
+        the other cameras in progress."""
+        self._engine.reset(self.name, reason)
 
     def _sync_outputs(self, generation: int) -> None:
         """Clear path, trajectory and map once for a new stream generation (with `publish_lock` held)."""
@@ -349,57 +357,42 @@ class CameraStream:
     def set_sliding_window(self, window: int) -> None:
         """Live `kv_cache.sliding_window`. Raises ValueError/RuntimeError when the session refuses it."""
         with self.session_lock:
-            if self._multi is not None:  # between rounds
-                self._multi.set_sliding_window(window, self.name)
-            elif self.session is not None:  # cleanup may have released it meanwhile
-                self.session.set_sliding_window(window)
+            if self._engine is not None:  # cleanup may have released it meanwhile; between rounds
+                self._engine.set_sliding_window(window, self.name)
             self._refresh_session_stats()
 
     def _refresh_session_stats(self, last: object | None = None) -> None:
         """Snapshot the session statistics (call with `session_lock` held) for the diagnostics timer."""
-        self.session_stats = self.session.stats() if self.session is not None else None
+        engine = self._engine
+        self.session_stats = engine.stats(self.name) if engine is not None else None
         if last is not None:
             self._last_result = {"index": last.index, "phase": last.phase, "epoch": last.epoch}
 
     def _session_epoch(self) -> int | None:
         return None if self.session_stats is None else self.session_stats.epoch
 
-    def _session_diagnostics(self) -> dict[str, object]:
+    def session_diagnostics(self) -> dict[str, object]:
         """The `session.` values of /diagnostics: the statistics and the last published frame."""
         stats = {} if self.session_stats is None else self.session_stats.as_dict()
         return {**stats, "last_frame": dict(self._last_result)}
 
-    def status(
-        self,
-        name: str,
-        hardware: str,
-        stamp: object,
-        runtime: dict[str, object],
-        worker: WorkerStats | None,
-        state: str,
-    ) -> DiagnosticArray:
-        """This camera's /diagnostics status `<name>: mapping` (ERROR: two streams alternate on its topic;
-        WARN: a TF gap or a refused TF edge, camera_tf.py)."""
-        conflict = self.intake.guard.conflict()
-        outputs = self.outputs
-        return diagnostic_array(
-            name,
-            hardware,
-            stamp,
-            runtime,
-            worker,
-            self._session_diagnostics(),
-            state,
-            errors=[conflict] if conflict else [],
-            warnings=outputs.tf.warnings() if outputs is not None else [],
-        )
 
-    def runtime(self) -> dict[str, object]:
-        """This camera's counters, intrinsics check and map/trajectory statistics for /diagnostics."""
-        values: dict[str, object] = self.stats.snapshot()
-        values.update(self.intrinsics)
-        outputs = self.outputs  # cleanup may clear it meanwhile
-        if outputs is not None:
-            values["map_points"] = outputs.map_size()
-            values.update(outputs.trajectory_stats())
-        return values
+def make_cameras(
+    host: CameraHost,
+    names: tuple[str, ...],
+    node_counters: tuple[RuntimeStats, CauseLog],
+    robot_map: Callable[[], np.ndarray | None],
+) -> dict[str, CameraStream]:
+    """One `CameraStream` per name; the unnamed camera shares the node's counters (`node_counters`), a named
+    one has its own and its own input callback group (frames of each camera arrive in order, one at a time).
+    Every camera but the first starts its robot-mode streams in the first camera's map (`robot_map`)."""
+    cameras: dict[str, CameraStream] = {}
+    for i, name in enumerate(names):
+        if not name:
+            stats, causes = node_counters
+        else:
+            stats = RuntimeStats()
+            causes = CauseLog(stats, host.node.get_logger().get_child(name))
+            host = replace(host, input_group=MutuallyExclusiveCallbackGroup())
+        cameras[name] = CameraStream(name, host, stats, causes, None if i == 0 else robot_map)
+    return cameras

@@ -18,7 +18,7 @@ from rclpy.impl.rcutils_logger import RcutilsLogger
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from .worker import WorkerStats
+from ..engine.lanes import WorkerStats
 
 
 class RuntimeStats:
@@ -304,3 +304,15 @@ def _format(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def log_notice(logger: object, level: str, text: str, throttle_s: float | None) -> None:
+    """An engine notice (`engine.tracker.Notice`: the TF mode of a stream, the auto switch, stamps going back)
+    in the node's log: one call site per kind, as rclpy refuses another severity or throttle at a call site it
+    has seen."""
+    if throttle_s is not None:  # only warnings are throttled
+        logger.warning(text, throttle_duration_sec=throttle_s)
+    elif level == "warning":
+        logger.warning(text)
+    else:
+        logger.info(text)

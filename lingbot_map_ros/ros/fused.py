@@ -4,7 +4,8 @@ Every camera publishes its own map under `~/<name>/` (in its map frame). The nod
 `~/grid` fuse the cameras whose stream is mapped in the robot's `map_frame` (robot TF modes,
 engine/fusion.py); a camera mapped without the robot (map_to_camera, frame `map_<name>`) is not in them.
 `~/save_map` writes each camera's map, trajectory and grid (`map_<tag>_<name>.ply`, ...) and the fused map
-and grid (`map_<tag>.ply`, `map_<tag>.pgm/.yaml`). The node's timers and services use it as `MappingOutputs`.
+and grid (`map_<tag>.ply`, `map_<tag>.pgm/.yaml`). The node's map and grid timers publish it beside each
+camera's map (a `timers.MapOutput`); `map -> odom` and `~/path` stay each camera's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.fusion import fuse_grids, fuse_points, in_robot_map
+from ..engine.fusion import fuse_grids, fuse_points
 from ..engine.grid import Grid, write_nav2_map
 from ..engine.mapping import write_ply
 from .conversions import points_to_cloud
@@ -61,13 +62,8 @@ class FusedMap:
         cameras = self._outputs()
         if not cameras:
             return None
-        clouds, grids = [], []
-        for _, outputs in cameras:
-            with outputs.map.lock:
-                if in_robot_map(outputs.mapper):
-                    clouds.append(outputs.mapper.voxels.points())
-                    grids.append(outputs.mapper.grid.counts())
-        return clouds, grids
+        parts = [p for _, outputs in cameras if (p := outputs.map_side.robot_parts()) is not None]
+        return [cloud for cloud, _ in parts], [counts for _, counts in parts]
 
     def _points(self) -> tuple:
         parts = self._robot_parts()
@@ -108,12 +104,6 @@ class FusedMap:
         changed = self._published.get(output) != state
         self._published[output] = state
         return changed
-
-    def republish_map_odom(self) -> None:
-        """Nothing: the cameras publish the robot TF themselves (only the first one does)."""
-
-    def publish_path(self) -> None:
-        """Nothing: each camera publishes its own path."""
 
     def save(self, out_dir: pathlib.Path, tag: str) -> str:
         """Each camera's `save` with `<tag>_<name>`, then the fused `map_<tag>.ply` and Nav2 map; the report.

@@ -16,6 +16,11 @@ from ..engine.geometry import matrix_to_quat_xyzw, pose_from_quat
 from ..engine.grid import Grid
 
 
+def stamp_seconds(stamp: Time) -> float:
+    """builtin_interfaces/Time -> float seconds."""
+    return stamp.sec + 1e-9 * stamp.nanosec
+
+
 def seconds_stamp(seconds: float) -> Time:
     """float seconds -> builtin_interfaces/Time (nanosecond rounding)."""
     ns = round(seconds * 1e9)

@@ -27,8 +27,8 @@ from rclpy.subscription import Subscription
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
+from ..engine.config import PATCH_SIZE
 from ..engine.preprocess import preprocess_geometry
-from ..model.config import PATCH_SIZE
 from .conversions import (
     ImageConversionError,
     check_image_layout,

@@ -20,7 +20,6 @@ No new TF edge: the corrected edges go through the same broadcaster and the node
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -34,6 +33,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from ..engine.frames import FrameChain
 from ..engine.geometry import Sim3
+from ..engine.lock_order import OrderedLock
 from ..engine.loop import LoopCloser, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from ..engine.loop.similarity import compose, inverse
 from ..engine.result import FrameResult
@@ -90,7 +90,7 @@ class LoopOutputs:
         self._outputs = outputs
         self._markers = facade.create_publisher(MarkerArray, topic_prefix + "loop_closures", MAP_QOS)
         self._applied = Corrections()
-        self._apply_lock = threading.Lock()
+        self._apply_lock = OrderedLock("loop.apply_lock")
         self.corrections = 0  # corrections published
         self.worker = LoopClosureWorker(closer, self._on_event)
 
@@ -185,14 +185,11 @@ class LoopOutputs:
         if not mapper.mapping_enabled or not mapper.scale.converged:
             return
         outputs.map.drain(MAP_DRAIN_S)
-        with outputs.map.lock:
-            mapper.voxels.clear()
-            mapper.grid.clear()
-            for xyz, rgb, centre in clouds:
-                points = g.apply_points(xyz.astype(np.float64)).astype(np.float32)
-                mapper.voxels.insert(points, rgb)
-                mapper.grid.integrate(points, g.apply_points(centre[None])[0])
-            outputs.map.mark_changed()
+        moved = [
+            (g.apply_points(xyz.astype(np.float64)).astype(np.float32), rgb, g.apply_points(centre[None])[0])
+            for xyz, rgb, centre in clouds
+        ]
+        outputs.map_side.rebuild(moved)
 
     def _publish_edges(self, g: Sim3, edges: list[tuple[np.ndarray, np.ndarray]]) -> None:
         outputs = self._outputs

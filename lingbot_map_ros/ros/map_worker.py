@@ -1,30 +1,31 @@
 """The map side of one camera's outputs, on its own thread, so that pose outputs never wait for map work.
 
-`MappingOutputs.publish` (the publish thread) locates a frame (`Mapper.locate`), sends TF, odometry,
+`MappingOutputs.publish` (the publish thread) tracks a frame (`CameraTracker.track`), sends TF, odometry,
 camera_pose, camera_info and depth at once and hands the frame's `MapWork` to `MapWorker.submit`, which never
 blocks: a bounded queue (`queue_size`, at least the anchor phase's frames) that drops its oldest work when
 full, counted (`map_worker.dropped` in /diagnostics). The worker thread takes the works in order, integrates
-each (`Mapper.integrate`: the frame's points, voxel map, occupancy grid, held keyframes) under `lock` and
-publishes the frame's `~/frame_cloud`. The map and grid timers (`publish_map`, `publish_grid`), `~/save_map`,
-`~/save_session`, `~/reset`, `~/load_session` and the lifecycle transitions read or change the map under
-`lock`, after `drain` (the queued works integrated: save, deactivate) or `discard` (dropped: reset, load).
-Lock order where both are needed: `lock` first, then the outputs' pose lock (the publish thread only ever
-takes the pose lock, so it never waits for an integration in progress).
+each through the camera's `MapSide` (engine/map_side.py: the map's one owner and its lock) and publishes the
+frame's `~/frame_cloud` under that lock. The map and grid timers (`publish_map`, `publish_grid`) take the
+map and grid from it when they changed; `~/save_map`, `~/save_session`, `~/reset`, `~/load_session` and the
+lifecycle transitions read or change the map after `drain` (the queued works integrated: save, deactivate)
+or `discard` (dropped: reset, load). The publish thread only ever takes the pose lock, so it never waits for
+an integration in progress (lock order: engine/lock_order.py).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
-from ..engine.mapper import Mapper, MapWork
+from ..engine.map_side import MapSide
+from ..engine.mapper import FrameCloud, MapWork
 from .conversions import points_to_cloud
 from .geometry import grid_msg
 from .worker import InferenceWorker
@@ -47,7 +48,7 @@ class MapWorker:
     """One camera's map thread (module doc).
 
     Args:
-        mapper: the camera's `Mapper` (its map side is only touched under `lock`).
+        side: the camera's `MapSide` (the map and its lock).
         publishers: `frame_cloud`, `map_cloud` and `grid` publishers.
         queue_size: works waiting for the thread; a full queue drops its oldest.
         on_error: `(exception)` of a work that failed (counted by the caller); the thread carries on.
@@ -56,17 +57,14 @@ class MapWorker:
 
     def __init__(
         self,
-        mapper: Mapper,
+        side: MapSide,
         publishers: dict[str, Publisher],
         queue_size: int,
         on_error: Callable[[Exception], None],
         name: str = "lingbot_map_map",
     ) -> None:
-        self.lock = threading.Lock()
-        self._mapper = mapper
+        self.side = side
         self._pubs = publishers
-        self._map_dirty = self._grid_dirty = False
-        self._serial: int | None = None  # serial of the last work integrated (another = a new epoch)
         self._times: deque[tuple[bool, float]] = deque(maxlen=RECENT_TIMES)  # (keyframe, ms)
         self._worker = InferenceWorker(self._process, queue_size, lambda item, exc: on_error(exc), name=name)
 
@@ -76,15 +74,12 @@ class MapWorker:
 
     def _process(self, item: MapItem) -> None:
         start = time.perf_counter()
-        with self.lock:  # the cloud too: once a reset holds the lock, nothing of the old stream goes out
-            cloud = self._mapper.integrate(item.work)
-            new_epoch = item.work.serial != self._serial
-            self._serial = item.work.serial
-            if cloud.map_changed or new_epoch:
-                self._map_dirty = self._grid_dirty = True
-            if item.frame_cloud:
-                self._pubs["frame_cloud"].publish(points_to_cloud(cloud.points, cloud.colors, item.header))
+        # the frame cloud goes out under the map's lock: once a reset holds it, nothing of the old stream does
+        self.side.integrate(item.work, partial(self._send_cloud, item.header) if item.frame_cloud else None)
         self._times.append((item.work.is_keyframe, 1e3 * (time.perf_counter() - start)))
+
+    def _send_cloud(self, header: Header, cloud: FrameCloud) -> None:
+        self._pubs["frame_cloud"].publish(points_to_cloud(cloud.points, cloud.colors, header))
 
     def drain(self, timeout: float) -> bool:
         """Wait until every queued work is integrated; False on timeout (then the map lacks the rest)."""
@@ -94,27 +89,20 @@ class MapWorker:
         """Drop the queued works (a reset or a loaded session replaces the map); returns how many."""
         return self._worker.clear()
 
-    def mark_changed(self) -> None:
-        """The map was cleared or replaced (call under `lock`): the timers publish it again."""
-        self._map_dirty = self._grid_dirty = True
-
     def publish_map(self, stamp: Time, frame_id: str, force: bool = False) -> int:
         """Publish `~/map_cloud` if the map changed since the last call (or `force`); returns its size."""
-        with self.lock:
-            if not (self._map_dirty or force):
-                return -1
-            xyz, rgb = self._mapper.voxels.points()
-            self._map_dirty = False
+        points = self.side.take_points(force)
+        if points is None:
+            return -1
+        xyz, rgb = points
         self._pubs["map_cloud"].publish(points_to_cloud(xyz, rgb, Header(stamp=stamp, frame_id=frame_id)))
         return len(xyz)
 
     def publish_grid(self, stamp: Time, frame_id: str, force: bool = False) -> bool:
         """Publish `~/grid` if it changed since the last call (or `force`)."""
-        with self.lock:
-            if not (self._grid_dirty or force):
-                return False
-            grid = self._mapper.grid.grid()
-            self._grid_dirty = False
+        grid = self.side.take_grid(force)
+        if grid is None:
+            return False
         self._pubs["grid"].publish(grid_msg(grid, Header(stamp=stamp, frame_id=frame_id)))
         return True
 

@@ -1,20 +1,15 @@
 """The `lingbot_map` lifecycle node: cameras in; TF, odometry, path, depth and a point-cloud map out.
 
-Thin over the library (docs/node.md): configure builds the model and the session (pipeline.py: a
-`StreamingSession`, or with several cameras one `MultiStreamSession` over one KV pool), the node's
-subscriptions, publishers, services and timers are created once and kept (entities.py: never destroyed
-while the executor may wait on them), activate starts the inference and
-publish threads and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
-releases the model (and the GPU). No callback raises (an exception escaping one would end the executor's
-spin): failures are counted and logged. Each camera (`cameras`; default one unnamed camera) is a
-`CameraStream` (camera.py: its input, stream generations, session, outputs, counters). Three stages: the
-image callback converts and enqueues (intake.py, then the camera's drop-oldest queue in scheduler.py) and
-never blocks; the one inference thread steps the cameras that have a frame (`_step`, camera_step.py: one
-batched round); the publish thread publishes each step's results in input order with the input stamps
-(back-pressure to inference, never dropped), so inference overlaps the previous frame's unprojection, voxel
-map and message serialisation. `~/reset` and live `kv_cache.sliding_window` take the cameras' session
-locks, so they are safe while a frame is being inferred; results of steps from before a reset are not
-published.
+Thin over the library (docs/node.md): configure builds the model and the set of cameras (pipeline.py: a
+`MultiStreamSession`, one camera or several over one KV pool); subscriptions, publishers, services and
+timers are created once and kept (entities.py); activate starts the inference and publish threads
+(rounds.py) and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup releases
+the model (and the GPU). No callback raises: failures are counted and logged. Each camera (`cameras`; default
+one unnamed camera) is a `CameraStream` (camera.py). Three stages: the image callback converts and enqueues
+(intake.py) and never blocks; the inference thread runs one round over the cameras that have a frame; the
+publish thread hands each result to the camera's engine tracker once and publishes what it returns, in input
+order with the input stamps. `~/reset` and live `kv_cache.sliding_window` take the cameras' session locks;
+results of steps from before a reset are not published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -29,8 +24,6 @@ if __name__ == "__main__":
     exit_quietly_on_signals()
 
 import sys
-import threading
-from dataclasses import replace
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
@@ -38,36 +31,31 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from ..engine.multi_stream import MultiStreamSession
+from ..engine.lock_order import OrderedLock
 from ..engine.session_store import SessionError
 from ..engine.tf_tree import TfEdgeGuard
-from .camera import CameraHost, CameraStream, StepResults
-from .camera_step import flush_cameras, step_cameras
+from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, SimClockWatch, diagnostic_array
+from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
 from .entities import CallbackGuard, KeptEntities, NodeFacade
 from .fused import FusedMap
 from .intake import InputFrame
 from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
+from .node_status import node_status
 from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
-from .scheduler import StreamScheduler
+from .rounds import PUBLISH_DRAIN_S, NodeRounds
 from .services import MappingServices
 from .session_files import SessionFiles
 from .shutdown import run_node
 from .streams import CameraFrames
 from .tf_listener import TfLookup
-from .timers import NodeTimers
-from .worker import InferenceWorker, WorkerStopped
+from .timers import MapOutput, NodeTimers
 
 NODE_NAME = "lingbot_map"
 #: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
 SHUTDOWN_STEP_WAIT_S = 1.0
-#: Steps whose results may wait for the publish thread before inference waits (back-pressure).
-PUBLISH_QUEUE_STEPS = 2
-#: On deactivate/shutdown, how long the publish thread may take to publish what was already inferred.
-PUBLISH_DRAIN_S = 1.0
 
 
 class LingBotMapNode(CallbackGuard, LifecycleNode):
@@ -86,8 +74,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self.stats = RuntimeStats()
         self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
         self._pipeline: Pipeline | None = None
-        self._scheduler: StreamScheduler[str, InputFrame] | None = None  # the one inference thread
-        self._publisher: InferenceWorker[StepResults] | None = None  # publish stage, in step order
+        self._rounds: NodeRounds | None = None  # the inference and publish threads (rounds.py), when active
         self._active = False  # the gate of every kept entity's callback (lifecycle state active)
         self._kept = KeptEntities(self)
         self._facade = NodeFacade(self, self._kept)  # what MappingOutputs and the intake create through
@@ -95,7 +82,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._load_on_activate = False  # session.load_path is loaded at the first activate after configure
         self._clock_watch = SimClockWatch(self.get_logger())
         self._service_group = MutuallyExclusiveCallbackGroup()
-        self._stream_change = threading.Lock()  # resets and loads (services in their own callback groups)
+        self._stream_change = OrderedLock("node.stream_change")  # resets and loads (services' own groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
         self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)
@@ -113,7 +100,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             CameraFrames(),
             TfEdgeGuard(self._tf_lookup.parents),
         )
-        self.cameras = self._make_cameras(host, tuple(self.params.cameras))
+        counters = (self.stats, self._causes)
+        self.cameras = make_cameras(host, tuple(self.params.cameras), counters, self._robot_map_odom)
+        self._named = "" not in self.cameras  # named cameras (a fused map; no sessions) or one unnamed
         self._fused = (
             FusedMap(self._facade, self._camera_outputs, lambda: self.params.map_frame)
             if self._named
@@ -136,7 +125,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             self,
             self._timer_group,
             self.params,
-            self._active_outputs,
+            self._active_cameras,
+            self._active_maps,
             self.publish_diagnostics,
             self.context.ok,
             self._causes.callback_failed,
@@ -149,25 +139,6 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             return super().callback_failed(where, exc)
         causes.callback_failed(where, exc)
 
-    def _make_cameras(self, host: CameraHost, names: tuple[str, ...]) -> dict[str, CameraStream]:
-        """One `CameraStream` per name; the unnamed camera shares the node's counters. Frames of each camera
-        arrive in order, one at a time (one callback group per camera)."""
-        cameras: dict[str, CameraStream] = {}
-        for i, name in enumerate(names):
-            if not name:
-                stats, causes = self.stats, self._causes
-            else:
-                stats = RuntimeStats()
-                causes = CauseLog(stats, self.get_logger().get_child(name))
-                host = replace(host, input_group=MutuallyExclusiveCallbackGroup())
-            robot_map = None if i == 0 else self._robot_map_odom
-            cameras[name] = CameraStream(name, host, stats, causes, robot_map)
-        return cameras
-
-    @property
-    def _named(self) -> bool:  # several (named) cameras rather than today's one unnamed camera
-        return "" not in self.cameras
-
     def _robot_map_odom(self) -> object:
         """The first camera's T_map_odom: the map frame every camera's robot-mode stream starts in."""
         outputs = next(iter(self.cameras.values())).outputs
@@ -179,11 +150,14 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def _loops(self) -> list[LoopOutputs]:
         return [o.loop for _, o in self._camera_outputs() if o.loop is not None and self._active]
 
-    def _active_outputs(self) -> list:
-        """What the timers publish: every camera's outputs (and the fused map), none while not active."""
-        if not self._active:
-            return []
-        outputs: list = [o for _, o in self._camera_outputs()]
+    def _active_cameras(self) -> list[MappingOutputs]:
+        """Every camera's outputs (the timers' `map -> odom` and `~/path`), none while not active."""
+        return [o for _, o in self._camera_outputs()] if self._active else []
+
+    def _active_maps(self) -> list[MapOutput]:
+        """What the map and grid timers publish: every camera's map (and the fused map), none while not
+        active."""
+        outputs: list[MapOutput] = list(self._active_cameras())
         return outputs + [self._fused] if self._fused is not None and outputs else outputs
 
     def _save_target(self) -> object | None:
@@ -200,12 +174,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self._pipeline = self.build_pipeline()
-            session = self._pipeline.session
-            for name, camera in self.cameras.items():
-                if isinstance(session, MultiStreamSession):
-                    camera.configure(session.sessions[name], session)
-                else:
-                    camera.configure(session)
+            for camera in self.cameras.values():
+                camera.configure(self._pipeline.cameras)
         except ConfigureError as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -235,17 +205,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             self._depth_input = DepthInput(  # kept, like every subscription
                 self._facade, lambda: self.params.max_input_pixels, self._causes.rejected
             )
-        self._scheduler = StreamScheduler(
-            list(self.cameras),
-            self._step,
-            p.queue_size,
-            self._on_inference_error,
-            max_wait_s=p.batch_max_wait_ms / 1e3,
-            on_idle=self._flush,
-        )
-        self._publisher = InferenceWorker(
-            self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
-        )
+        self._rounds = NodeRounds(self.cameras, lambda: self._pipeline, lambda: self.params, self.context.ok)
         topics = [
             camera.activate(p, self._depth_input, primary=i == 0)
             for i, camera in enumerate(self.cameras.values())
@@ -299,13 +259,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         within `step_wait_s`. Frames converted meanwhile are counted (`frames_ignored_inactive`)."""
         self._active = False
         stopped = True
-        if self._scheduler is not None:
-            stopped = self._scheduler.stop(step_wait_s)
-            self._scheduler = None
-        if self._publisher is not None:
-            self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
-            stopped = self._publisher.stop(PUBLISH_DRAIN_S) and stopped
-            self._publisher = None
+        if self._rounds is not None:
+            stopped = self._rounds.stop(step_wait_s)
+            self._rounds = None
         for _, outputs in self._camera_outputs():  # the map work of what was published, and the last path
             outputs.flush(PUBLISH_DRAIN_S, publish_path=self.context.ok())
         return stopped
@@ -320,60 +276,20 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     # ---------------------------------------------------------------------------------------- frames in
     def _submit(self, name: str, frame: InputFrame) -> bool:
         """A camera's accepted frame joins its drop-oldest queue; False when not active (not queued)."""
-        scheduler = self._scheduler
-        if scheduler is None or not self._active:
+        rounds = self._rounds
+        if rounds is None or not self._active:
             return False
-        try:
-            scheduler.submit(name, frame)
-        except WorkerStopped:  # deactivate stopped the scheduler while this frame was being converted
-            return False
-        return True
-
-    def _step(self, batch: list[tuple[str, InputFrame]]) -> list[Exception | None]:
-        """Inference thread: step the cameras that have a frame (camera_step.py: one batched round with
-        several cameras) and hand their results to the publish thread, in order; each camera's error."""
-        pipeline = self._pipeline
-        session = pipeline.session if pipeline else None
-        # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
-        cuda = pipeline is not None and pipeline.model.device.type == "cuda"
-        overlap = self.params.inference_overlap and cuda
-        steps, errors = step_cameras(self.cameras, batch, session, overlap=overlap)
-        self._hand_off(steps)
-        return [errors.get(name) for name, _ in batch]
-
-    def _flush(self) -> None:
-        """Inference thread, no frame waiting: publish the overlapped step in flight (camera_step.py)."""
-        steps, errors = flush_cameras(self.cameras)
-        self._hand_off(steps)
-        for name, exc in errors.items():
-            self._on_inference_error(name, None, exc)
-
-    def _hand_off(self, steps: list[StepResults]) -> None:
-        publisher = self._publisher
-        for step in steps:
-            if publisher is not None:
-                publisher.submit(step, block=True)  # back-pressure, no drop
-
-    def _publish(self, step: StepResults) -> None:
-        step.camera.publish(step)
-
-    def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
-        if self.context.ok():  # else shutting down: the publishers are gone
-            step.camera.causes.publish_failed(exc)
-
-    def _on_inference_error(self, name: str, frame: InputFrame | None, exc: Exception) -> None:
-        if self.context.ok():  # else shutting down: the publishers are gone, the frame is not a failure
-            self.cameras[name].inference_failed(exc)
+        return rounds.submit(name, frame)
 
     # --------------------------------------------------------------------------------- reset, timers
     def reset_camera(self, name: str) -> int | None:
         """Start a new stream for camera `name` (`~/<name>/reset`); the number of queued frames discarded,
         None when the node is not active."""
-        scheduler = self._scheduler
-        if self._pipeline is None or scheduler is None:
+        rounds = self._rounds
+        if self._pipeline is None or rounds is None:
             return None
         with self._stream_change:
-            return self.cameras[name].reset(scheduler.clear)
+            return self.cameras[name].reset(rounds.clear)
 
     def reset_stream(self) -> int | None:
         """`~/reset`: a new stream for every camera (camera.py `reset`); the queued frames discarded, None
@@ -392,19 +308,18 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def save_session(self) -> str:
         """`~/save_session`: copies of the session and the map under both locks (after what was inferred is
         published), written outside them. Raises `SessionError` (not active, anchor phase, ...) or OSError."""
-        camera = self._single()
-        publisher = self._publisher
-        if publisher is not None:
-            publisher.wait_idle(PUBLISH_DRAIN_S)
+        camera, rounds = self._single(), self._rounds
+        if rounds is not None:
+            rounds.wait_published()
         return self._sessions.write(self.params, camera.capture(self._sessions, self.params))
 
     def load_session(self) -> str:
         """`~/load_session` (and `session.load_path` at activate): read and check the session first (a refused
         load touches nothing), then start a new stream generation in its map frame (session_files.py)."""
-        camera, scheduler = self._single(), self._scheduler
-        if scheduler is None:
+        camera, rounds = self._single(), self._rounds
+        if rounds is None:
             raise SessionError("not active")
-        return self._sessions.load(self.params, camera, scheduler.clear, self._stream_change)
+        return self._sessions.load(self.params, camera, rounds.clear, self._stream_change)
 
     def publish_diagnostics(self) -> None:
         """Publish /diagnostics now (timer, and right after a live parameter change): one status for the
@@ -414,34 +329,25 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             return
         now = self.get_clock().now()
         use_sim_time = bool(self.get_parameter("use_sim_time").value)
-        pipeline, scheduler = self._pipeline, self._scheduler  # deactivate/cleanup may clear them meanwhile
+        pipeline, rounds = self._pipeline, self._rounds  # deactivate/cleanup may clear them meanwhile
         hardware = str(pipeline.device) if pipeline else "none"
         state = "active" if self._active else ("inactive" if pipeline else "unconfigured")
         name = self.get_fully_qualified_name()  # with the namespace: two robots' statuses never collide
         clock = self._clock_watch.check(use_sim_time, now.nanoseconds)
-        if not self._named:
-            camera = self.cameras[""]
-            runtime = {**self.stats.snapshot(), "clock": clock, **camera.runtime(), **self._tf_lookup.stats()}
-            worker = scheduler.stats("") if scheduler is not None else None
-            msg = camera.status(name, hardware, now.to_msg(), runtime, worker, state)
-        else:
-            runtime = {
-                **self.stats.snapshot(),
-                "clock": clock,
-                "cameras": ",".join(self.cameras),
-                **self._tf_lookup.stats(),
-            }
-            if self._fused is not None and self._active:
-                runtime["map_points"] = sum(o.map_size() for _, o in self._camera_outputs())
-            multi = pipeline.session if pipeline else None
-            pool = {"pool": multi.pool_stats()} if isinstance(multi, MultiStreamSession) else {}
-            msg = diagnostic_array(name, hardware, now.to_msg(), runtime, None, pool, state)
-            for camera in self.cameras.values():
-                worker = scheduler.stats(camera.name) if scheduler is not None else None
-                status = camera.status(
-                    f"{name}/{camera.name}", hardware, now.to_msg(), camera.runtime(), worker, state
-                )
-                msg.status += status.status
+        runtime = {**self.stats.snapshot(), "clock": clock}
+        fused = self._fused is not None and self._active
+        msg = node_status(
+            name,
+            hardware,
+            now.to_msg(),
+            state,
+            runtime,
+            self.cameras,
+            rounds,
+            pipeline.cameras.pool_stats() if pipeline and self._named else None,
+            sum(o.map_size() for _, o in self._camera_outputs()) if fused else None,
+            self._tf_lookup.stats(),
+        )
         pub.publish(msg)
 
     # ------------------------------------------------------------------------------------- parameters

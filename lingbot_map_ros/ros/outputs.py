@@ -1,25 +1,26 @@
 """Publishers of the node's outputs: conversion and publishing only; the geometry is the mapper's.
 
-`MappingOutputs.publish` (the publish thread) looks up the robot's TF at the image stamp (robot_tf.py), hands
-the `FrameResult` to the engine's `Mapper.locate` (frame chain, metric scale, trajectory, twist) and publishes
-the pose outputs of its `PosedFrame` at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
-`map -> camera`; camera_tf.py: the TF mode of each stream, the `auto` switch, the one-parent check, the
-`map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances), `~/camera_pose`,
-`~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map work (points, voxel
-map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never delays them; `~/path`
-(`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers. A frame whose transforms
-are missing is dropped (`tf_unavailable`) before anything is published. `lock` guards the pose side (mapper
-pose state, path), `map.lock` the map side; where both are needed, `map.lock` is taken first.
+`MappingOutputs.publish` (the publish thread) hands the `FrameResult` to the camera's engine `CameraTracker`
+once (engine/tracker.py: the TF mode of each stream and the `auto` switch, the robot's TF at the image stamp
+read through the node's `TfLookup`, `Mapper.locate`: frame chain, metric scale, trajectory, twist, the
+`map -> odom` estimate) and publishes the pose outputs of the `TrackedFrame` it returns at once: the TF
+mode's single edge (`map -> odom`, `map -> base_frame` or `map -> camera`; camera_tf.py: the one-parent
+check, the `map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances),
+`~/camera_pose`, `~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map
+work (points, voxel map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never
+delays them; `~/path` (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers.
+A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published. `lock` (the
+tracker's) guards the pose side (mapper pose state, path), the `MapSide`'s lock the map side
+(engine/map_side.py); where both are needed (`both_sides`), the map's is taken first.
 """
 
 from __future__ import annotations
 
 import pathlib
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,21 +32,24 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine import persistence
-from ..engine.geometry import Sim3, invert_rigid
+from ..engine.geometry import Sim3
 from ..engine.grid import write_nav2_map
-from ..engine.mapper import Mapper, PosedFrame
+from ..engine.map_side import MapSide
 from ..engine.mapping import write_ply, write_tum
 from ..engine.result import FrameResult
+from ..engine.robot_tf import RobotTfConfig, TransformUnavailable
 from ..engine.session import StreamingSession
 from ..engine.session_store import SessionSnapshot
 from ..engine.tf_tree import TfEdgeGuard
+from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
-from .geometry import camera_info_msg, odometry_msg, pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp
+from .diagnostics import log_notice
+from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
-from .robot_tf import TransformUnavailable
+from .path_output import PathOutput
 from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
@@ -55,11 +59,6 @@ if TYPE_CHECKING:
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
 MAP_DRAIN_S = 5.0
-
-
-def stamp_seconds(stamp: Time) -> float:
-    """builtin_interfaces/Time -> float seconds."""
-    return stamp.sec + 1e-9 * stamp.nanosec
 
 
 class MappingOutputs:
@@ -95,12 +94,26 @@ class MappingOutputs:
         tf_guard: TfEdgeGuard | None = None,
     ) -> None:
         self._node = node
-        self._robot_map = robot_map
         self.config = config
-        self.lock = threading.Lock()
         self._on_drop = on_drop or (lambda cause, reason: None)
-        self.tf = CameraTf(node, config, lookup, tf_guard, topic_prefix.strip("~/") or "camera")
-        self._depth_input = depth_input if config.scale.source == "depth" else None
+        self.tracker = CameraTracker(
+            config.mapper_config(),
+            RobotTfConfig(
+                config.tf_mode,
+                config.base_frame,
+                config.odom_frame,
+                config.tf_timeout,
+                odometry_scale=config.scale.source == "odometry",
+            ),
+            lookup,
+            lambda: self.tf.guard.foreign_graph(),
+            depth_input if config.scale.source == "depth" else None,
+            robot_map,
+            partial(log_notice, node.get_logger()),
+        )
+        self.lock = self.tracker.lock  # the pose side: mapper pose state, path
+        self.mapper = self.tracker.mapper
+        self.tf = CameraTf(node, config, self.tracker, tf_guard, topic_prefix.strip("~/") or "camera")
         topics = {
             "odometry": Odometry,
             "camera_pose": PoseStamped,
@@ -114,23 +127,19 @@ class MappingOutputs:
         }
         self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
-        self.mapper = Mapper(config.mapper_config())
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
-        self.map = MapWorker(self.mapper, map_pubs, config.map_queue_size, on_map_error or (lambda exc: None))
-        self._path: deque[PoseStamped] = deque(maxlen=config.path_max_length)
-        self._path_header: Header | None = None  # the last frame's map header: ~/path to publish (None: sent)
-        self._path_lock = threading.Lock()  # held while ~/path is sent: a reset waits, the pose path never
+        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/map_side.py)
+        self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
+        self.path = PathOutput(self._pubs["path"], config.path_max_length)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
         self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
-        self._last_poses: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""
         with self.lock:
-            if config.path_max_length != self.config.path_max_length:
-                self._path = deque(self._path, maxlen=config.path_max_length)
+            self.path.resize(config.path_max_length)
             self.config = config
             self.tf.update_config(config)
             voxel = replace(
@@ -157,41 +166,21 @@ class MappingOutputs:
         """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
-        mode = self.mapper.mode
-        new_epoch = self.mapper.needs_new_epoch(result)
-        if new_epoch:  # a stream starts: choose the TF mode (auto) for it
-            mode = self.tf.start_stream(camera, stamp_s)
         try:
-            robot, root_cam = self.tf.sample(mode, camera, stamp_s, new_epoch)
+            tracked = self.tracker.track(result, camera, stamp_s)  # the engine's pose side, once
         except TransformUnavailable as exc:
-            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {mode}): {exc}")
+            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
             return False
-        shared = self._robot_map() if self._robot_map is not None else None
-        if shared is not None and robot.mode == "map_to_odom" and self.mapper.needs_new_epoch(result):
-            robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
-        sensor = self._depth_input.take(stamp_s, result.image_hw) if self._depth_input else None
+        frame, work = tracked.frame, tracked.work
         with self.lock:
-            if robot.mode != mode and not new_epoch:  # auto: odometry appeared in map_to_base
-                self.mapper.switch_mode(robot.mode)
-                self.tf.switched(stamp_s)
-            bad_stamps = self.mapper.stamps_backwards + self.mapper.stamps_duplicate
-            frame, work = self.mapper.locate(result, stamp_s, robot, sensor)
-            if self.mapper.stamps_backwards + self.mapper.stamps_duplicate > bad_stamps:
-                self._node.get_logger().warning(
-                    f"image stamp {stamp_s:.6f} s went back or repeated ({self.mapper.stamps_backwards} "
-                    f"backwards, {self.mapper.stamps_duplicate} duplicate so far): no twist for this frame",
-                    throttle_duration_sec=10.0,
-                )
             if frame.new_epoch:
-                self._path.clear()
-                self.tf.new_stream()
+                self.path.clear()
+                self.tf.release()
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
             body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
-            self._path.append(pose_stamped_msg(body, map_header))
-            self._path_header = map_header
-            self._last_poses = (frame.body_pose, frame.camera_pose)  # T_body_cam for `correct`
+            self.path.append(body, map_header, frame.body_pose, frame.camera_pose)
             frame_cloud = self.config.publish_frame_cloud
-        self._publish_frame(frame, body, header, camera, root_cam)
+        self._publish_frame(tracked, body, header, camera)
         if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
             self.loop.submit(result, stamp_s, frame.new_epoch)
         # else it has nothing to do on the map thread (no depth: the step skipped the depth head)
@@ -201,18 +190,15 @@ class MappingOutputs:
         self.last_stamp = header.stamp
         return True
 
-    def _publish_frame(
-        self, frame: PosedFrame, body: Pose, header: Header, camera: str, root_cam: np.ndarray | None
-    ) -> None:
+    def _publish_frame(self, tracked: TrackedFrame, body: Pose, header: Header, camera: str) -> None:
         """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of
-        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera; `root_cam`: T_root_cam of a
-        map_to_camera edge attached above the camera's subtree root)."""
-        cfg = self.config
+        `frame.body_pose`, which is `frame.camera_pose` in map_to_camera)."""
+        cfg, frame = self.config, tracked.frame
         cam = body if frame.camera_pose is frame.body_pose else pose_msg(frame.camera_pose)
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
-        self.tf.publish(frame, body, cam, header.stamp, map_frame, camera, root_cam)
+        self.tf.publish(tracked, body, cam, header.stamp, map_frame, camera)
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
         self._pubs["odometry"].publish(
             odometry_msg(body, frame.twist, map_header, child, frame.pose_covariance, frame.twist_covariance)
@@ -230,14 +216,7 @@ class MappingOutputs:
     def publish_path(self) -> bool:
         """Timer (`path.publish_rate`): `~/path` if a frame was published since the last call; stamped with
         the last frame's stamp, as the message of that frame would have been."""
-        with self._path_lock:
-            with self.lock:
-                if self._path_header is None:
-                    return False
-                path = Path(header=self._path_header, poses=list(self._path))
-                self._path_header = None
-            self._pubs["path"].publish(path)
-        return True
+        return self.path.send(self.lock)
 
     def depth_wanted(self) -> bool:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
@@ -248,24 +227,12 @@ class MappingOutputs:
         pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
         republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
         body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
-        with self._path_lock, self.lock:
+        with self.path.send_lock, self.lock:
             self.mapper.correction = correction
-            if self._last_poses is None or not self._path:
-                return
-            body, camera = self._last_poses
-            body_cam = invert_rigid(body) @ camera
-            cam_body = invert_rigid(body_cam)
-
-            def move_body(stamp_s: float, pose: np.ndarray) -> np.ndarray:
-                return move(stamp_s, pose @ body_cam) @ cam_body
-
-            last = self._path[-1]
-            last_body = pose_matrix(last.pose)
-            jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
-            self.tf.jump(lambda map_odom: jump @ map_odom)
-            for entry in self._path:
-                entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
-            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
+            header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
+            jump = self.path.correct(move, header)
+            if jump is not None:
+                self.tracker.jump(lambda map_odom: jump @ map_odom)
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
@@ -286,18 +253,18 @@ class MappingOutputs:
 
     @contextmanager
     def both_sides(self, drain: bool = True) -> Iterator[None]:
-        """Hold `map.lock`, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
+        """Hold the map's lock, then `lock`, once the queued map works are integrated (`drain`) or dropped."""
         if drain:
             self.map.drain(MAP_DRAIN_S)
         else:
             self.map.discard()
-        with self.map.lock, self.lock:
+        with self.map_side.lock, self.lock:
             yield
 
     def publish_cleared(self, stamp: Time) -> None:
         """After `clear`: publish an empty path, map and grid so viewers drop the old ones."""
         header = Header(stamp=stamp, frame_id=self.map_frame)
-        self._pubs["path"].publish(Path(header=header))
+        self.path.send_cleared(header)
         self.publish_map(stamp, force=True)
         self.publish_grid(force=True)
 
@@ -309,8 +276,7 @@ class MappingOutputs:
             poses dropped since the reset (oldest first) to keep M <= trajectory.max_poses)`.
         """
         self.map.drain(MAP_DRAIN_S)  # every keyframe published so far is in the map
-        with self.map.lock:
-            xyz, rgb = self.mapper.voxels.points()
+        xyz, rgb = self.map_side.snapshot()
         with self.lock:
             stamps, rows = self.mapper.trajectory.full_history()
             dropped = self.mapper.trajectory.history_dropped
@@ -324,8 +290,7 @@ class MappingOutputs:
             OSError: the directory cannot be created or written.
         """
         xyz, rgb, stamps, rows, dropped = self.snapshot()
-        with self.map.lock:
-            grid = self.mapper.grid.grid()
+        grid = self.map_side.grid()
         out_dir.mkdir(parents=True, exist_ok=True)
         ply = write_ply(out_dir / f"map_{tag}.ply", xyz, rgb)
         tum = write_tum(out_dir / f"trajectory_{tag}.tum", stamps, rows)
@@ -341,18 +306,6 @@ class MappingOutputs:
             )
         return report
 
-    def session_state(self) -> dict[str, object]:
-        """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
-        estimate = self.tf.estimate()
-        map_odom = estimate.tolist() if estimate is not None else None
-        cfg = self.config
-        return {
-            "map_frame": cfg.map_frame,
-            "odom_frame": cfg.odom_frame,
-            "base_frame": cfg.base_frame,
-            "map_odom": map_odom,
-        }
-
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
         """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes
         its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
@@ -364,16 +317,15 @@ class MappingOutputs:
         """
         with self.both_sides(drain=False), self.held_closer() as closer:
             persistence.restore(session, self.mapper, snapshot, loop=closer)
-            self.map.mark_changed()
+            self.map_side.mark_changed()
             stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
-            self._path.clear()
-            for stamp, pose in zip(stamps, poses, strict=True):
-                header = Header(stamp=seconds_stamp(float(stamp)), frame_id=self.config.map_frame)
-                self._path.append(pose_stamped_msg(pose, header))
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
+            header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
+            self.path.restore(stamps, poses, header)
             saved = _saved_map_odom(snapshot.state)
-            self.tf.restore(saved if self.mapper.mode == "map_to_odom" and len(stamps) else None)
-            self._path_header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
+            self.tracker.restore_estimate(
+                saved if self.mapper.mode == "map_to_odom" and len(stamps) else None
+            )
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)
@@ -384,17 +336,16 @@ class MappingOutputs:
 
     def robot_map_odom(self) -> np.ndarray | None:
         """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""
-        return self.tf.estimate() if self.config.publish_robot_tf else None
+        return self.tracker.estimate() if self.config.publish_robot_tf else None
 
     def map_size(self) -> int:
-        with self.map.lock:
-            return len(self.mapper.voxels)
+        return self.map_side.size()
 
     def trajectory_stats(self) -> dict[str, object]:
         """For /diagnostics: `trajectory_poses` kept for ~/save_map, `trajectory_dropped` (oldest, since the
         last reset, beyond `trajectory.max_poses`), and the mapper's TF mode, scale (value, spread, source,
         samples, converged, age in seconds of image time), stamp counters and the map thread's counters."""
-        with self.map.lock, self.lock:  # held keyframes and grid rays are the map side's
+        with self.map_side.lock, self.lock:  # held keyframes and grid rays are the map side's
             stats = self.mapper.stats()
             out: dict[str, object] = {
                 "trajectory_poses": self.mapper.trajectory.history_length,
@@ -413,13 +364,11 @@ class MappingOutputs:
     def clear(self) -> None:
         """Forget path, map, grid, trajectory, scale and TF mode (reset; the queued map works are dropped);
         the next publish_map sends an empty cloud."""
-        with self._path_lock, self.both_sides(drain=False):
-            self._path.clear()
-            self._path_header = None
-            self._last_poses = None
-            self.mapper.clear()
-            self.map.mark_changed()
-            self.tf.clear()  # a new stream logs its TF mode again
+        with self.path.send_lock, self.both_sides(drain=False):
+            self.path.clear()
+            self.tracker.clear()  # the mapper's stream and map; a new stream logs its TF mode again
+            self.tf.release()
+            self.map_side.mark_changed()
             if self.loop is not None:
                 self.loop.clear()
             self.last_stamp = None

@@ -1,7 +1,7 @@
 """Build the model and the streaming session from the node's parameters (the configure step).
 
 The only place where the ROS layer touches model/ and engine/ construction; everything after configure goes
-through `StreamingSession` (docs/architecture.md, engine/ contract).
+through the set of cameras `build_engine` returns (`MultiStreamSession`; docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..engine.builder import EngineSpec, build_engine
+from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
 from ..engine.config import SessionConfig
 from ..engine.multi_stream import BatchConfig, MultiStreamSession
-from ..engine.session import StreamingModel, StreamingSession
-from ..model import CheckpointError, PrecisionPolicy
-from ..model.graphed import compile_cache_dir
+from ..engine.session import StreamingModel
 from .params import NodeParams, owner_values, param_reader, parse_image_size
 from .process_settings import ProcessSettings
 
@@ -32,11 +30,11 @@ class ConfigureError(RuntimeError):
 
 @dataclass
 class Pipeline:
-    """What configure builds: the model (on its device) and the session that streams frames through it (a
-    `MultiStreamSession` over one KV pool with several named cameras: `cameras`)."""
+    """What configure builds: the model (on its device) and the set of cameras that streams frames through
+    it (`cameras`: one or several; several share one KV pool)."""
 
     model: StreamingModel
-    session: StreamingSession | MultiStreamSession
+    cameras: MultiStreamSession
     device: torch.device
     description: str
     #: Process-wide settings configure changed for this pipeline (restored by `release`).
@@ -46,11 +44,11 @@ class Pipeline:
     loop_descriptor: Callable[[np.ndarray], np.ndarray] | None = None
 
     def release(self) -> None:
-        """Drop the model and session, return cached GPU memory and restore the process-wide settings
-        (cleanup)."""
+        """Drop the model and the cameras' sessions, return cached GPU memory and restore the process-wide
+        settings (cleanup)."""
         self.settings.restore()
         cuda = self.device.type == "cuda"
-        del self.session
+        del self.cameras
         del self.model
         gc.collect()  # the model and its caches may sit in reference cycles
         if cuda:
@@ -104,11 +102,11 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
         precision=precision,
         seed=params.model_synthetic_seed,
         session=policy,
-        cameras=tuple(name for name in params.cameras if name),
-        batch=BatchConfig(max_batch=params.batch_max_batch),
+        cameras=tuple(params.cameras),
+        batch=BatchConfig(max_wait_ms=params.batch_max_wait_ms, max_batch=params.batch_max_batch),
     )
     try:
-        session = build_engine(spec)
+        cameras = build_engine(spec)
     except (CheckpointError, OSError) as exc:
         raise ConfigureError(f"cannot load model.checkpoint '{checkpoint}': {exc}") from exc
     except ValueError as exc:
@@ -131,11 +129,11 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
     warmup_hw = parse_image_size(params.model_warmup_image_size) if params.model_warmup_image_size else None
     if warmup_hw is not None and device.type == "cuda":
         try:
-            seconds = session.warm_up(warmup_hw)
+            seconds = cameras.warm_up(warmup_hw)
         except Exception as exc:  # e.g. out of memory: one clear configure error
             settings.restore()
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
     return Pipeline(
-        model=session.model, session=session, device=device, description=description, settings=settings
+        model=cameras.model, cameras=cameras, device=device, description=description, settings=settings
     )

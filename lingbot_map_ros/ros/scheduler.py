@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
-from .worker import Lane, WorkerStats, WorkerStopped
+from ..engine.lanes import Lane, WorkerStats
+from .worker import WorkerStopped
 
 Item = TypeVar("Item")
 Key = TypeVar("Key", bound=Hashable)

@@ -79,7 +79,7 @@ class SessionFiles:
     def capture(self, p: NodeParams, session: StreamingSession, outputs: MappingOutputs) -> SessionSnapshot:
         """Copies of everything a session holds (call under the node's session and publish locks; the map
         thread's queued works are integrated first)."""
-        compat, node_state = self.compat(p), outputs.session_state()
+        compat, node_state = self.compat(p), _node_state(outputs)
         with outputs.both_sides(), outputs.held_closer() as closer:
             return persistence.capture(session, outputs.mapper, compat, stamp_ns, node_state, loop=closer)
 
@@ -148,3 +148,15 @@ class SessionFiles:
         except (OSError, ValueError) as exc:
             return f"session.dir: stale temporaries not cleaned: {exc}"
         return f"removed {len(stale)} unfinished session save(s): {bounded_names(stale)}" if stale else ""
+
+
+def _node_state(outputs: MappingOutputs) -> dict[str, object]:
+    """What a saved session keeps of the node (docs/session.md `state.node`): frame ids and T_map_odom."""
+    estimate = outputs.tracker.estimate()
+    cfg = outputs.config
+    return {
+        "map_frame": cfg.map_frame,
+        "odom_frame": cfg.odom_frame,
+        "base_frame": cfg.base_frame,
+        "map_odom": estimate.tolist() if estimate is not None else None,
+    }

@@ -19,15 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.geometry import interpolate_pose, invert_rigid, pose_from_quat
+from ..engine.robot_tf import TransformUnavailable
 from .tf_wire import TfSample
 
-
-class TransformUnavailable(LookupError):
-    """No transform: `edge` names the missing or out-of-range `parent -> child` (or unconnected frames)."""
-
-    def __init__(self, message: str, edge: str) -> None:
-        super().__init__(message)
-        self.edge = edge
+__all__ = ["TfBuffer", "TransformUnavailable"]  # TransformUnavailable: the engine's, raised here
 
 
 @dataclass

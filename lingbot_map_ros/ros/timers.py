@@ -11,13 +11,27 @@ now - a few tens of ms).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from builtin_interfaces.msg import Time
 from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from .outputs import MappingOutputs
 from .params import NodeParams
+
+
+class MapOutput(Protocol):
+    """What publishes a map and a grid: a camera's `MappingOutputs`, or the fused map of several cameras
+    (`ros/fused.py` `FusedMap`)."""
+
+    @property
+    def last_stamp(self) -> Time | None: ...
+
+    def publish_map(self, stamp: Time, force: bool = False) -> int: ...
+
+    def publish_grid(self, force: bool = False) -> bool: ...
 
 
 class NodeTimers:
@@ -27,7 +41,8 @@ class NodeTimers:
         node: the lifecycle node.
         group: their callback group.
         params: the parameter snapshot at construction (rates; `set_rates` applies new ones).
-        outputs: the active outputs (each camera's, and the fused map of several), empty while not active.
+        outputs: each active camera's outputs (`map -> odom`, `~/path`), empty while not active.
+        maps: the active map outputs (each camera's, and the fused map of several), empty while not active.
         diagnostics: publishes /diagnostics.
         ok: False once the node's context is shutting down (failures are then not reported).
         on_failure: `(timer name, exception)` of a failed callback (counted and logged by the node).
@@ -39,12 +54,14 @@ class NodeTimers:
         group: CallbackGroup,
         params: NodeParams,
         outputs: Callable[[], Sequence[MappingOutputs]],
+        maps: Callable[[], Sequence[MapOutput]],
         diagnostics: Callable[[], None],
         ok: Callable[[], bool],
         on_failure: Callable[[str, Exception], None],
     ) -> None:
         self._node = node
         self._outputs = outputs
+        self._maps = maps
         self._ok = ok
         self._on_failure = on_failure
         steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -52,7 +69,7 @@ class NodeTimers:
             "diagnostics_timer": diagnostics,
             "map_timer": self._publish_map,
             "map_odom_timer": lambda: self._each(lambda outputs: outputs.republish_map_odom()),
-            "grid_timer": lambda: self._each(lambda outputs: outputs.publish_grid()),
+            "grid_timer": self._publish_grid,
             "path_timer": lambda: self._each(lambda outputs: outputs.publish_path()),
         }
         groups = {"map_odom_timer": MutuallyExclusiveCallbackGroup()}
@@ -91,5 +108,9 @@ class NodeTimers:
             method(outputs)
 
     def _publish_map(self) -> None:
-        for outputs in self._outputs():
-            outputs.publish_map(outputs.last_stamp or self._node.get_clock().now().to_msg())
+        for output in self._maps():
+            output.publish_map(output.last_stamp or self._node.get_clock().now().to_msg())
+
+    def _publish_grid(self) -> None:
+        for output in self._maps():
+            output.publish_grid()

@@ -236,7 +236,7 @@ def oracle_session(
         max_stored_frames=min(1000, frames + 8),
         camera_history=12,
     )
-    session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config))
+    session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config)).only
     oracle = DriftingOracle(session.model, scene, drift, seed=seed)
     session.model = oracle  # the engine's model seam: steps go through the oracle from now on
     return session, oracle  # type: ignore[return-value]

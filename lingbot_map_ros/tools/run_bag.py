@@ -1,8 +1,9 @@
 """`lingbot-map-ros run BAG -o OUT`: the mapping engine directly on a bag, without DDS.
 
 Deterministic (fixed seed for synthetic weights, fixed thread count, frames in bag order, none dropped
-for lack of time) and as fast as the model allows. The results go through the same `engine.mapper.Mapper`
-as the node's (TF mode `map_to_camera`: a bag has no robot TF here; scale `none` or `--scale-factor`), so a
+for lack of time) and as fast as the model allows. The results go through the node's pose side, one call a
+frame (`engine.tracker.CameraTracker.track`, then `Mapper.integrate` inline; TF mode `map_to_camera`: a bag
+has no robot TF here; scale `none` or `--scale-factor`), so a
 run and the node give the same trajectory and map for the same frames. Writes into OUT, in the node's `map`
 frame (REP-103: the first camera's position, x forward, y left, z up; as the node's `~/save_map`):
 `trajectory.tum` (one line per posed frame, header stamps), `map.ply` (voxel map, xyz + rgb),
@@ -36,8 +37,8 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.mapper import Mapper
 from lingbot_map_ros.engine.mapping import VoxelMap
+from lingbot_map_ros.engine.tracker import bare_camera
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
@@ -84,7 +85,7 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
             session=config.session,
         ),
         model,
-    )
+    ).only
 
 
 def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
@@ -111,7 +112,8 @@ def run_bag(
     """
     topic, total = bag_camera_topic(config)
     session = build_session(config, model)
-    mapper = Mapper(config.mapper_config())
+    tracker = bare_camera(config.mapper_config())
+    mapper = tracker.mapper
     if config.load_session is not None:
         persistence.load(config.load_session, session, mapper, config.compat())
     stamps, poses, latency, keyframe = [], [], [], []
@@ -130,9 +132,10 @@ def run_bag(
         results = session.push(frame.rgb, meta=frame.stamp_ns)
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
-            frame_out = mapper.process(result, result.meta / 1e9)
-            stamps.append(frame_out.stamp_s)
-            poses.append(frame_out.body_pose)
+            tracked = tracker.track(result, "", result.meta / 1e9)  # the node's pose side, once
+            mapper.integrate(tracked.work)  # its map side, inline
+            stamps.append(tracked.frame.stamp_s)
+            poses.append(tracked.frame.body_pose)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
         if on_frame is not None:

@@ -3,7 +3,8 @@
 Like the node with `cameras` (docs/node.md, "Several cameras"), but one frame at a time: one model, one
 `StreamingSession` per camera topic (its own KV pool; no batched steps, so each camera's files are
 byte-identical to a run of its topic alone), each topic's frames pushed through its session in bag
-(log-time) order, each camera's results through its own `Mapper`. A bag has no robot TF here, so every
+(log-time) order, each camera's results through its own `CameraTracker` (engine/tracker.py) and its mapper.
+A bag has no robot TF here, so every
 camera is mapped in its own map frame (TF mode map_to_camera, as the node's `map_<name>`): there is no fused
 map. Writes per camera
 `OUT/<camera>/trajectory.tum`, `OUT/<camera>/map.ply` and `OUT/<camera>/run.png`, and `OUT/summary.json`
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from lingbot_map_ros.engine.mapper import Mapper
+from lingbot_map_ros.engine.tracker import CameraTracker, bare_camera
 from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connections, count_messages, iter_camera_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
@@ -45,13 +46,13 @@ def camera_names(topics: list[str]) -> list[str]:
 
 @dataclass
 class CameraRun:
-    """One camera of a run: its topic, session, mapper and per posed frame: stamps [N] s, poses [N, 4, 4]
-    (optical frame -> its map), step latency [N] ms, keyframe [N]."""
+    """One camera of a run: its topic, session, tracker (its mapper) and per posed frame: stamps [N] s, poses
+    [N, 4, 4] (optical frame -> its map), step latency [N] ms, keyframe [N]."""
 
     name: str
     topic: str
     session: object
-    mapper: Mapper
+    tracker: CameraTracker
     frames: int = 0
     stamps: list[float] = field(default_factory=list)
     poses: list[np.ndarray] = field(default_factory=list)
@@ -84,7 +85,7 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
     cameras = {}
     for i, (name, topic) in enumerate(zip(camera_names(topics), topics, strict=True)):
         session = first if i == 0 else build_session(config, first.model)  # one model, a pool each
-        cameras[topic] = CameraRun(name, topic, session, Mapper(config.mapper_config()))
+        cameras[topic] = CameraRun(name, topic, session, bare_camera(config.mapper_config()))
     start = time.perf_counter()
     for frame in tqdm(
         iter_camera_frames(config.bag, topics, config.max_frames),
@@ -100,9 +101,10 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
         results = camera.session.push(frame.rgb, meta=frame.stamp_ns)
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
-            mapped = camera.mapper.process(result, result.meta / 1e9)
-            camera.stamps.append(mapped.stamp_s)
-            camera.poses.append(mapped.body_pose)
+            tracked = camera.tracker.track(result, "", result.meta / 1e9)  # the node's pose side, once
+            camera.tracker.mapper.integrate(tracked.work)  # its map side, inline
+            camera.stamps.append(tracked.frame.stamp_s)
+            camera.poses.append(tracked.frame.body_pose)
             camera.latency_ms.append(step_ms)
             camera.keyframe.append(result.is_keyframe)
     wall_s = time.perf_counter() - start
@@ -132,7 +134,7 @@ def _write_camera(config: RunConfig, camera: CameraRun) -> dict[str, object]:
     latency, keyframe = np.array(camera.latency_ms), np.array(camera.keyframe, bool)
     files = {
         "trajectory": write_tum(out / "trajectory.tum", np.array(camera.stamps), poses),
-        "map": write_ply(out / "map.ply", *camera.mapper.voxels.points()),
+        "map": write_ply(out / "map.ply", *camera.tracker.mapper.voxels.points()),
     }
     if len(poses):
         files["plot"] = plot_run(
@@ -151,7 +153,7 @@ def _write_camera(config: RunConfig, camera: CameraRun) -> dict[str, object]:
         "keyframes": int(keyframe.sum()),
         "dropped": camera.frames - len(poses),
         "latency_ms": latency_summary(latency),
-        "map_points": len(camera.mapper.voxels),
+        "map_points": len(camera.tracker.mapper.voxels),
         "session": camera.session.stats().as_dict(),
         "files": {k: str(v) for k, v in files.items()},
     }

@@ -94,7 +94,7 @@ def test_real_model_descriptor_and_verification_never_touch_the_live_stream() ->
     config = SessionConfig(scale_frames=2, sliding_window=4, max_window=4, image_width=56)
 
     def run(with_closer: bool) -> tuple[list[np.ndarray], LoopCloser | None]:
-        session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config))
+        session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config)).only
         loop_config = LoopClosureConfig(
             exclude_recent=1, min_similarity=-1.0, top_k=1, keyframe_translation=1e-6
         )

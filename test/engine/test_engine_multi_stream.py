@@ -1,17 +1,15 @@
 """`MultiStreamSession` on the tiny preset (CPU, fp32): N = 1, 2, 3 cameras interleaved irregularly give, per
-camera, the results of its own `StreamingSession` fed the same frames (poses and depth within 1e-5)."""
+camera, the results of its own `StreamingSession` fed the same frames (poses and depth within 1e-5; a set of
+one camera is that single stream itself: no shared pool, no batched step)."""
 
 from __future__ import annotations
-
-import threading
-import time
 
 import numpy as np
 import pytest
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.multi_stream import BatchConfig, MultiStreamSession
+from lingbot_map_ros.engine.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.result import FrameResult
 from lingbot_map_ros.model import LingBotMap
 
@@ -79,7 +77,7 @@ def test_interleaved_cameras_equal_separate_sessions(model: LingBotMap, n: int) 
             got[name] += results
     for name, s in zip(names, single, strict=True):
         _same(got[name], expected[name])
-        stats, ref = multi.stats(name).session, s.stats()
+        stats, ref = multi.stats(name), s.stats()
         for key in (
             "epoch",
             "frames",
@@ -92,10 +90,14 @@ def test_interleaved_cameras_equal_separate_sessions(model: LingBotMap, n: int) 
             assert getattr(stats, key) == getattr(ref, key), (name, key)
         assert stats.cache == ref.cache
     assert got["cam0"][-1].epoch == 1 and got["cam0"][-1].depth.shape == (50, 74)  # resolution change
-    assert multi.stats("cam0").session.reanchors_total >= 1
-    batches = multi.pool_stats()["batches"]
-    assert (max(batches) == n) if n > 1 else (batches == {1: batches[1]})
+    assert multi.stats("cam0").reanchors_total >= 1
+    if n == 1:  # a set of one: the single stream's own KV cache, every step through `push`
+        assert multi.pool is None and multi.pool_stats() is None and multi.only is multi.sessions["cam0"]
+        return
+    assert max(multi.pool_stats()["batches"]) == n
     assert multi.pool_stats()["regions"] == n
+    with pytest.raises(ValueError, match="no only session"):
+        _ = multi.only
 
 
 def test_a_failed_batch_drops_every_frame_of_it_and_the_cameras_recover(
@@ -116,39 +118,40 @@ def test_a_failed_batch_drops_every_frame_of_it_and_the_cameras_recover(
     out = multi.run_round({"a": (feeds[0][S0 + 2], 0), "b": (feeds[1][S0 + 2], 0)})
     assert not out.errors and [len(r) for r in out.results.values()] == [1, 1]
     for name in ("a", "b"):
-        stats = multi.stats(name).session
+        stats = multi.stats(name)
         assert stats.recoveries_total == 1 and stats.epoch == 0 and "device lost" in stats.last_error
 
 
-def test_worker_step_waits_boundedly_for_a_slow_camera(model: LingBotMap) -> None:
-    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["fast", "slow"], BatchConfig(max_wait_ms=50))
-    assert multi.step(timeout_s=0.01).results == {}  # nothing queued: returns on the timeout
-    frames = pan_frames(S0 + 1)
-    for f in frames[:S0]:
-        multi.submit("fast", f)
-        multi.submit("fast", f)  # the queue holds one frame: the older one is dropped
-        multi.step()
-    start = time.monotonic()
-    multi.submit("fast", frames[S0])
-    out = multi.step()  # the slow camera never sends: the round starts after max_wait_ms
-    assert 0.045 < time.monotonic() - start < 2.0 and len(out.results["fast"]) == 1
-    assert multi.stats("fast").dropped == S0 and multi.stats("fast").session.frames_total == S0 + 1
-
-    later = threading.Timer(0.01, lambda: (multi.submit("fast", frames[0]), multi.submit("slow", frames[0])))
-    later.start()
-    out = multi.step(timeout_s=5.0)  # both arrive: one round takes both
-    later.join()
-    assert set(out.results) == {"fast", "slow"}
+def test_unknown_or_duplicate_cameras_are_refused(model: LingBotMap) -> None:
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["front"])
     with pytest.raises(ValueError, match="unknown camera"):
-        multi.submit("rear", frames[0])
+        multi.run_round({"rear": (pan_frames(1)[0], 0)})
     with pytest.raises(ValueError, match="distinct"):
         MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "a"])
+
+
+def test_a_set_of_one_overlaps_and_flushes_like_its_session(model: LingBotMap) -> None:
+    """`run_round(..., overlap=True)` on a set of one is `push_overlapped` (the frame before's results) and
+    `flush` returns the frame in flight: together exactly `push`'s results."""
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), [""])
+    single = tiny_session(model, **PARAMS)
+    frames = pan_frames(S0 + 3)
+    got, expected = [], []
+    for i, rgb in enumerate(frames):
+        out = multi.run_round({"": (rgb, i)}, overlap=True)
+        assert not out.errors
+        got += out.results[""]
+        expected += single.push(rgb, i)
+    assert len(got) == len(expected) - 1  # the last frame is still in flight
+    got += multi.flush("")
+    assert multi.flush("") == []
+    _same(got, expected)
 
 
 def test_warm_up_runs_every_camera_and_leaves_them_fresh(model: LingBotMap) -> None:
     multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
     assert multi.warm_up((42, 74), streaming_frames=1) > 0
     for name in ("a", "b"):
-        stats = multi.stats(name).session
+        stats = multi.stats(name)
         assert (stats.epoch, stats.frames_total, stats.frames_stored) == (0, 0, 0)
     assert multi.pool_stats()["regions"] == 2  # the warm-up placed both cameras' regions

@@ -42,7 +42,7 @@ def test_two_cameras_step_as_one_batch_on_cuda() -> None:
     )
     try:
         assert node.autostart()
-        multi = node._pipeline.session
+        multi = node._pipeline.cameras
         assert isinstance(multi, MultiStreamSession)
         images = np.random.default_rng(0).integers(0, 256, (2, FRAMES, 378, 518, 3), dtype=np.uint8)
         results: dict[str, list] = {"front": [], "rear": []}

@@ -133,14 +133,14 @@ def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> 
 
 def step(node: LingBotMapNode, *frames: tuple[str, InputFrame]) -> dict[str, list]:
     """One step of the node's inference thread (camera_step.py): results per camera that produced any."""
-    steps, errors = step_cameras(node.cameras, list(frames), node._pipeline.session)
+    steps, errors = step_cameras(node.cameras, list(frames), node._pipeline.cameras)
     assert not errors
     return {s.camera.name: s for s in steps}
 
 
 def test_each_camera_has_its_own_session_on_the_one_model_and_pool(node: LingBotMapNode) -> None:
     front, rear = node.cameras["front"], node.cameras["rear"]
-    multi = node._pipeline.session
+    multi = node._pipeline.cameras
     assert isinstance(multi, MultiStreamSession) and multi.sessions == {
         "front": front.session,
         "rear": rear.session,
@@ -164,7 +164,7 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
             batch.append(("rear", frame(rear, images[6 + i], i)))
         for name, out in step(node, *batch).items():
             poses[name] += [r.pose_c2w for r in out.results]
-    multi = node._pipeline.session
+    multi = node._pipeline.cameras
     assert multi.pool_stats()["batches"].get(2, 0) >= 1  # the two streaming frames went as one batch
     reference = StreamingSession(node._pipeline.model, multi.config)
     expected = [r.pose_c2w for i in range(6) for r in reference.push(images[i])]

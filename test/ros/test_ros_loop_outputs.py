@@ -84,15 +84,16 @@ def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(
     np.testing.assert_allclose(
         g.apply_pose(result(5).pose_c2w), chain.camera_pose(result(5).pose_c2w), atol=1e-12
     )
-    before = live.tf.estimate().copy()
+    before = live.tracker.estimate().copy()
     fix = compose(compose(g, correction), inverse(g))
 
     live.correct(correction, lambda stamp_s, pose: fix.apply_pose(pose))
 
-    after = live.tf.estimate()
+    after = live.tracker.estimate()
     assert np.linalg.norm(after[:3, 3] - before[:3, 3]) > 0.05  # the jump
-    np.testing.assert_allclose(after, reference.tf.estimate(), atol=1e-9)  # where frame 9 lands corrected
-    live_path, reference_path = (pose_matrix(o._path[-1].pose) for o in (live, reference))
+    # where frame 9 lands corrected
+    np.testing.assert_allclose(after, reference.tracker.estimate(), atol=1e-9)
+    live_path, reference_path = (pose_matrix(o.path.poses[-1].pose) for o in (live, reference))
     np.testing.assert_allclose(live_path, reference_path, atol=1e-6)  # the path's last pose likewise
     publish(live, 10), publish(reference, 10)  # later frames: the same edge from either
-    np.testing.assert_allclose(live.tf.estimate(), reference.tf.estimate(), atol=1e-9)
+    np.testing.assert_allclose(live.tracker.estimate(), reference.tracker.estimate(), atol=1e-9)

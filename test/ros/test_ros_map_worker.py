@@ -18,6 +18,7 @@ from rclpy.parameter import Parameter
 from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
 from std_msgs.msg import Header
 
+from lingbot_map_ros.engine.map_side import MapSide
 from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping import VoxelMapConfig
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
@@ -109,7 +110,7 @@ def worker(queue_size: int = 4) -> tuple[MapWorker, Mapper, dict[str, Recorder],
     mapper = Mapper(MapperConfig(voxel=VoxelMapConfig(voxel_size=0.05)))
     pubs = {name: Recorder() for name in ("frame_cloud", "map_cloud", "grid")}
     errors: list[Exception] = []
-    return MapWorker(mapper, pubs, queue_size, errors.append), mapper, pubs, errors
+    return MapWorker(MapSide(mapper), pubs, queue_size, errors.append), mapper, pubs, errors
 
 
 def items(mapper: Mapper, indices: range) -> list[MapItem]:
@@ -139,7 +140,7 @@ def test_map_thread_integrates_in_order_and_publishes_each_frame_cloud() -> None
 def test_a_full_map_queue_drops_its_oldest_work_and_counts_it() -> None:
     map_worker, mapper, pubs, _ = worker(queue_size=4)
     work = items(mapper, range(10))
-    with map_worker.lock:  # the map thread is busy (e.g. the map timer reads the map)
+    with map_worker.side.lock:  # the map thread is busy (e.g. the map timer reads the map)
         map_worker.submit(work[0])
         deadline = time.monotonic() + 5.0
         while map_worker.stats()["map_worker.queued"] and time.monotonic() < deadline:
@@ -255,6 +256,7 @@ def test_path_timer_runs_at_path_publish_rate() -> None:
             node,
             MutuallyExclusiveCallbackGroup(),
             params,
+            list,
             list,
             lambda: None,
             lambda: True,

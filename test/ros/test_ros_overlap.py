@@ -83,10 +83,10 @@ def _run(
     steps: list[tuple[int, list]] = []
     for i, rgb in enumerate([*frames, None]):
         if rgb is None:
-            done, errors = flush_cameras(node.cameras)
+            done, errors = flush_cameras(node.cameras, node._pipeline.cameras)
         else:
             frame = _frame(camera.generation, rgb, i)
-            done, errors = step_cameras(node.cameras, [("", frame)], node._pipeline.session, overlap=overlap)
+            done, errors = step_cameras(node.cameras, [("", frame)], node._pipeline.cameras, overlap=overlap)
         assert not errors
         for step in done if publish else []:
             camera.publish(step)
@@ -108,7 +108,7 @@ def test_overlapped_steps_return_the_frame_before_and_equal_push(node: LingBotMa
     # anchor phase: nothing, then the S0 anchors at once; each later step returns the frame before; the
     # flush returns the last frame, and nothing is left in flight after it
     assert stamps == [[], [0, 1], [], [2], [3], [4], [5], [6]]
-    assert flush_cameras(node.cameras) == ([], {})
+    assert flush_cameras(node.cameras, node._pipeline.cameras) == ([], {})
     assert [[r.meta.header.stamp.sec for r in results] for _, results in sync] == [
         [],
         [0, 1],
@@ -159,6 +159,6 @@ def test_a_reset_drops_the_frame_in_flight(node: LingBotMapNode) -> None:
     frames = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(S0 + 1)]
     for i, rgb in enumerate(frames):
         frame = _frame(camera.generation, rgb, i)
-        step_cameras(node.cameras, [("", frame)], node._pipeline.session, overlap=True)
+        step_cameras(node.cameras, [("", frame)], node._pipeline.cameras, overlap=True)
     camera.reset(lambda name: 0)  # frame S0 is in flight: its stream is gone
-    assert flush_cameras(node.cameras) == ([], {})
+    assert flush_cameras(node.cameras, node._pipeline.cameras) == ([], {})

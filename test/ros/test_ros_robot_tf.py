@@ -1,4 +1,5 @@
-"""The TF mode choice and the per-frame lookups of the node (ros/robot_tf.py) on a TF buffer, without DDS."""
+"""The TF mode choice and the per-frame lookups (engine/robot_tf.py, over the `RobotTfSource` protocol) on
+the node's TF buffer, without DDS."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from lingbot_map_ros.engine.geometry import rigid
-from lingbot_map_ros.ros.robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
+from lingbot_map_ros.engine.robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
 from lingbot_map_ros.ros.tf_buffer import TfBuffer
 
 

@@ -253,6 +253,6 @@ def test_pipeline_passes_the_gpu_fast_path_switches_to_the_session() -> None:
     )
     warnings: list[str] = []
     pipeline = build_pipeline(params, warnings.append)
-    config = pipeline.session.config
+    config = pipeline.cameras.config
     assert (config.cuda_graphs, config.compile_blocks) == (False, True)
     assert any("SYNTHETIC" in w for w in warnings)

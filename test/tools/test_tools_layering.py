@@ -1,7 +1,8 @@
 """The layering rule of docs/architecture.md, checked on the source: `lingbot_map_ros/ros/` is the only
 package that imports rclpy (or a ROS message / service package, tf2_ros, cv_bridge), at module level or
 inside a function; `ros` never imports `tools`; `cache`, `model`, `engine` import neither
-`ros` nor `tools` (and only upwards: cache <- model <- engine)."""
+`ros` nor `tools` (and only upwards: cache <- model <- engine); `ros` reaches model/ and cache/ only through
+engine/ (engine/config.py, engine/builder.py re-export what it needs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ ROS_ONLY_ROOTS = ("rclpy", "tf2_ros", "cv_bridge", "rosidl_runtime_py")
 ROS_ONLY_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
 OUTSIDE_ROS = ("cache", "model", "engine", "tools")
 FORBIDDEN_LAYERS = {
-    "ros": ("tools",),
+    "ros": ("tools", "model", "cache"),
     "cache": ("model", "engine", "ros", "tools"),
     "model": ("engine", "ros", "tools"),
     "engine": ("ros", "tools"),

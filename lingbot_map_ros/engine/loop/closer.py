@@ -10,7 +10,6 @@ jump a node publishes as ``map -> odom`` (robot modes) or ``map -> camera`` (bar
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ import numpy as np
 
 from ..frames import camera_points
 from ..geometry import Sim3, rotation_angle
+from ..lanes import Lane
+from ..lock_order import OrderedLock
 from ..preprocess import preprocess_geometry, resize_uint8
 from ..result import FrameResult
 from .config import LoopClosureConfig
@@ -267,11 +268,17 @@ class LoopClosureWorker:
     def __init__(self, closer: LoopCloser, on_event: Callable[[LoopEvent], None] | None = None) -> None:
         self.closer = closer
         self.on_event = on_event
-        self.lock = threading.Lock()
-        self.dropped = 0
-        self._queue: queue.Queue[tuple[str, object, float]] = queue.Queue(closer.config.queue_depth)
+        self.lock = OrderedLock("loop.worker_lock")
+        self._lane: Lane[tuple[str, object, float]] = Lane(closer.config.queue_depth)  # drop-oldest
+        self._ready = threading.Condition()  # guards the lane
         self._thread = threading.Thread(target=self._run, name="loop_closure", daemon=True)
         self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        """Items dropped from the full queue (the oldest first)."""
+        with self._ready:
+            return self._lane.dropped
 
     def submit(self, result: FrameResult, stamp_s: float) -> None:
         """Queue a keyframe result (never blocks: the oldest waiting one is dropped when full)."""
@@ -294,20 +301,15 @@ class LoopClosureWorker:
         done.wait(timeout_s)
 
     def _put(self, item: tuple[str, object, float]) -> None:
-        while True:
-            try:
-                self._queue.put_nowait(item)
-                return
-            except queue.Full:
-                try:
-                    self._queue.get_nowait()
-                    self.dropped += 1
-                except queue.Empty:
-                    pass
+        with self._ready:
+            self._lane.push(item)  # a full lane drops its oldest item, counted
+            self._ready.notify()
 
     def _run(self) -> None:
         while True:
-            kind, payload, stamp_s = self._queue.get()
+            with self._ready:
+                self._ready.wait_for(lambda: self._lane.queue)
+                kind, payload, stamp_s = self._lane.queue.popleft()
             if kind == "stop":
                 return
             try:

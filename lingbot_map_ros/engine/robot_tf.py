@@ -1,5 +1,9 @@
 """The robot's TF at an image stamp, for the mapper: the TF mode of a stream and the transforms it needs.
 
+The robot's TF comes in as plain data through `RobotTfSource` (`lookup(target, source, stamp_s, timeout_s)
+-> T_target_source [4, 4]`, raising `TransformUnavailable`): the node implements it over its TF listener
+(ros/tf_listener.py `TfLookup`), tests over a plain buffer; engine/ never sees a ROS message.
+
 `resolve_mode` makes the `tf.mode: auto` choice when a stream starts (and after a reset): `map_to_odom` when
 `base_frame -> <camera>` is in TF at the image stamp and `odom_frame -> base_frame` is in TF at all (data
 newer than the stamp counts: odometry that starts just after the camera), `map_to_base` when only the
@@ -15,14 +19,40 @@ missing edge: the caller drops the frame (`tf_unavailable`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from ..engine.frames import choose_tf_mode
-from ..engine.mapper import RobotSample
-from .tf_listener import TfLookup, TransformUnavailable
+from .frames import choose_tf_mode
+from .mapper import RobotSample
 
-__all__ = ["RobotFrames", "RobotTfConfig", "TransformUnavailable"]
+
+class TransformUnavailable(LookupError):
+    """No transform: `edge` names the missing or out-of-range `parent -> child` (or unconnected frames);
+    `mode`: the TF mode that needed it (set by `CameraTracker.track`; None from a plain lookup)."""
+
+    def __init__(self, message: str, edge: str, mode: str | None = None) -> None:
+        super().__init__(message)
+        self.edge = edge
+        self.mode = mode
+
+
+class RobotTfSource(Protocol):
+    """The robot's TF as plain data (the node's `TfLookup`)."""
+
+    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
+        """`T_target_source` [4, 4] float64 at `stamp_s` (0: the latest), waiting up to `timeout_s` for it.
+
+        Raises:
+            TransformUnavailable: still missing after the timeout (its `edge` names what is missing).
+        """
+
+
+class NoRobotTf:
+    """A `RobotTfSource` without a robot (a bare camera: `run`, `run --topics`): every lookup is missing."""
+
+    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
+        raise TransformUnavailable(f"no robot TF ({target} -> {source})", f"{target} -> {source}")
 
 
 @dataclass(frozen=True)
@@ -39,7 +69,7 @@ class RobotTfConfig:
 class RobotFrames:
     """TF lookups of one node (module doc)."""
 
-    def __init__(self, lookup: TfLookup, config: RobotTfConfig) -> None:
+    def __init__(self, lookup: RobotTfSource, config: RobotTfConfig) -> None:
         self.lookup = lookup
         self.config = config
 

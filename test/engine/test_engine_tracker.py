@@ -1,0 +1,100 @@
+"""`CameraTracker` (engine/tracker.py) on plain data, no ROS: one call per frame gives the pose side; the
+robot's TF comes in through a `RobotTfSource`. The `auto` decision and the switch map_to_base -> map_to_odom
+without a jump in `map`, the `map -> odom` estimate (first of a stream, loop-closure jump, restore), the
+shared robot map of a later camera, and a missing transform naming the mode that needed it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
+
+from lingbot_map_ros.engine.geometry import rigid
+from lingbot_map_ros.engine.mapper import MapperConfig
+from lingbot_map_ros.engine.robot_tf import RobotTfConfig, TransformUnavailable
+from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.tracker import CameraTracker
+
+ODOM_ORIGIN = rigid(np.eye(3), [5.0, -2.0, 0.0])  # odometry's own origin, away from map's
+
+
+class RobotTf:
+    """The robot's TF as a table: static extrinsics base_link -> cam, odometry odom -> base_link per image
+    stamp from `odometry_from` (s) on, known up to `now` (exact stamps only; 0 = the latest)."""
+
+    def __init__(self, base: np.ndarray, odometry_from: float) -> None:
+        self.odom = {1000.0 + j: ODOM_ORIGIN @ b for j, b in enumerate(base) if 1000.0 + j >= odometry_from}
+        self.now = 0.0
+
+    def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
+        if (target, source) == ("base_link", "cam"):
+            return BASE_CAM
+        if (target, source) == ("odom", "base_link"):
+            known = {t: pose for t, pose in self.odom.items() if t <= self.now}
+            if stamp_s == 0.0 and known:
+                return known[max(known)]
+            if stamp_s in known:
+                return known[stamp_s]
+        raise TransformUnavailable(f"no {target} -> {source} at {stamp_s}", f"{target} -> {source}")
+
+
+def _track(tracker: CameraTracker, frames: int = 12, scale_frames: int = 4) -> list:
+    scene = make_scene(frames, 48, 32)
+    session = StandInSession(scene, random_sim3(3, 0.37), scale_frames=scale_frames)
+    out = []
+    for i in range(frames):
+        tracker.robot.lookup.now = 1000.0 + i  # the robot's TF up to the newest image
+        for result in session.push_index(i):
+            out.append(tracker.track(result, "cam", 1000.0 + result.index))
+    return out
+
+
+def _tracker(odometry_from: float, mode: str = "auto", **kwargs: object) -> CameraTracker:
+    config = MapperConfig(scale=ScaleConfig(source="fixed", factor=1.0 / 0.37))
+    base = make_scene(12, 48, 32).base
+    return CameraTracker(config, RobotTfConfig(mode), RobotTf(base, odometry_from), **kwargs)
+
+
+def test_odometry_appearing_switches_to_map_to_odom_without_a_jump() -> None:
+    notices: list[tuple[str, str]] = []
+    tracker = _tracker(1006.0, on_notice=lambda level, text, throttle: notices.append((level, text)))
+    plain = _track(_tracker(1e9))  # odometry never appears: map_to_base throughout
+    switched = _track(tracker)
+    assert [t.frame.mode for t in switched] == ["map_to_base"] * 6 + ["map_to_odom"] * 6
+    assert tracker.switches == 1 and "switched from map_to_base" in tracker.mode_reason
+    assert any(level == "warning" and "map_to_base -> map_to_odom" in text for level, text in notices)
+    for a, b in zip(plain, switched, strict=True):
+        np.testing.assert_allclose(b.frame.body_pose, a.frame.body_pose, atol=1e-9)  # map did not move
+    assert [t.first_map_odom for t in switched] == [False] * 6 + [True] + [False] * 5
+    np.testing.assert_allclose(tracker.estimate(), switched[-1].frame.map_odom)
+
+
+def test_the_estimate_jumps_with_a_correction_and_restores_as_a_first() -> None:
+    tracker = _tracker(0.0)  # odometry from the start: auto picks map_to_odom
+    tracked = _track(tracker)
+    assert tracked[0].frame.mode == "map_to_odom" and tracked[0].first_map_odom
+    before = tracker.estimate()
+    jump = rigid(np.eye(3), [0.0, 1.0, 0.0])
+    tracker.jump(lambda map_odom: jump @ map_odom)
+    np.testing.assert_allclose(tracker.estimate(), jump @ before)
+    tracker.restore_estimate(before)
+    np.testing.assert_allclose(tracker.estimate(), before)
+    tracker.clear()  # a reset: no estimate, a new stream (first map -> odom again)
+    assert tracker.estimate() is None and _track(tracker)[0].first_map_odom
+
+
+def test_a_later_camera_starts_in_the_driving_cameras_map() -> None:
+    alone = _track(_tracker(0.0))[0].frame.map_odom  # its own map: its base at its first frame
+    shared = rigid(np.eye(3), [1.0, 2.0, 0.0]) @ alone  # the driving camera's T_map_odom
+    later = _track(_tracker(0.0, robot_map=lambda: shared))
+    for tracked in later:  # the whole stream in the driving camera's map frame
+        np.testing.assert_allclose(tracked.frame.map_odom, shared, atol=1e-9)
+
+
+def test_a_missing_transform_names_the_mode_that_needed_it() -> None:
+    tracker = _tracker(1e9, mode="map_to_odom")
+    session = StandInSession(make_scene(4, 48, 32), random_sim3(3, 0.37), scale_frames=4)
+    results = [r for i in range(4) for r in session.push_index(i)]
+    with pytest.raises(TransformUnavailable) as err:
+        tracker.track(results[0], "cam", 1000.0)
+    assert err.value.mode == "map_to_odom" and err.value.edge == "odom -> base_link"
