@@ -41,7 +41,7 @@ from stages import StageRecorder
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW, SessionConfig
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, StreamConfig
 
 #: path -> (cuda_graphs, compile_blocks): "plain" eager, "fast" CUDA graphs, "compiled" CUDA graphs

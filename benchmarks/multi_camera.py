@@ -1,7 +1,7 @@
 """Several cameras through one model and one KV pool: aggregate posed frames/s for 1, 2, 4 cameras.
 
 Every round each camera delivers one frame (cameras at the same rate, as fast as the GPU allows) to a
-`MultiStreamSession` (`engine/multi_stream.py`): the streaming frames of all cameras run as one batched
+`MultiStreamSession` (`engine/stream/multi_stream.py`): the streaming frames of all cameras run as one batched
 model step (`LingBotMap.step_batch`; one camera alone runs `model.step` with its CUDA graphs, the
 single-camera default path), then every camera's result is decoded. Reported per camera count:
 
@@ -46,7 +46,7 @@ from results import record
 from lingbot_map_ros.cache.backends import BACKENDS
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, DEFAULT_SLIDING_WINDOW, SessionConfig
-from lingbot_map_ros.engine.multi_stream import BatchConfig
+from lingbot_map_ros.engine.stream.multi_stream import BatchConfig
 from lingbot_map_ros.model.graphed import compile_cache_dir
 
 GIB = 2**30

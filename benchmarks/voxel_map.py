@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap, VoxelMapConfig
 
 
 def time_inserts(points: int, frames: int, voxel_size: float, seed: int = 0) -> tuple[list[float], int]:

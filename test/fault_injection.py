@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from lingbot_map_ros.cache.shared_pool import SharedKVPool
-from lingbot_map_ros.engine.session import StreamingModel
+from lingbot_map_ros.engine.stream.session import StreamingModel
 from lingbot_map_ros.model import StreamConfig, StreamState
 
 #: Environment variable read by test/fault_node.py at configure.

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
 #: 42×74 inputs at this width → a 28×56 network input (2×4 patches): a step takes milliseconds.

@@ -6,9 +6,9 @@ No rclpy here (see docs/architecture.md, docs/engine.md). Public API:
 """
 
 from .config import SessionConfig
-from .mapping import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
+from .mapping.voxel_map import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
 from .result import FrameResult
-from .session import StreamingSession
+from .stream.session import StreamingSession
 
 __all__ = [
     "FrameResult",

@@ -1,6 +1,7 @@
 """`build_engine(EngineSpec)`: the one place where a model and its camera sessions are made.
 
-It always returns a set of cameras, a `MultiStreamSession` (engine/multi_stream.py): one camera is a set of
+It always returns a set of cameras, a `MultiStreamSession` (engine/stream/multi_stream.py): one camera is a
+set of
 one (its lone `StreamingSession`, `.only`, runs exactly as a single stream); several cameras share one model
 and one KV pool.
 
@@ -21,8 +22,8 @@ from lingbot_map_ros.model import CheckpointError, LingBotMap, ModelConfig, Prec
 from lingbot_map_ros.model.graphed import compile_cache_dir
 
 from .config import SessionConfig
-from .multi_stream import BatchConfig, MultiStreamSession
-from .session import StreamingModel
+from .stream.multi_stream import BatchConfig, MultiStreamSession
+from .stream.session import StreamingModel
 
 # What a caller of `build_engine` needs of model/ (the node's configure: precision, the compile cache folder,
 # the checkpoint error), re-exported so that ros/ imports nothing from model/ or cache/.

@@ -54,7 +54,8 @@ class SessionConfig:
             this in both the old and the new prediction (falls back to all pixels when too few pass).
         timing_window: number of recent steps the per-stage timing statistics average over.
         depth_every_n: run the depth head on every n-th streaming frame only (plus frames pushed with
-            ``depth=True`` and what a re-anchor needs: engine/depth_schedule.py); the others' results have no
+            ``depth=True`` and what a re-anchor needs: engine/stream/depth_schedule.py); the others' results
+            have no
             depth (``FrameResult.depth`` None). 1 (default): every frame.
     """
 

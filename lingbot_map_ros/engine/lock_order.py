@@ -9,7 +9,7 @@ is appended to `violations` and, with `STRICT` (the tests), raises `LockOrderErr
 |---|---|---|
 | `node.stream_change` | resets and session loads | ros/node.py |
 | `camera.session_lock` | a camera's step, reset, window change | ros/camera.py |
-| `cameras.step_lock` | a round of the set of cameras | engine/multi_stream.py |
+| `cameras.step_lock` | a round of the set of cameras | engine/stream/multi_stream.py |
 | `camera.publish_lock` | a camera's publishing of one step | ros/camera.py |
 | `loop.apply_lock` | one loop-closure correction at a time | ros/loop_outputs.py |
 | `path.send_lock` | `~/path` being sent | ros/path_output.py |
@@ -18,7 +18,8 @@ is appended to `violations` and, with `STRICT` (the tests), raises `LockOrderErr
 | `loop.worker_lock` | the loop closer's keyframe map and graph | engine/loop/closer.py |
 | `tracker.estimate_lock` | the `map -> odom` estimate | engine/tracker.py |
 
-`StreamingSession`'s own lock (engine/session.py) is a plain leaf lock, outside the check: its methods take no
+`StreamingSession`'s own lock (engine/stream/session.py) is a plain leaf lock, outside the check: its methods
+take no
 other lock, so it may be taken under any of these (a round under `cameras.step_lock`, a session restored under
 `map.lock`).
 """

@@ -23,7 +23,8 @@ class FrameResult:
         intrinsics: [3, 3] float64 pinhole matrix in pixels of the ORIGINAL image.
         depth: [H, W] float32 z-depth at the original resolution (NaN where the centre crop removed rows).
             Up to scale; consistent with ``pose_c2w``. None when the step skipped the depth head
-            (``SessionConfig.depth_every_n``, engine/depth_schedule.py; then ``depth_conf`` is None too).
+            (``SessionConfig.depth_every_n``, engine/stream/depth_schedule.py; then ``depth_conf`` is None
+            too).
         depth_conf: [H, W] float32 confidence ≥ 1 (0 where the crop removed rows).
         rgb: [H, W, 3] uint8, the original image.
         pose_enc: [9] float32, the pose encoding as the model returned it (before long-stream alignment).

@@ -9,7 +9,8 @@ The robot's TF comes in as plain data through `RobotTfSource` (`lookup(target, s
 newer than the stamp counts: odometry that starts just after the camera), `map_to_base` when only the
 extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While a stream is in
 `map_to_base`, `odometry_at` (no waiting) tells the caller that odometry has appeared, so `auto` can switch to
-`map_to_odom` without a jump (engine/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in the root
+`map_to_odom` without a jump (engine/mapping/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in
+the root
 of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
 `sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
 `T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
@@ -23,8 +24,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .frames import choose_tf_mode
-from .mapper import RobotSample
+from .mapping.frames import choose_tf_mode
+from .mapping.mapper import RobotSample
 
 
 class TransformUnavailable(LookupError):

@@ -33,10 +33,10 @@ from typing import Protocol
 import numpy as np
 
 from .lock_order import OrderedLock
-from .mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
+from .mapping.mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
+from .mapping.tf_tree import subtree_root
 from .result import FrameResult
 from .robot_tf import NoRobotTf, RobotFrames, RobotTfConfig, RobotTfSource, TransformUnavailable
-from .tf_tree import subtree_root
 
 #: `on_notice(level, text, throttle_s)`: level "info" or "warning"; throttle_s: at most one such notice per
 #: that many seconds (None: every one; only warnings are throttled).
@@ -55,7 +55,7 @@ class TrackedFrame:
     """One frame's pose side, as `CameraTracker.track` returns it.
 
     Attributes:
-        frame: the poses, twist, metric depth and covariances (engine/mapper.py `PosedFrame`).
+        frame: the poses, twist, metric depth and covariances (engine/mapping/mapper.py `PosedFrame`).
         work: what the map side integrates for this frame (`Mapper.integrate`).
         root: the child of a `map_to_camera` edge: the camera, or the root of its subtree (a URDF gap).
         root_cam: T_root_cam [4, 4] when `root` is not the camera, else None.

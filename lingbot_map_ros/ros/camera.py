@@ -27,10 +27,10 @@ from std_srvs.srv import Trigger
 
 from ..engine.contracts import SessionStats
 from ..engine.lock_order import OrderedLock
-from ..engine.multi_stream import MultiStreamSession
-from ..engine.session import StreamingSession
-from ..engine.session_store import SessionError, SessionSnapshot
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.mapping.tf_tree import TfEdgeGuard
+from ..engine.persistence.store import SessionError, SessionSnapshot
+from ..engine.stream.multi_stream import MultiStreamSession
+from ..engine.stream.session import StreamingSession
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
@@ -73,7 +73,7 @@ class CameraHost:
         tf_lookup: the node's TF lookups (robot modes).
         input_group / service_group: callback groups of the subscriptions and services.
         frames: which camera has which frame id (one frame id, one camera).
-        tf_guard: the node's one-parent check of every TF edge it publishes (engine/tf_tree.py).
+        tf_guard: the node's one-parent check of every TF edge it publishes (engine/mapping/tf_tree.py).
     """
 
     node: LifecycleNode

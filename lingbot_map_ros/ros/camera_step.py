@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from ..engine.multi_stream import MultiStreamSession
+from ..engine.stream.multi_stream import MultiStreamSession
 from .camera import CameraStream, StepResults
 from .intake import InputFrame
 

@@ -2,7 +2,8 @@
 `map -> odom` republish. The policy (the TF mode of each stream, the `auto` switch, a URDF gap, the
 `map -> odom` estimate) is the engine's `CameraTracker` (engine/tracker.py); this publishes what it decided.
 
-* `publish`: the edge of a tracked frame, through the node's one-parent check (tf.py, engine/tf_tree.py).
+* `publish`: the edge of a tracked frame, through the node's one-parent check (tf.py,
+engine/mapping/tf_tree.py).
   `map -> odom` is stamped image + `tf.transform_tolerance`, the stream's first one also at the image
   stamp (so the first frame's own `map -> optical` lookup at its stamp succeeds).
 * `republish`: the timer (`tf.publish_rate`): the tracker's latest `T_map_odom` stamped now +
@@ -20,10 +21,10 @@ from geometry_msgs.msg import Pose
 from rclpy.node import Node
 
 from ..engine.geometry import invert_rigid
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.tracker import CameraTracker, TrackedFrame
-from .geometry import seconds_stamp, transform_msg
 from .output_config import OutputConfig
+from .pose_messages import seconds_stamp, transform_msg
 from .tf import TfBroadcaster
 
 #: How long a refused edge keeps /diagnostics at WARN after the last refusal.

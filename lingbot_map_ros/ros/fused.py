@@ -2,7 +2,8 @@
 
 Every camera publishes its own map under `~/<name>/` (in its map frame). The node-level `~/map_cloud` and
 `~/grid` fuse the cameras whose stream is mapped in the robot's `map_frame` (robot TF modes,
-engine/fusion.py); a camera mapped without the robot (map_to_camera, frame `map_<name>`) is not in them.
+engine/mapping/fusion.py); a camera mapped without the robot (map_to_camera, frame `map_<name>`) is not in
+them.
 `~/save_map` writes each camera's map, trajectory and grid (`map_<tag>_<name>.ply`, ...) and the fused map
 and grid (`map_<tag>.ply`, `map_<tag>.pgm/.yaml`). The node's map and grid timers publish it beside each
 camera's map (a `timers.MapOutput`); `map -> odom` and `~/path` stay each camera's.
@@ -19,13 +20,13 @@ from rclpy.node import Node
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.fusion import fuse_grids, fuse_points
-from ..engine.grid import Grid, write_nav2_map
-from ..engine.mapping import write_ply
+from ..engine.mapping.fusion import fuse_grids, fuse_points
+from ..engine.mapping.grid import Grid, write_nav2_map
+from ..engine.mapping.voxel_map import write_ply
 from .conversions import points_to_cloud
-from .geometry import grid_msg
 from .output_config import MAP_QOS
 from .outputs import MappingOutputs
+from .pose_messages import grid_msg
 
 
 class FusedMap:

@@ -28,7 +28,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
 from ..engine.config import PATCH_SIZE
-from ..engine.preprocess import preprocess_geometry
+from ..engine.stream.preprocess import preprocess_geometry
 from .conversions import (
     ImageConversionError,
     check_image_layout,

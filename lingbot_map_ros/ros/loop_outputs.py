@@ -31,11 +31,11 @@ from std_msgs.msg import ColorRGBA, Header
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker, MarkerArray
 
-from ..engine.frames import FrameChain
 from ..engine.geometry import Sim3
 from ..engine.lock_order import OrderedLock
 from ..engine.loop import LoopCloser, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from ..engine.loop.similarity import compose, inverse
+from ..engine.mapping.frames import FrameChain
 from ..engine.result import FrameResult
 from .entities import NodeFacade
 from .output_config import MAP_QOS
@@ -123,7 +123,8 @@ class LoopOutputs:
     @contextmanager
     def held(self) -> Iterator[LoopCloser]:
         """The closer under its worker's lock: sessions save and restore its keyframe map and graph with the
-        map (engine/persistence.py). Taken after the outputs' locks; the closer's thread never holds it while
+        map (engine/persistence/save_load.py). Taken after the outputs' locks; the closer's thread never
+        holds it while
         it takes theirs."""
         with self.worker.lock:
             yield self.worker.closer

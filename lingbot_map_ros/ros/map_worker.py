@@ -4,7 +4,8 @@
 camera_pose, camera_info and depth at once and hands the frame's `MapWork` to `MapWorker.submit`, which never
 blocks: a bounded queue (`queue_size`, at least the anchor phase's frames) that drops its oldest work when
 full, counted (`map_worker.dropped` in /diagnostics). The worker thread takes the works in order, integrates
-each through the camera's `MapSide` (engine/map_side.py: the map's one owner and its lock) and publishes the
+each through the camera's `MapSide` (engine/mapping/map_side.py: the map's one owner and its lock) and
+publishes the
 frame's `~/frame_cloud` under that lock. The map and grid timers (`publish_map`, `publish_grid`) take the
 map and grid from it when they changed; `~/save_map`, `~/save_session`, `~/reset`, `~/load_session` and the
 lifecycle transitions read or change the map after `drain` (the queued works integrated: save, deactivate)
@@ -24,10 +25,10 @@ from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
-from ..engine.map_side import MapSide
-from ..engine.mapper import FrameCloud, MapWork
+from ..engine.mapping.map_side import MapSide
+from ..engine.mapping.mapper import FrameCloud, MapWork
 from .conversions import points_to_cloud
-from .geometry import grid_msg
+from .pose_messages import grid_msg
 from .worker import InferenceWorker
 
 #: Integration times (ms) kept for /diagnostics (`map_worker.ms_mean`, `map_worker.ms_max`) and benchmarks.

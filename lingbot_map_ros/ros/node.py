@@ -32,8 +32,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 
 from ..engine.lock_order import OrderedLock
-from ..engine.session_store import SessionError
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.mapping.tf_tree import TfEdgeGuard
+from ..engine.persistence.store import SessionError
 from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch

@@ -11,7 +11,7 @@ work (points, voxel map, grid, `~/frame_cloud`) goes to the camera's map thread 
 delays them; `~/path` (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers.
 A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published. `lock` (the
 tracker's) guards the pose side (mapper pose state, path), the `MapSide`'s lock the map side
-(engine/map_side.py); where both are needed (`both_sides`), the map's is taken first.
+(engine/mapping/map_side.py); where both are needed (`both_sides`), the map's is taken first.
 """
 
 from __future__ import annotations
@@ -33,23 +33,30 @@ from std_msgs.msg import Header
 
 from ..engine import persistence
 from ..engine.geometry import Sim3
-from ..engine.grid import write_nav2_map
-from ..engine.map_side import MapSide
-from ..engine.mapping import write_ply, write_tum
+from ..engine.mapping.grid import write_nav2_map
+from ..engine.mapping.map_side import MapSide
+from ..engine.mapping.tf_tree import TfEdgeGuard
+from ..engine.mapping.voxel_map import write_ply, write_tum
+from ..engine.persistence.store import SessionSnapshot
 from ..engine.result import FrameResult
 from ..engine.robot_tf import RobotTfConfig, TransformUnavailable
-from ..engine.session import StreamingSession
-from ..engine.session_store import SessionSnapshot
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.stream.session import StreamingSession
 from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
 from .diagnostics import log_notice
-from .geometry import camera_info_msg, odometry_msg, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 from .map_worker import MapItem, MapWorker
 from .output_config import FRAME_QOS, MAP_QOS, OutputConfig
 from .path_output import PathOutput
+from .pose_messages import (
+    camera_info_msg,
+    odometry_msg,
+    pose_msg,
+    pose_stamped_msg,
+    seconds_stamp,
+    stamp_seconds,
+)
 from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
@@ -129,7 +136,7 @@ class MappingOutputs:
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
-        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/map_side.py)
+        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
         self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
         self.path = PathOutput(self._pubs["path"], config.path_max_length)
         self.frames_published = 0
@@ -307,7 +314,8 @@ class MappingOutputs:
         return report
 
     def restore(self, session: StreamingSession, snapshot: SessionSnapshot) -> None:
-        """Continue a saved session (engine/persistence.py): the session re-runs its anchors, the mapper takes
+        """Continue a saved session (engine/persistence/save_load.py): the session re-runs its anchors, the
+        mapper takes
         its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
         T_map_odom is republished (stamped now) until the first frame gives a new one, and map cloud, grid and
         path are published at once (latched for late subscribers).

@@ -10,14 +10,14 @@ are owned here.
 from __future__ import annotations
 
 from ..engine.config import PRESET_NAMES, SessionConfig
-from ..engine.frames import TF_AUTO, TF_MODES
-from ..engine.grid import GridConfig
 from ..engine.loop.config import LoopClosureConfig
 from ..engine.loop.pose_graph import GraphConfig
-from ..engine.mapper_config import CovarianceConfig, MapperConfig
-from ..engine.mapping import VoxelMapConfig
-from ..engine.multi_stream import BatchConfig
-from ..engine.scale import ScaleConfig
+from ..engine.mapping.frames import TF_AUTO, TF_MODES
+from ..engine.mapping.grid import GridConfig
+from ..engine.mapping.mapper_config import CovarianceConfig, MapperConfig
+from ..engine.mapping.scale import ScaleConfig
+from ..engine.mapping.voxel_map import VoxelMapConfig
+from ..engine.stream.multi_stream import BatchConfig
 from .param_spec import ParamSpec
 
 PARAMETERS: tuple[ParamSpec, ...] = (

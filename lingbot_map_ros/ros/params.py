@@ -25,10 +25,10 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from ..engine.config import PATCH_SIZE, check_image_width
-from ..engine.grid import GridConfig
 from ..engine.loop.config import LoopClosureConfig
 from ..engine.loop.pose_graph import GraphConfig
-from ..engine.scale import ScaleConfig
+from ..engine.mapping.grid import GridConfig
+from ..engine.mapping.scale import ScaleConfig
 from .node_params import NodeParams
 from .param_spec import ParamSpec, ParamValue
 from .param_table import PARAMETERS

@@ -19,7 +19,7 @@ from std_msgs.msg import Header
 
 from ..engine.geometry import invert_rigid
 from ..engine.lock_order import OrderedLock
-from .geometry import pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
+from .pose_messages import pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
 
 
 class PathOutput:

@@ -16,8 +16,8 @@ import torch
 
 from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
 from ..engine.config import SessionConfig
-from ..engine.multi_stream import BatchConfig, MultiStreamSession
-from ..engine.session import StreamingModel
+from ..engine.stream.multi_stream import BatchConfig, MultiStreamSession
+from ..engine.stream.session import StreamingModel
 from .params import NodeParams, owner_values, param_reader, parse_image_size
 from .process_settings import ProcessSettings
 

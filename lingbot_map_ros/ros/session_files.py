@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ..engine import persistence
 from ..engine.loop.persist import STATE_KEY as LOOP_STATE_KEY
 from ..engine.loop.persist import check_loop
-from ..engine.session import StreamingSession
-from ..engine.session_check import check_loadable
-from ..engine.session_npz import bounded_names
-from ..engine.session_store import (
+from ..engine.npz_input import bounded_names
+from ..engine.persistence.check import check_loadable
+from ..engine.persistence.store import (
     SessionError,
     SessionLimits,
     SessionSnapshot,
@@ -28,6 +27,7 @@ from ..engine.session_store import (
     resolve_under,
     save_session,
 )
+from ..engine.stream.session import StreamingSession
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory

@@ -3,7 +3,7 @@
 `tf2_ros.TransformBroadcaster` publishes `TFMessage` on `/tf` with a depth-100 reliable, volatile QoS;
 `TfBroadcaster` below does exactly that when tf2_ros is missing (the PyPI ROS wheels lack it), so listeners
 such as RViz and `tf2_echo` cannot tell the difference. Every edge it sends is checked first by the node's
-one `TfEdgeGuard` (engine/tf_tree.py: one parent per frame); a refused edge is not sent, counted and
+one `TfEdgeGuard` (engine/mapping/tf_tree.py: one parent per frame); a refused edge is not sent, counted and
 reported (`on_refused`).
 """
 
@@ -15,7 +15,7 @@ from geometry_msgs.msg import TransformStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from ..engine.tf_tree import TfEdgeGuard
+from ..engine.mapping.tf_tree import TfEdgeGuard
 
 try:
     from tf2_msgs.msg import TFMessage

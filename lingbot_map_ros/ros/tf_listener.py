@@ -179,7 +179,7 @@ class TfLookup:
         return transform_to_matrix(tf.transform)
 
     def parents(self) -> dict[str, str]:
-        """The TF graph now, child -> parent (for the one-parent check, engine/tf_tree.py): tf2's
+        """The TF graph now, child -> parent (for the one-parent check, engine/mapping/tf_tree.py): tf2's
         `all_frames_as_yaml` (re-read at most every `GRAPH_REFRESH_S`), else the buffer's edges."""
         if self._tf2 is None:
             return self.buffer.frames()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, ModelDescriptor, PairVerifier
-from lingbot_map_ros.engine.writers import write_tum
+from lingbot_map_ros.engine.mapping.writers import write_tum
 from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.evaluate import load_trajectory
 from lingbot_map_ros.tools.loop_eval import corrected

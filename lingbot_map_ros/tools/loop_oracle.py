@@ -26,7 +26,7 @@ import torch
 from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw, rigid
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import StepOutput
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, camera_path, intrinsics, render
 

@@ -37,15 +37,15 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.mapping import VoxelMap
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
+from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.engine.tracker import bare_camera
-from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.session import StreamingModel, StreamingSession
+    from lingbot_map_ros.engine.stream.session import StreamingModel, StreamingSession
 
 
 @dataclass

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.engine.tracker import CameraTracker, bare_camera
-from lingbot_map_ros.engine.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connections, count_messages, iter_camera_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_bag import RunConfig, build_session

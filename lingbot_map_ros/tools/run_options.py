@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
-from lingbot_map_ros.engine.mapper_config import MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.persistence import compat_fields
-from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.mapper_config import MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
+from lingbot_map_ros.engine.persistence.save_load import compat_fields
 from lingbot_map_ros.engine.settings import Owned, owned
 
 #: `run`'s flags of engine settings: flag -> (the `RunConfig` field holding the owner, the owner's setting).

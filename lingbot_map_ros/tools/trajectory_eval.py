@@ -14,7 +14,7 @@ import numpy as np
 from evo.core.geometry import umeyama_alignment
 
 from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.writers import read_tum
+from lingbot_map_ros.engine.mapping.writers import read_tum
 
 ALIGNMENTS = ("sim3", "se3", "none")
 

@@ -26,9 +26,9 @@ from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 from visualization_msgs.msg import Marker, MarkerArray
 
-from lingbot_map_ros.engine.frames import camera_rest_pose
+from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
 from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.geometry import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
 from lingbot_map_ros.tools.loop_oracle import drifted_poses
 
 pytestmark = pytest.mark.dds

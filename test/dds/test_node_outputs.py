@@ -24,8 +24,8 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.engine.grid import read_pgm
-from lingbot_map_ros.engine.mapping import read_ply, read_tum
+from lingbot_map_ros.engine.mapping.grid import read_pgm
+from lingbot_map_ros.engine.mapping.voxel_map import read_ply, read_tum
 from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
 from lingbot_map_ros.ros.params import PARAMETERS

@@ -23,7 +23,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.writers import process_umask
+from lingbot_map_ros.engine.mapping.writers import process_umask
 from lingbot_map_ros.ros.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds

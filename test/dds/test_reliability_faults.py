@@ -26,7 +26,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.mapping import read_tum
+from lingbot_map_ros.engine.mapping.voxel_map import read_tum
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.shutdown import SHUTDOWN_GRACE_S

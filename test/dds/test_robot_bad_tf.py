@@ -31,7 +31,7 @@ from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.geometry import transform_msg
+from lingbot_map_ros.ros.pose_messages import transform_msg
 from lingbot_map_ros.ros.tf import TF_QOS
 
 pytestmark = pytest.mark.dds

@@ -12,7 +12,7 @@ import pytest
 import torch
 from rosbags.rosbag2 import Reader
 
-from lingbot_map_ros.engine.writers import read_ply, read_tum
+from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.model import ModelConfig, build_model
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.bag_io import BagError, iter_frames, ros2_typestore

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.decode import (
+from lingbot_map_ros.engine.geometry import Sim3, matrix_to_quat_xyzw, quat_xyzw_to_matrix, rotation_angle
+from lingbot_map_ros.engine.stream.decode import (
     MIN_FOV_RAD,
     fov_to_intrinsics,
     pose_encoding_to_c2w,
     unproject_depth,
 )
-from lingbot_map_ros.engine.geometry import Sim3, matrix_to_quat_xyzw, quat_xyzw_to_matrix, rotation_angle
 
 RZ90 = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
 

@@ -1,4 +1,5 @@
-"""Issue 22: the depth head only where it is used (`SessionConfig.depth_every_n`, engine/depth_schedule.py).
+"""Issue 22: the depth head only where it is used (`SessionConfig.depth_every_n`,
+engine/stream/depth_schedule.py).
 
 CPU, tiny preset: which streaming frames run the depth head, that skipping it changes no pose before a
 re-anchor (bit for bit) and keeps the re-anchor working (at least one kept keyframe has a depth), and that a
@@ -12,9 +13,9 @@ import pytest
 import torch
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.depth_schedule import DepthSchedule
 from lingbot_map_ros.engine.result import PHASE_STREAMING
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.depth_schedule import DepthSchedule
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import ModelConfig, build_model
 
 S0 = 3

@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 
-from lingbot_map_ros.engine.grid import GridConfig, OccupancyGridBuilder
+from lingbot_map_ros.engine.mapping.grid import GridConfig, OccupancyGridBuilder
 
 
 def _reference_passes(cfg: GridConfig, floor: np.ndarray, cam3: np.ndarray) -> dict[tuple[int, int], int]:
-    """Passes of the floor rays, one ray at a time (module doc of engine/grid.py): samples every half cell
+    """Passes of the floor rays, one ray at a time (module doc of engine/mapping/grid.py): samples every half
+    cell
     from where the ray runs below `min_height`, one pass per cell a ray enters, its end cell excluded; the
     floor points' own cells get a pass each."""
     passes: dict[tuple[int, int], int] = {}

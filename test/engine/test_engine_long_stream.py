@@ -14,9 +14,9 @@ import torch
 from PIL import Image
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.decode import pose_encoding_to_c2w
 from lingbot_map_ros.engine.geometry import rotation_angle
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.decode import pose_encoding_to_c2w
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

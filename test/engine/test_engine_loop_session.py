@@ -1,5 +1,6 @@
 """Sessions save and load the loop closure's keyframe map and pose graph (issue 23; engine/loop/persist.py,
-``loop.npz`` in engine/session_store.py): a round trip restores keyframes, descriptors, verification images
+``loop.npz`` in engine/persistence/store.py): a round trip restores keyframes, descriptors, verification
+images
 and edges exactly; a closer restored from the folder relocalises by place recognition when the camera comes
 back to a saved place; a tampered keyframe map is refused by name; a version-2 session loads without one."""
 
@@ -15,7 +16,7 @@ import pytest
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
 from lingbot_map_ros.engine.loop.persist import STATE_KEY, check_loop, export_loop
-from lingbot_map_ros.engine.session_store import (
+from lingbot_map_ros.engine.persistence.store import (
     MANIFEST,
     MANIFEST_HASH,
     SessionError,
@@ -147,7 +148,7 @@ def test_persistence_saves_the_closer_and_a_bad_keyframe_map_refuses_the_whole_l
 
     from lingbot_map_ros.engine import persistence
     from lingbot_map_ros.engine.loop import ModelDescriptor
-    from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
+    from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig
 
     model = tiny_model()
     config = LoopClosureConfig(exclude_recent=1, min_similarity=-1.0, top_k=1, keyframe_translation=1e-6)

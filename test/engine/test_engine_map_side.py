@@ -1,4 +1,5 @@
-"""`MapSide` (engine/map_side.py), the map's one owner, without ROS: integration with the frame cloud under
+"""`MapSide` (engine/mapping/map_side.py), the map's one owner, without ROS: integration with the frame cloud
+under
 its lock, each reader's change tracking (a new epoch, `mark_changed`), the robot-map parts the fused map
 reads, and a rebuild that replaces the map."""
 
@@ -8,9 +9,9 @@ import threading
 
 import numpy as np
 
-from lingbot_map_ros.engine.map_side import MapSide
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
+from lingbot_map_ros.engine.mapping.map_side import MapSide
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
 
 HW = (24, 32)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from robot_scene import BASE_CAM, StandInSession, floor_plan, make_scene, random_sim3, tolerant_iou
 
-from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose, choose_tf_mode
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY, invert_rigid
-from lingbot_map_ros.engine.grid import GridConfig, read_pgm, write_nav2_map
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.frames import FrameChain, camera_rest_pose, choose_tf_mode
+from lingbot_map_ros.engine.mapping.grid import GridConfig, read_pgm, write_nav2_map
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 
 UNKNOWN = 0.37  # model units per metre of the stand-in
 FRAMES = 60

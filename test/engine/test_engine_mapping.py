@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine import writers
-from lingbot_map_ros.engine.mapping import (
+from lingbot_map_ros.engine.mapping import writers
+from lingbot_map_ros.engine.mapping.voxel_map import (
     Trajectory,
     VoxelMap,
     VoxelMapConfig,

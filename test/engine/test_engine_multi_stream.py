@@ -9,8 +9,8 @@ import pytest
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.result import FrameResult
+from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 3

@@ -14,7 +14,7 @@ import torch
 from fault_injection import FaultInjectingModel, parse_faults
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import ModelConfig, build_model
 
 S0 = 3

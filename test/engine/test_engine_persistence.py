@@ -1,4 +1,4 @@
-"""engine/persistence.py: a session + mapper saved and restored into new ones (tiny preset, CPU).
+"""engine/persistence/save_load.py: a session + mapper saved and restored into new ones (tiny preset, CPU).
 
 Run A maps frames 0..N and saves; run B (new session, new mapper) loads and gets the same map, grid,
 trajectory, scale and TF mode, and frame S0 fed to B gets exactly run A's mapped pose for it (both attend
@@ -14,10 +14,10 @@ import pytest
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.session import StreamingSession
-from lingbot_map_ros.engine.session_store import SessionError
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
+from lingbot_map_ros.engine.persistence.store import SessionError
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 3

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.preprocess import preprocess, preprocess_geometry, resize_uint8
+from lingbot_map_ros.engine.stream.preprocess import preprocess, preprocess_geometry, resize_uint8
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 CASES = sorted((SHARED / "parity").glob("case_*"))

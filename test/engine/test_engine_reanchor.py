@@ -8,7 +8,7 @@ import torch
 
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import Sim3, quat_xyzw_to_matrix, rotation_angle
-from lingbot_map_ros.engine.reanchor import KeyframeRecord, estimate_alignment
+from lingbot_map_ros.engine.stream.reanchor import KeyframeRecord, estimate_alignment
 
 
 def _poses(rng: np.random.Generator, n: int) -> np.ndarray:

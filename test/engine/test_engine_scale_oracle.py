@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
-from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, oracle_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
-from lingbot_map_ros.engine.decode import unproject_depth
-from lingbot_map_ros.engine.preprocess import preprocess
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.decode import unproject_depth
+from lingbot_map_ros.engine.stream.preprocess import preprocess
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap, StreamConfig
 
 S0 = 3
@@ -130,7 +130,7 @@ def test_resolution_change_is_a_clean_reset(model: LingBotMap, caplog: pytest.Lo
     for f in frames(S0 + 2):
         s.push(f)
     bigger = frames(S0, hw=(60, 112), seed=3)
-    with caplog.at_level(logging.WARNING, logger="lingbot_map_ros.engine.session"):
+    with caplog.at_level(logging.WARNING, logger="lingbot_map_ros.engine.stream.session"):
         assert s.push(bigger[0]) == []
     assert "input resolution changed from 42x74 to 60x112" in caplog.text
     stats = s.stats()

@@ -1,4 +1,5 @@
-"""Saved sessions (engine/session_store.py, StreamingSession.anchor_state/restore_anchors), tiny preset, CPU.
+"""Saved sessions (engine/persistence/store.py, StreamingSession.anchor_state/restore_anchors), tiny preset,
+CPU.
 
 Round trip: a restored session gives the saved session's anchor outputs and, for the first frame after the
 anchor phase, exactly the saving run's pose. Untrusted input: each tampering of a session folder is one
@@ -17,8 +18,7 @@ import pytest
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.session import AnchorState, StreamingSession
-from lingbot_map_ros.engine.session_store import (
+from lingbot_map_ros.engine.persistence.store import (
     FORMAT_VERSION,
     SessionError,
     SessionLimits,
@@ -27,6 +27,7 @@ from lingbot_map_ros.engine.session_store import (
     resolve_under,
     save_session,
 )
+from lingbot_map_ros.engine.stream.session import AnchorState, StreamingSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 3

@@ -10,9 +10,9 @@ import pytest
 from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
 
 from lingbot_map_ros.engine.geometry import rigid
-from lingbot_map_ros.engine.mapper import MapperConfig
+from lingbot_map_ros.engine.mapping.mapper import MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.robot_tf import RobotTfConfig, TransformUnavailable
-from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.engine.tracker import CameraTracker
 
 ODOM_ORIGIN = rigid(np.eye(3), [5.0, -2.0, 0.0])  # odometry's own origin, away from map's

@@ -15,7 +15,7 @@ import pytest
 from tiny_stream import tiny_model
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 3

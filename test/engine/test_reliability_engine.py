@@ -14,7 +14,7 @@ import torch
 from fault_injection import Fault, FaultInjectingModel, parse_faults
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.session import NonFiniteOutputError, StreamingSession
+from lingbot_map_ros.engine.stream.session import NonFiniteOutputError, StreamingSession
 from lingbot_map_ros.model import LingBotMap, ModelConfig
 
 S0 = 3

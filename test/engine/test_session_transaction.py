@@ -20,11 +20,11 @@ import pytest
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.grid import GridConfig
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.session import StreamingSession
-from lingbot_map_ros.engine.session_store import SessionError, SessionSnapshot, load_session, save_session
+from lingbot_map_ros.engine.mapping.grid import GridConfig
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
+from lingbot_map_ros.engine.persistence.store import SessionError, SessionSnapshot, load_session, save_session
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 2

@@ -18,8 +18,8 @@ from builtin_interfaces.msg import Time
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.multi_stream import MultiStreamSession
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.ros.camera_step import step_cameras
 from lingbot_map_ros.ros.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode

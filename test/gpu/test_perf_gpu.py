@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import ModelConfig, build_model
 
 pytestmark = [

@@ -20,10 +20,10 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMap, VoxelMapConfig
-from lingbot_map_ros.engine.scale import ScaleConfig, ScaleEstimator
-from lingbot_map_ros.engine.session_store import (
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig, ScaleEstimator
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap, VoxelMapConfig
+from lingbot_map_ros.engine.persistence.store import (
     SessionError,
     SessionLimits,
     SessionSnapshot,

@@ -19,8 +19,8 @@ from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.engine.preprocess import preprocess_geometry, resize_uint8
-from lingbot_map_ros.engine.writers import read_tum, write_ply, write_tum
+from lingbot_map_ros.engine.mapping.writers import read_tum, write_ply, write_tum
+from lingbot_map_ros.engine.stream.preprocess import preprocess_geometry, resize_uint8
 from lingbot_map_ros.ros.conversions import (
     ImageConversionError,
     check_pixel_budget,

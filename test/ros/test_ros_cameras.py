@@ -18,11 +18,11 @@ from rclpy.parameter import Parameter
 from ros_helpers import in_process_node, load_frames
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.fusion import fuse_grids, fuse_points
-from lingbot_map_ros.engine.grid import GridConfig, OccupancyGridBuilder
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.multi_stream import MultiStreamSession
-from lingbot_map_ros.engine.session import StreamingSession
+from lingbot_map_ros.engine.mapping.fusion import fuse_grids, fuse_points
+from lingbot_map_ros.engine.mapping.grid import GridConfig, OccupancyGridBuilder
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
+from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
+from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.ros.camera import CameraStream
 from lingbot_map_ros.ros.camera_step import step_cameras
 from lingbot_map_ros.ros.intake import InputFrame

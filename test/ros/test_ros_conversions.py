@@ -10,11 +10,11 @@ from ros_messages import cloud_to_points, image_to_depth, rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.frames import FrameChain, camera_rest_pose
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY as OPTICAL_TO_MAP
 from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw as rotation_to_quaternion
 from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix as quaternion_to_rotation
-from lingbot_map_ros.engine.mapper import body_twist
+from lingbot_map_ros.engine.mapping.frames import FrameChain, camera_rest_pose
+from lingbot_map_ros.engine.mapping.mapper import body_twist
 from lingbot_map_ros.ros.conversions import (
     IMAGE_ENCODINGS,
     ImageConversionError,
@@ -24,7 +24,7 @@ from lingbot_map_ros.ros.conversions import (
     points_to_cloud,
     rgb_to_image,
 )
-from lingbot_map_ros.ros.geometry import (
+from lingbot_map_ros.ros.pose_messages import (
     camera_info_msg,
     transform_msg,
     twist_msg,

@@ -16,11 +16,11 @@ from std_msgs.msg import Header
 from lingbot_map_ros.engine.geometry import Sim3, rigid
 from lingbot_map_ros.engine.loop.similarity import compose, inverse
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
-from lingbot_map_ros.ros.geometry import pose_matrix, seconds_stamp
 from lingbot_map_ros.ros.loop_outputs import chain_sim3
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import MappingOutputs
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters
+from lingbot_map_ros.ros.pose_messages import pose_matrix, seconds_stamp
 from lingbot_map_ros.ros.tf_buffer import TfBuffer
 
 HW = (24, 32)

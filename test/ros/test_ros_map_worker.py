@@ -18,11 +18,11 @@ from rclpy.parameter import Parameter
 from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
 from std_msgs.msg import Header
 
-from lingbot_map_ros.engine.map_side import MapSide
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
+from lingbot_map_ros.engine.mapping.map_side import MapSide
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
-from lingbot_map_ros.engine.scale import ScaleConfig
 from lingbot_map_ros.ros.map_worker import MapItem, MapWorker
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import MappingOutputs

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.grid import GridConfig
 from lingbot_map_ros.engine.loop.config import LoopClosureConfig
 from lingbot_map_ros.engine.loop.pose_graph import GraphConfig
-from lingbot_map_ros.engine.mapper_config import CovarianceConfig, MapperConfig
-from lingbot_map_ros.engine.mapping import VoxelMapConfig
-from lingbot_map_ros.engine.multi_stream import BatchConfig
-from lingbot_map_ros.engine.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.grid import GridConfig
+from lingbot_map_ros.engine.mapping.mapper_config import CovarianceConfig, MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.settings import SETTING_KEY, owned, settings_of
+from lingbot_map_ros.engine.stream.multi_stream import BatchConfig
 from lingbot_map_ros.ros import node_params
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.param_spec import ParamSpec

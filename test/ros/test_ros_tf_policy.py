@@ -1,5 +1,6 @@
 """The node's TF policy on plain data (issue 19, no DDS): the one-parent check of every edge it publishes
-(engine/tf_tree.py) against every kind of existing parent, the `auto` decision with odometry that starts just
+(engine/mapping/tf_tree.py) against every kind of existing parent, the `auto` decision with odometry that
+starts just
 after the image, the map_to_base -> map_to_odom switch without a jump in `map`, a URDF gap, and the camera
 frame ids the node refuses."""
 
@@ -11,18 +12,18 @@ from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, StandInSession, make_scen
 from ros_helpers import BufferLookup
 
 from lingbot_map_ros.engine.geometry import invert_rigid, rigid
-from lingbot_map_ros.engine.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.tf_tree import TfEdgeGuard, subtree_root
 from lingbot_map_ros.engine.robot_tf import RobotFrames, RobotTfConfig
-from lingbot_map_ros.engine.scale import ScaleConfig
-from lingbot_map_ros.engine.tf_tree import TfEdgeGuard, subtree_root
 from lingbot_map_ros.engine.tracker import CameraTracker
 from lingbot_map_ros.ros import tf as tf_module
 from lingbot_map_ros.ros.camera_tf import CameraTf
 from lingbot_map_ros.ros.diagnostics import log_notice
-from lingbot_map_ros.ros.geometry import seconds_stamp
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import stamp_seconds
 from lingbot_map_ros.ros.params import cross_check, default_params
+from lingbot_map_ros.ros.pose_messages import seconds_stamp
 from lingbot_map_ros.ros.streams import CameraFrames, frame_id_problem, reserved_frames
 from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
 

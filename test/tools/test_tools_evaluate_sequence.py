@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.writers import read_tum
+from lingbot_map_ros.engine.mapping.writers import read_tum
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 

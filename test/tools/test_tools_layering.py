@@ -114,11 +114,12 @@ def test_run_imports_no_ros_message_package() -> None:
 
 
 def test_results_path_reads_one_way() -> None:
-    """ros/ converts and publishes what engine/mapper.py computes: no decoding, unprojection or frame rotation
+    """ros/ converts and publishes what engine/mapping/mapper.py computes: no decoding, unprojection or frame
+    rotation
     in ros/, one rotation/quaternion implementation (engine/geometry.py)."""
     for path in sorted((PACKAGE / "ros").rglob("*.py")):
         modules = {m for _, m in imported_modules(path)}
-        assert "lingbot_map_ros.engine.decode" not in modules, path
+        assert "lingbot_map_ros.engine.stream.decode" not in modules, path
         text = path.read_text()
         assert "result.points(" not in text and "world_to_map" not in text and "OPTICAL_TO" not in text, path
     definitions = [
@@ -134,8 +135,14 @@ def test_results_path_reads_one_way() -> None:
 BENCHMARKS = PACKAGE.parent / "benchmarks"
 #: Calls that make a runnable model or a session, and where they may stand: the builder and the model layer.
 CONSTRUCTORS = {"StreamingSession", "LingBotMap", "build_model"}
-#: (engine/multi_stream.py: a multi-camera session makes its cameras' sessions over its one model and pool.)
-BUILDER_HOMES = {"engine/builder.py", "engine/multi_stream.py", "model/checkpoint.py", "model/lingbot_map.py"}
+#: (engine/stream/multi_stream.py: a multi-camera session makes its cameras' sessions over its one model and
+#: pool.)
+BUILDER_HOMES = {
+    "engine/builder.py",
+    "engine/stream/multi_stream.py",
+    "model/checkpoint.py",
+    "model/lingbot_map.py",
+}
 #: Model-level tools that step a bare model (no session): the numerical parity run on a reference state dict.
 MODEL_LEVEL_TOOLS = {"tools/parity.py"}
 

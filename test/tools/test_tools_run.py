@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.writers import read_ply, read_tum
+from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 

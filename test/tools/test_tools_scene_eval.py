@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix
-from lingbot_map_ros.engine.writers import read_tum, write_tum
+from lingbot_map_ros.engine.mapping.writers import read_tum, write_tum
 from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.synthetic_scene import (
     SceneConfig,

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from ..frames import camera_points
 from ..geometry import Sim3, rotation_angle
 from ..lanes import Lane
 from ..lock_order import OrderedLock
-from ..preprocess import preprocess_geometry, resize_uint8
+from ..mapping.frames import camera_points
 from ..result import FrameResult
+from ..stream.preprocess import preprocess_geometry, resize_uint8
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
 from .keyframes import Keyframe, KeyframeMap

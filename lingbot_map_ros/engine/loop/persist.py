@@ -1,5 +1,5 @@
 """The loop closure's keyframe map and pose graph in a session folder (``loop.npz`` and
-``state["loop_closure"]``; engine/session_store.py owns the folder, docs/session.md the format).
+``state["loop_closure"]``; engine/persistence/store.py owns the folder, docs/session.md the format).
 
 `export_loop` flattens a `LoopCloser` into the arrays of `session_npz.SCHEMA["loop.npz"]` and a small JSON
 state; `check_loop` validates what a session holds as untrusted input and builds the keyframes and edges
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..geometry import Sim3
-from ..session_npz import SessionError
+from ..npz_input import SessionError
 from .keyframes import Keyframe
 from .pose_graph import Edge, EdgeSigma
 

@@ -26,8 +26,8 @@ import torch
 from lingbot_map_ros.model import StreamConfig
 
 from ..contracts import StreamingModel
-from ..decode import fov_to_intrinsics, pose_encoding_to_c2w
 from ..geometry import Sim3
+from ..stream.decode import fov_to_intrinsics, pose_encoding_to_c2w
 from .keyframes import Keyframe
 
 

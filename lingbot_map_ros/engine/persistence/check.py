@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .frames import TF_MODES, saved_rigid
-from .preprocess import preprocess_geometry
-from .scale import ScaleConfig, ScaleEstimator
-from .session_npz import SessionError
-from .session_store import SessionSnapshot
+from ..mapping.frames import TF_MODES, saved_rigid
+from ..mapping.scale import ScaleConfig, ScaleEstimator
+from ..npz_input import SessionError
+from ..stream.preprocess import preprocess_geometry
+from .store import SessionSnapshot
 
 #: |q| of a saved trajectory quaternion must be within this of 1.
 QUATERNION_NORM_TOLERANCE = 1e-3

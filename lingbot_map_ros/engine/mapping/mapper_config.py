@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..settings import setting
 from .grid import GridConfig
-from .mapping import VoxelMapConfig
 from .scale import ScaleConfig
-from .settings import setting
+from .voxel_map import VoxelMapConfig
 
 
 @dataclass(frozen=True)

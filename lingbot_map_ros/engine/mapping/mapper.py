@@ -1,9 +1,11 @@
 """`Mapper`: the one home of the results path (no ROS imports). The node and `lingbot-map-ros run` both feed
 it `FrameResult`s and publish or write what it returns.
 
-Per frame it applies the frame chain (engine/frames.py: model world -> metric scale -> map -> robot frames),
-updates the scale estimate (engine/scale.py), and on keyframes the voxel map, the occupancy grid
-(engine/grid.py) and the trajectory; it computes the twist and the covariances and follows epochs (a new
+Per frame it applies the frame chain (engine/mapping/frames.py: model world -> metric scale -> map -> robot
+frames),
+updates the scale estimate (engine/mapping/scale.py), and on keyframes the voxel map, the occupancy grid
+(engine/mapping/grid.py) and the trajectory; it computes the twist and the covariances and follows epochs (a
+new
 epoch = a new map frame: everything is cleared).
 
 Outputs are held or marked until the scale has converged (`scale.min_samples`): poses (TF, odometry, path)
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..geometry import Sim3, invert_rigid, rotation_vector
+from ..result import FrameResult
 from .frames import (
     MAP_TO_CAMERA,
     MAP_TO_ODOM,
@@ -37,12 +41,10 @@ from .frames import (
     saved_rigid,
     transform_points,
 )
-from .geometry import Sim3, invert_rigid, rotation_vector
 from .grid import OccupancyGridBuilder
 from .mapper_config import MapperConfig
-from .mapping import Trajectory, VoxelMap, VoxelMapConfig
-from .result import FrameResult
 from .scale import ScaleEstimator, ScaleState
+from .voxel_map import Trajectory, VoxelMap, VoxelMapConfig
 
 #: Keyframes whose points wait for the scale to converge (beyond: the oldest are dropped, counted).
 MAX_HELD_KEYFRAMES = 64

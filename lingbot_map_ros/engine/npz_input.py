@@ -1,4 +1,4 @@
-"""Reading a session's ``.npz`` array files as untrusted input (engine/session_store.py owns the format).
+"""Reading a session's ``.npz`` array files as untrusted input (engine/persistence/store.py owns the format).
 
 Order of the checks, so that nothing is hashed, decompressed or allocated beyond what the manifest declares
 and `SessionLimits` allows (docs/session.md "Untrusted input"):

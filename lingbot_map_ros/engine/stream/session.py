@@ -27,14 +27,14 @@ import torch
 
 from lingbot_map_ros.cache.shared_pool import SharedKVPool
 
+from ..config import SessionConfig
+from ..contracts import AnchorState, NonFiniteOutputError, SessionCounters, SessionStats, StreamingModel
+from ..result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .anchors import StreamAnchors
-from .config import SessionConfig
-from .contracts import AnchorState, NonFiniteOutputError, SessionCounters, SessionStats, StreamingModel
 from .depth_schedule import DepthSchedule
 from .frame_decoder import FrameDecoder
 from .model_steps import ModelSteps
 from .preprocess import preprocess_geometry, resize_uint8, validate_rgb
-from .result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .step_frames import InFlightFrame, StreamingFrame
 from .timing import StageTimer
 
@@ -48,7 +48,8 @@ class StreamingSession:
     """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``).
 
     ``kv_pool``: keep the stream's KV cache in this shared pool (``model.new_pool()``), so that several
-    sessions' streaming steps can run as one batch (engine/multi_stream.py). What it owns: `ModelSteps` (the
+    sessions' streaming steps can run as one batch (engine/stream/multi_stream.py). What it owns:
+    `ModelSteps` (the
     model steps and their device transfers), per epoch a `StreamAnchors` (anchor phase, kept keyframes,
     re-anchor, map-frame alignment) and a `FrameDecoder` (outputs → `FrameResult`s), a `StageTimer`.
     """

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .config import SessionConfig
-from .contracts import SessionStats, StreamingModel
-from .lock_order import OrderedLock
-from .result import FrameResult
+from ..config import SessionConfig
+from ..contracts import SessionStats, StreamingModel
+from ..lock_order import OrderedLock
+from ..result import FrameResult
+from ..settings import setting
 from .session import StreamingSession
-from .settings import setting
 from .step_frames import StreamingFrame
 
 

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..result import PHASE_ANCHOR, FrameResult
 from .anchors import StreamAnchors
 from .decode import fov_to_intrinsics
 from .preprocess import PreprocessGeometry
 from .reanchor import KeyframeRecord
-from .result import PHASE_ANCHOR, FrameResult
 
 
 class FrameDecoder:
@@ -50,7 +50,7 @@ class FrameDecoder:
             keyframe, phase: the step's keyframe flag and phase (`PHASE_ANCHOR` / `PHASE_STREAMING`).
         """
         pose_encs, depths, confs = outputs
-        if depths is None:  # a step without the depth head (engine/depth_schedule.py)
+        if depths is None:  # a step without the depth head (engine/stream/depth_schedule.py)
             depths = confs = [None] * len(pose_encs)
         return [
             self._decode(*frame, keyframe, phase)

@@ -15,7 +15,7 @@ import torch
 
 from lingbot_map_ros.model import StreamState
 
-from .contracts import NonFiniteOutputError, StreamingModel
+from ..contracts import NonFiniteOutputError, StreamingModel
 from .preprocess import PreprocessGeometry, resize_uint8
 
 

@@ -15,7 +15,7 @@ from typing import IO
 
 import numpy as np
 
-from .geometry import matrix_to_quat_xyzw
+from ..geometry import matrix_to_quat_xyzw
 
 _PLY_VERTEX = np.dtype(
     [("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("red", "u1"), ("green", "u1"), ("blue", "u1")]

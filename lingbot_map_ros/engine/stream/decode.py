@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .geometry import quat_xyzw_to_matrix
+from ..geometry import quat_xyzw_to_matrix
 
 POSE_ENC_DIM = 9
 #: FoVs are clamped to [MIN_FOV_RAD, π − MIN_FOV_RAD]: the model's ReLU can output exactly 0 (the reference

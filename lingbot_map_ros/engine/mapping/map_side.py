@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..lock_order import OrderedLock
 from .fusion import in_robot_map
 from .grid import Grid
-from .lock_order import OrderedLock
 from .mapper import FrameCloud, Mapper, MapWork
 
 #: `OccupancyGridBuilder.counts()`: hits [X, Y] uint16, passes [X, Y] uint16, origin [2] int64.
@@ -86,7 +86,7 @@ class MapSide:
 
     def robot_parts(self) -> tuple[tuple[np.ndarray, np.ndarray], GridCounts] | None:
         """(points, grid counts) when this camera's map is in the robot's map frame (a robot TF mode; what
-        engine/fusion.py fuses), else None."""
+        engine/mapping/fusion.py fuses), else None."""
         with self.lock:
             if not in_robot_map(self._mapper):
                 return None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .settings import setting
+from ..settings import setting
 from .writers import atomic_write
 
 #: nav2_map_server loads a trinary pixel p as occupied when 1 - p/255 > occupied_thresh, free when below

@@ -5,7 +5,7 @@ depends on it, so a session can skip it where nobody uses the depth: streaming f
 last (re-)anchor) runs it when ``j % every_n == 0``, when the caller asks for it (``push(..., depth=True)``,
 e.g. the node while ``~/depth`` has subscribers), and on a keyframe that would otherwise leave the last
 ``scale_frames`` keyframes without any depth (a re-anchor estimates its scale from the kept keyframes'
-depths: engine/reanchor.py). Anchor phases and re-anchors always run it.
+depths: engine/stream/reanchor.py). Anchor phases and re-anchors always run it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 `~/save_map`, and `lingbot-map-ros run` with several camera topics.
 
 Each camera keeps its own `Mapper` (frame chain, scale, trajectory, epochs). Those whose map frame is the
-robot's (TF modes map_to_odom / map_to_base: engine/frames.py) are fused here: their voxel maps re-voxelised
+robot's (TF modes map_to_odom / map_to_base: engine/mapping/frames.py) are fused here: their voxel maps
+re-voxelised
 into one (`VoxelMapConfig`), their grids' hit and pass counts summed cell by cell.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 from .frames import ROBOT_TF_MODES
 from .grid import Grid, GridConfig, OccupancyGridBuilder
 from .mapper import Mapper
-from .mapping import VoxelMap, VoxelMapConfig
+from .voxel_map import VoxelMap, VoxelMapConfig
 
 
 def in_robot_map(mapper: Mapper) -> bool:

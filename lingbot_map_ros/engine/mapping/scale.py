@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .settings import setting
+from ..settings import setting
 
 SCALE_SOURCES = ("none", "fixed", "odometry", "depth")
 

@@ -5,7 +5,7 @@ Frames (docs/robot.md):
 * model world: whatever frame the session's `pose_c2w` lives in (the first anchor camera, OpenCV optical
   axes; after a long-stream re-anchor the session has already applied its Sim(3) so the poses stay
   continuous). Units: the model's up-to-scale depth unit.
-* metric: model units multiplied by the scale `s` (engine/scale.py; 1 with `scale.source: none`).
+* metric: model units multiplied by the scale `s` (engine/mapping/scale.py; 1 with `scale.source: none`).
 * map (REP-105): in the robot TF modes the base frame at the first frame of the epoch (x forward, y left,
   z up from the base); in `map_to_camera` the first camera rotated to REP-103 body axes.
 * robot frames: `T_map_base = T_map_cam · T_base_cam⁻¹` and `T_map_odom = T_map_base · T_odom_base⁻¹`.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import OPTICAL_TO_BODY, invert_rigid, rigid
+from ..geometry import OPTICAL_TO_BODY, invert_rigid, rigid
 
 #: TF modes (REP-105): which single edge the node publishes (docs/robot.md). The one definition of the mode
 #: names: the node's `tf.mode` choices, the mapper, the fusion and the node's TF policy import them.

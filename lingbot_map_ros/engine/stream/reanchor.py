@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import Sim3
+from ..geometry import Sim3
 
 SCALE_CLAMP = (1e-3, 1e3)
 MIN_SCALE_PIXELS = 64

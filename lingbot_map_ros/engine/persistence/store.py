@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .geometry import Sim3
-from .session_npz import (
+from ..geometry import Sim3
+from ..npz_input import (
     SCHEMA,
     SessionError,
     SessionLimits,

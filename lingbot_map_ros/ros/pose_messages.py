@@ -1,5 +1,6 @@
 """ROS messages of the mapper's poses: Pose, TransformStamped, PoseStamped, Odometry (with covariance),
-CameraInfo. Conversion only: the frames, the scale and the twist come from engine/mapper.py, rotations and
+CameraInfo. Conversion only: the frames, the scale and the twist come from engine/mapping/mapper.py,
+rotations and
 quaternions from engine/geometry.py (the package's one implementation).
 """
 
@@ -13,7 +14,7 @@ from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
 from ..engine.geometry import matrix_to_quat_xyzw, pose_from_quat
-from ..engine.grid import Grid
+from ..engine.mapping.grid import Grid
 
 
 def stamp_seconds(stamp: Time) -> float:

@@ -7,7 +7,7 @@ from collections import deque
 
 import numpy as np
 
-from .geometry import pose_from_quat
+from ..geometry import pose_from_quat
 from .writers import tum_rows, write_tum
 
 

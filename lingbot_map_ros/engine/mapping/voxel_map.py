@@ -1,6 +1,7 @@
 """Map accumulation: a voxel-grid point map with a hard point budget, a bounded trajectory, file writers.
 
-Points and poses are in whatever frame the caller inserts them in: `engine/mapper.py` (the node and `run`)
+Points and poses are in whatever frame the caller inserts them in: `engine/mapping/mapper.py` (the node and
+`run`)
 inserts map-frame points (REP-103/REP-105, metres once the scale is known). numpy only.
 
 `VoxelMap` keeps one point per occupied voxel: the running mean of the positions and colours that fell into it
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .settings import setting
+from ..settings import setting
 from .trajectory import Trajectory
 from .writers import read_ply, read_tum, write_ply, write_tum
 

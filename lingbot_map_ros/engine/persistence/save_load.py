@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .mapper import Mapper
-from .result import FrameResult
-from .session import AnchorState, StreamingSession
-from .session_check import LoadTarget, check_loadable
-from .session_store import (
+from ..mapping.mapper import Mapper
+from ..result import FrameResult
+from ..stream.session import AnchorState, StreamingSession
+from .check import LoadTarget, check_loadable
+from .store import (
     SessionError,
     SessionLimits,
     SessionSnapshot,
@@ -27,7 +27,7 @@ from .session_store import (
 )
 
 if TYPE_CHECKING:  # the loop closer pulls in gtsam: imported only by a caller that runs one
-    from .loop import LoopCloser
+    from ..loop import LoopCloser
 
 #: Points inserted per `VoxelMap.insert` call while a saved map is restored (bounds the temporaries).
 _RESTORE_CHUNK = 1 << 20
@@ -77,7 +77,7 @@ def capture(
     hits, passes, origin = mapper.grid.counts()
     loop_arrays = {}
     if loop is not None:
-        from .loop.persist import STATE_KEY, export_loop
+        from ..loop.persist import STATE_KEY, export_loop
 
         loop_arrays, state[STATE_KEY] = export_loop(loop)
     snapshot = SessionSnapshot(
@@ -166,7 +166,7 @@ def restore(
     check_loadable(snapshot, target or load_target(session, mapper))
     saved_loop = None
     if loop is not None:
-        from .loop.persist import STATE_KEY, check_loop
+        from ..loop.persist import STATE_KEY, check_loop
 
         saved_loop = check_loop(snapshot.loop, snapshot.state.get(STATE_KEY), loop.config.depth_stride)
     stamps = tuple(int(v) for v in snapshot.anchor_stamps_ns)

@@ -15,10 +15,10 @@ from collections import deque
 
 import numpy as np
 
-from .config import SessionConfig
-from .contracts import AnchorState
+from ..config import SessionConfig
+from ..contracts import AnchorState
+from ..geometry import Sim3
 from .decode import pose_encoding_to_c2w
-from .geometry import Sim3
 from .model_steps import ModelSteps
 from .reanchor import KeyframeRecord, estimate_alignment
 
