@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
@@ -162,7 +163,7 @@ def test_persistence_saves_the_closer_and_a_bad_keyframe_map_refuses_the_whole_l
     session_a, mapper_a, closer_a = pipeline()
     for i, rgb in enumerate(pan_frames(6)):
         for result in session_a.push(rgb, meta=(i + 1) * 100_000_000):
-            mapper_a.process(result, result.meta * 1e-9)
+            locate_and_integrate(mapper_a, result, result.meta * 1e-9)
             closer_a.add(result, result.meta * 1e-9)
     assert len(closer_a.map) >= 3 and closer_a.stats.candidates >= 1
     folder, _ = persistence.save(tmp_path / "s", session_a, mapper_a, compat, int, loop=closer_a)
