@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -96,12 +97,13 @@ class Mapper:
         self.scale.reset()
         self.chain: FrameChain | None = None
         #: Loop closure's T_map_stream (Sim(3), model units; None: identity): applied to every stream pose
-        #: before the chain, its scale to the depth (ros/loop_outputs.py sets it, under the pose side's lock).
+        #: before the chain, its scale to the depth (`correct` sets it, under the pose side's lock).
         self.correction: Sim3 | None = None
         self.mode: str | None = None
         self._epoch: int | None = None
         self._segment = 0
         self._prev: tuple[float, np.ndarray] | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
         self._serial += 1
 
     def _clear_map(self) -> None:
@@ -162,6 +164,7 @@ class Mapper:
         depth = None if result.depth is None else (result.depth * np.float32(unit)).astype(np.float32)
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
+        self._last = (body_pose, camera_pose)  # T_body_cam for `correct`
         frame = PosedFrame(
             stamp_s=stamp_s,
             index=result.index,
@@ -211,6 +214,19 @@ class Mapper:
         colors = work.rgb.reshape(-1, 3).take(flat, axis=0)
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
         return FrameCloud(points=points, colors=colors, map_changed=map_changed)
+
+    def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> np.ndarray | None:
+        """Loop closure (pose side): `correction` (T_map_stream) applies to every following stream pose, and
+        the camera pose [4, 4] of every trajectory pose at stamp s becomes `move(s, camera)`, the body
+        following rigidly (with the last frame's T_body_cam). Returns the jump of the last body pose
+        (T_new · T_old⁻¹ [4, 4], for the `map -> odom` estimate), None before a frame of this stream."""
+        self.correction = correction
+        if self._last is None:
+            return None
+        body, camera = self._last
+        body_cam = invert_rigid(body) @ camera
+        cam_body = invert_rigid(body_cam)
+        return self.trajectory.correct(lambda stamp_s, body: move(stamp_s, body @ body_cam) @ cam_body)
 
     def state(self) -> dict[str, object]:
         """JSON-able state of the epoch for a saved session (docs/session.md): TF mode, frame chain, scale.

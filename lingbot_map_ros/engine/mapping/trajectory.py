@@ -1,13 +1,15 @@
-"""`Trajectory`: the camera-to-map pose history of a stream (recent window for nav_msgs/Path, optional full
-log for ~/save_map). Split from mapping.py (issue 20); `mapping` re-exports it."""
+"""`Trajectory`: the pose history of a stream, its one store (issue 21): the recent window is `~/path`
+(ros/path_output.py builds the message from it), the full log is `~/save_map`'s TUM file and a saved
+session's trajectory. A loop closure moves both (`correct`). `voxel_map` re-exports it."""
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
-from ..geometry import pose_from_quat
+from ..geometry import invert_rigid, pose_from_quat
 from .writers import tum_rows, write_tum
 
 
@@ -48,6 +50,29 @@ class Trajectory:
     def history_capacity(self) -> int:
         """Rows allocated for the full log (grows by doubling, never beyond ``max_history``)."""
         return self._full.shape[0]
+
+    def resize(self, max_length: int) -> None:
+        """A new recent-window length (live `path.max_length`): the newest ``max_length`` poses stay."""
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.max_length = max_length
+        self._recent = deque(self._recent, maxlen=max_length)
+
+    def correct(self, move: Callable[[float, np.ndarray], np.ndarray]) -> np.ndarray | None:
+        """Loop closure: every pose [4, 4] at stamp s (recent window and full log) becomes ``move(s, pose)``.
+        Returns the jump of the newest pose of the window (T_new · T_old⁻¹ [4, 4]), None when it is empty.
+        Costs one ``move`` call per pose kept (full log included)."""
+        if not self._recent:
+            return None
+        stamp, last = self._recent[-1]
+        jump = move(stamp, last) @ invert_rigid(last)
+        self._recent = deque(((s, move(s, pose)) for s, pose in self._recent), maxlen=self.max_length)
+        if self.keep_full_history and self._full_len:
+            order = (self._full_start + np.arange(self._full_len)) % self._full.shape[0]
+            table = self._full[order]
+            moved = [move(float(row[0]), pose_from_quat(row[1:4], row[4:])) for row in table]
+            self._full[order, 1:] = tum_rows(np.stack(moved))
+        return jump
 
     def append(self, stamp: float, pose_c2w: np.ndarray) -> None:
         """Add a [4, 4] camera-to-map pose observed at ``stamp`` (seconds)."""
