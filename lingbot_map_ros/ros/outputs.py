@@ -229,7 +229,7 @@ class MappingOutputs:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
         return self.config.publish_depth and self._pubs["depth"].get_subscription_count() > 0
 
-    def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> None:
+    def correct(self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
         """Loop closure (loop_outputs.py): `Mapper.correct` (the trajectory: `~/path` at the next path timer,
         `~/save_map`'s TUM), then the `map -> odom` estimate by the last body's jump, at once."""
         with self.path.send_lock, self.lock:

@@ -24,7 +24,7 @@ from std_msgs.msg import Header
 
 from ..engine.lock_order import OrderedLock
 from ..engine.mapping.trajectory import Trajectory
-from .pose_messages import pose_msg, seconds_stamp, stamp_seconds
+from .pose_messages import pose_msgs, seconds_stamp, stamp_seconds
 
 
 class PathOutput:
@@ -77,9 +77,9 @@ class PathOutput:
                 headers = dict(self._headers)
             entries = [
                 PoseStamped(
-                    header=headers[s] if s in headers else _saved_header(s, header.frame_id), pose=pose_msg(p)
+                    header=headers[s] if s in headers else _saved_header(s, header.frame_id), pose=pose
                 )
-                for s, p in zip(stamps.tolist(), poses, strict=True)
+                for s, pose in zip(stamps.tolist(), pose_msgs(poses), strict=True)
             ]
             self._pub.publish(Path(header=header, poses=entries))
         return True

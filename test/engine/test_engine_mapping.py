@@ -197,9 +197,9 @@ def test_trajectory_correct_moves_the_window_and_the_wrapped_full_log() -> None:
         traj.append(float(i), pose)
     assert Trajectory().correct(lambda s, p: p) is None  # nothing to move
 
-    def move(stamp_s: float, pose: np.ndarray) -> np.ndarray:  # later stamps get a bigger lift in z
-        lifted = pose.copy()
-        lifted[2, 3] += 0.1 * stamp_s
+    def move(stamps: np.ndarray, poses: np.ndarray) -> np.ndarray:  # later stamps get a bigger lift in z
+        lifted = poses.copy()
+        lifted[:, 2, 3] += 0.1 * stamps
         return lifted
 
     jump = traj.correct(move)

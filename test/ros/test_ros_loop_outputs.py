@@ -89,7 +89,7 @@ def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(
     tum_before = live.mapper.trajectory.full_history()[1].copy()
     fix = compose(compose(g, correction), inverse(g))
 
-    live.correct(correction, lambda stamp_s, pose: fix.apply_pose(pose))
+    live.correct(correction, lambda stamps, poses: fix.apply_pose(poses))
 
     after = live.tracker.estimate()
     assert np.linalg.norm(after[:3, 3] - before[:3, 3]) > 0.05  # the jump

@@ -215,18 +215,21 @@ class Mapper:
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
         return FrameCloud(points=points, colors=colors, map_changed=map_changed)
 
-    def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> np.ndarray | None:
+    def correct(
+        self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray | None:
         """Loop closure (pose side): `correction` (T_map_stream) applies to every following stream pose, and
-        the camera pose [4, 4] of every trajectory pose at stamp s becomes `move(s, camera)`, the body
-        following rigidly (with the last frame's T_body_cam). Returns the jump of the last body pose
-        (T_new · T_old⁻¹ [4, 4], for the `map -> odom` estimate), None before a frame of this stream."""
+        the camera poses [N, 4, 4] of the trajectory's poses at stamps [N] s become `move(stamps, cameras)`,
+        the bodies following rigidly (with the last frame's T_body_cam; `Trajectory.correct`). Returns the
+        jump of the last body pose (T_new · T_old⁻¹ [4, 4], for the `map -> odom` estimate), None before a
+        frame of this stream."""
         self.correction = correction
         if self._last is None:
             return None
         body, camera = self._last
         body_cam = invert_rigid(body) @ camera
         cam_body = invert_rigid(body_cam)
-        return self.trajectory.correct(lambda stamp_s, body: move(stamp_s, body @ body_cam) @ cam_body)
+        return self.trajectory.correct(lambda stamps, bodies: move(stamps, bodies @ body_cam) @ cam_body)
 
     def state(self) -> dict[str, object]:
         """JSON-able state of the epoch for a saved session (docs/session.md): TF mode, frame chain, scale.

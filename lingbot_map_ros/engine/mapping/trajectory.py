@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..geometry import invert_rigid, pose_from_quat
+from ..geometry import invert_rigid, pose_from_quat, quat_xyzw_to_matrix
 from .writers import tum_rows, write_tum
 
 
@@ -58,20 +58,23 @@ class Trajectory:
         self.max_length = max_length
         self._recent = deque(self._recent, maxlen=max_length)
 
-    def correct(self, move: Callable[[float, np.ndarray], np.ndarray]) -> np.ndarray | None:
-        """Loop closure: every pose [4, 4] at stamp s (recent window and full log) becomes ``move(s, pose)``.
-        Returns the jump of the newest pose of the window (T_new · T_old⁻¹ [4, 4]), None when it is empty.
-        Costs one ``move`` call per pose kept (full log included)."""
+    def correct(self, move: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray | None:
+        """Loop closure: the poses at stamps s (recent window and full log) become ``move(s, poses)``
+        (stamps [N] float64 s, poses [N, 4, 4] float64 -> [N, 4, 4]; one call for each of the two). Returns
+        the jump of the newest pose of the window (T_new · T_old⁻¹ [4, 4]), None when it is empty."""
         if not self._recent:
             return None
-        stamp, last = self._recent[-1]
-        jump = move(stamp, last) @ invert_rigid(last)
-        self._recent = deque(((s, move(s, pose)) for s, pose in self._recent), maxlen=self.max_length)
+        moved = move(self.stamps(), self.poses())
+        jump = moved[-1] @ invert_rigid(self._recent[-1][1])
+        self._recent = deque(zip(self.stamps().tolist(), moved, strict=True), maxlen=self.max_length)
         if self.keep_full_history and self._full_len:
             order = (self._full_start + np.arange(self._full_len)) % self._full.shape[0]
             table = self._full[order]
-            moved = [move(float(row[0]), pose_from_quat(row[1:4], row[4:])) for row in table]
-            self._full[order, 1:] = tum_rows(np.stack(moved))
+            poses = np.zeros((len(table), 4, 4))
+            poses[:, :3, :3] = quat_xyzw_to_matrix(table[:, 4:])
+            poses[:, :3, 3] = table[:, 1:4]
+            poses[:, 3, 3] = 1.0
+            self._full[order, 1:] = tum_rows(move(table[:, 0], poses))
         return jump
 
     def append(self, stamp: float, pose_c2w: np.ndarray) -> None:
