@@ -8,8 +8,8 @@ expect (`_apply`):
 * the mapper applies the correction to every following stream pose (its scale to the depth), so the next
   frame's edge jumps: ``map -> odom`` in the robot modes (the estimate `camera_tf.py` republishes is moved
   at once, under its lock), ``map -> camera`` in the bare camera mode; ``odom -> base`` is untouched;
-* every `~/path` pose is moved by its own keyframe's correction (``G ∘ C_new ∘ C_old⁻¹ ∘ G⁻¹``, G the frame
-  chain model world -> map) and republished;
+* every pose of the trajectory (`~/path`, `~/save_map`'s TUM) is moved by its own keyframe's correction
+  (``G ∘ C_new ∘ C_old⁻¹ ∘ G⁻¹``, G the frame chain model world -> map; `Mapper.correct`) and republished;
 * the map cloud and the grid are rebuilt from the closer's keyframes at their optimised poses (the keyframes'
   decimated points: `loop_closure` keeps every 4th pixel);
 * `~/loop_closures` (visualization_msgs/MarkerArray, latched): a LINE_LIST of the loop edges between keyframe
@@ -67,11 +67,14 @@ class Corrections:
         self.stamps = np.empty(0) if stamps is None else stamps
         self.values = values or []
 
-    def at(self, stamp_s: float) -> Sim3:
+    def indices(self, stamps_s: np.ndarray) -> np.ndarray:
+        """[N] int: which correction each stamp got (-1: identity, before any loop)."""
         if not self.values:
-            return Sim3.identity()
-        i = int(np.searchsorted(self.stamps, stamp_s, side="right")) - 1
-        return self.values[max(i, 0)]
+            return np.full(len(stamps_s), -1)
+        return np.maximum(np.searchsorted(self.stamps, stamps_s, side="right") - 1, 0)
+
+    def value(self, index: int) -> Sim3:
+        return self.values[index] if index >= 0 else Sim3.identity()
 
 
 class LoopOutputs:
@@ -169,9 +172,15 @@ class LoopOutputs:
         g_inv = inverse(g)
         old = self._applied
 
-        def move(stamp_s: float, pose: np.ndarray) -> np.ndarray:
-            fix = compose(compose(g, compose(new.at(stamp_s), inverse(old.at(stamp_s)))), g_inv)
-            return fix.apply_pose(pose)
+        def move(stamps_s: np.ndarray, poses: np.ndarray) -> np.ndarray:
+            """Poses [N, 4, 4] at stamps [N]: one fix per (new, old) correction pair of the stamps."""
+            pairs = np.stack([new.indices(stamps_s), old.indices(stamps_s)], axis=1)
+            moved = np.array(poses, np.float64, copy=True)
+            for i_new, i_old in np.unique(pairs, axis=0).tolist():
+                fix = compose(compose(g, compose(new.value(i_new), inverse(old.value(i_old)))), g_inv)
+                rows = (pairs[:, 0] == i_new) & (pairs[:, 1] == i_old)
+                moved[rows] = fix.apply_pose(poses[rows])
+            return moved
 
         outputs.correct(correction, move)
         self._applied = new

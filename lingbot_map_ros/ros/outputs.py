@@ -138,7 +138,7 @@ class MappingOutputs:
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
         self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
         self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
-        self.path = PathOutput(self._pubs["path"], config.path_max_length)
+        self.path = PathOutput(self._pubs["path"], self.mapper.trajectory)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
         self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
@@ -184,8 +184,8 @@ class MappingOutputs:
                 self.path.clear()
                 self.tf.release()
             map_header = Header(stamp=header.stamp, frame_id=self.map_frame)
-            body = pose_msg(frame.body_pose)  # one quaternion for odometry, path (and TF of the body)
-            self.path.append(body, map_header, frame.body_pose, frame.camera_pose)
+            body = pose_msg(frame.body_pose)  # one quaternion for odometry (and TF of the body)
+            self.path.append(map_header)  # the mapper's trajectory holds the pose
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(tracked, body, header, camera)
         if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
@@ -229,15 +229,12 @@ class MappingOutputs:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
         return self.config.publish_depth and self._pubs["depth"].get_subscription_count() > 0
 
-    def correct(self, correction: Sim3, move: Callable[[float, np.ndarray], np.ndarray]) -> None:
-        """Loop closure (loop_outputs.py): the mapper's stream correction becomes `correction`; the camera
-        pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
-        republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
-        body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
+    def correct(self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+        """Loop closure (loop_outputs.py): `Mapper.correct` (the trajectory: `~/path` at the next path timer,
+        `~/save_map`'s TUM), then the `map -> odom` estimate by the last body's jump, at once."""
         with self.path.send_lock, self.lock:
-            self.mapper.correction = correction
-            header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
-            jump = self.path.correct(move, header)
+            jump = self.mapper.correct(correction, move)
+            self.path.corrected(Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame))
             if jump is not None:
                 self.tracker.jump(lambda map_odom: jump @ map_odom)
 
@@ -326,10 +323,9 @@ class MappingOutputs:
         with self.both_sides(drain=False), self.held_closer() as closer:
             persistence.restore(session, self.mapper, snapshot, loop=closer)
             self.map_side.mark_changed()
-            stamps, poses = self.mapper.trajectory.stamps(), self.mapper.trajectory.poses()
+            stamps = self.mapper.trajectory.stamps()
             self.last_stamp = seconds_stamp(float(stamps[-1])) if len(stamps) else None
-            header = Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame)
-            self.path.restore(stamps, poses, header)
+            self.path.restore(Header(stamp=self.last_stamp or Time(), frame_id=self.config.map_frame))
             saved = _saved_map_odom(snapshot.state)
             self.tracker.restore_estimate(
                 saved if self.mapper.mode == "map_to_odom" and len(stamps) else None

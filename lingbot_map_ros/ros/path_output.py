@@ -1,61 +1,68 @@
-"""`~/path` of one camera: the stream's recent body poses as `PoseStamped` messages (at most
-`path.max_length`), sent by the node's path timer (`path.publish_rate`) when a frame came since the last send.
+"""`~/path` of one camera, sent by the node's path timer (`path.publish_rate`) when a frame came since the
+last send: the message of the recent window of the mapper's `Trajectory` (engine/mapping/trajectory.py, the
+one store of the stream's poses, `path.max_length` of them; a loop closure corrects it there).
 
-The pose side (`MappingOutputs.lock`, the tracker's) guards `poses` and the pending header; `send_lock` is
-held while the message is sent, so a reset or a loop-closure correction waits for a send in progress and
-nothing of the old stream follows it, while the publish thread never waits for a send.
+Beside it this keeps only what a message needs and the engine does not hold: the header of each pose of the
+window (the image's exact stamp and the map frame then), so a pose's `PoseStamped` is what it was when the
+frame was published; poses of a loaded session get their stamp from the trajectory's seconds.
+
+The pose side (`MappingOutputs.lock`, the tracker's) guards the trajectory, the headers and the pending
+header; `send_lock` is held while the message is sent, so a reset or a loop-closure correction waits for a
+send in progress and nothing of the old stream follows it, while the publish thread never waits for a send
+(the pose messages are built after the pose side is released).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
-import numpy as np
-from geometry_msgs.msg import Pose, PoseStamped
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
-from ..engine.geometry import invert_rigid
 from ..engine.lock_order import OrderedLock
-from .pose_messages import pose_matrix, pose_msg, pose_stamped_msg, seconds_stamp, stamp_seconds
+from ..engine.mapping.trajectory import Trajectory
+from .pose_messages import pose_msgs, seconds_stamp, stamp_seconds
 
 
 class PathOutput:
-    """`~/path` (module doc). `publisher`: its publisher; `max_length`: `path.max_length`."""
+    """`~/path` (module doc). `publisher`: its publisher; `trajectory`: the camera's mapper's trajectory (its
+    recent window holds `path.max_length` poses)."""
 
-    def __init__(self, publisher: Publisher, max_length: int) -> None:
+    def __init__(self, publisher: Publisher, trajectory: Trajectory) -> None:
         self._pub = publisher
-        self.poses: deque[PoseStamped] = deque(maxlen=max_length)
+        self._trajectory = trajectory
+        #: (stamp s as the trajectory holds it, the pose's header) of the window's poses, oldest first.
+        self._headers: deque[tuple[float, Header]] = deque(maxlen=trajectory.max_length)
         self._header: Header | None = None  # the last frame's map header: ~/path to send (None: sent)
-        self._last: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
         self.send_lock = OrderedLock("path.send_lock")
 
     def resize(self, max_length: int) -> None:
-        """A live `path.max_length` (pose side held)."""
-        if max_length != self.poses.maxlen:
-            self.poses = deque(self.poses, maxlen=max_length)
+        """A live `path.max_length` (pose side held): the trajectory's window and the headers."""
+        if max_length != self._trajectory.max_length:
+            self._trajectory.resize(max_length)
+            self._headers = deque(self._headers, maxlen=max_length)
 
-    def append(self, body: Pose, header: Header, body_pose: np.ndarray, camera_pose: np.ndarray) -> None:
-        """A posed frame (pose side held): `body` is the message of `body_pose` [4, 4] in `header`'s map."""
-        self.poses.append(pose_stamped_msg(body, header))
+    def append(self, header: Header) -> None:
+        """A posed frame whose body pose the trajectory just got (pose side held), in `header`'s map."""
+        self._headers.append((stamp_seconds(header.stamp), header))
         self._header = header
-        self._last = (body_pose, camera_pose)  # T_body_cam for `correct`
 
     def clear(self) -> None:
         """A new stream (pose side held): nothing to send until its first frame."""
-        self.poses.clear()
+        self._headers.clear()
         self._header = None
-        self._last = None
 
-    def restore(self, stamps: np.ndarray, poses: np.ndarray, header: Header) -> None:
-        """A loaded session's trajectory (stamps [N] s, body poses [N, 4, 4] in `header`'s map; pose side
-        held), sent next with `header`."""
+    def restore(self, header: Header) -> None:
+        """A loaded session's trajectory (pose side held), sent next with `header` (its frame for every
+        pose)."""
         self.clear()
-        for stamp, pose in zip(stamps, poses, strict=True):
-            entry = Header(stamp=seconds_stamp(float(stamp)), frame_id=header.frame_id)
-            self.poses.append(pose_stamped_msg(pose, entry))
+        self._header = header
+
+    def corrected(self, header: Header) -> None:
+        """Loop closure moved the trajectory (`send_lock` and the pose side held): sent next with `header`."""
         self._header = header
 
     def send(self, pose_lock: OrderedLock) -> bool:
@@ -65,32 +72,24 @@ class PathOutput:
             with pose_lock:
                 if self._header is None:
                     return False
-                path = Path(header=self._header, poses=list(self.poses))
-                self._header = None
-            self._pub.publish(path)
+                header, self._header = self._header, None
+                stamps, poses = self._trajectory.stamps(), self._trajectory.poses()
+                headers = dict(self._headers)
+            entries = [
+                PoseStamped(
+                    header=headers[s] if s in headers else _saved_header(s, header.frame_id), pose=pose
+                )
+                for s, pose in zip(stamps.tolist(), pose_msgs(poses), strict=True)
+            ]
+            self._pub.publish(Path(header=header, poses=entries))
         return True
 
     def send_cleared(self, header: Header) -> None:
         """An empty path (after a reset) so viewers drop the old one."""
         self._pub.publish(Path(header=header))
 
-    def correct(self, move: Callable[[float, np.ndarray], np.ndarray], header: Header) -> np.ndarray | None:
-        """Loop closure (`send_lock` and the pose side held): the camera pose [4, 4] of every pose at stamp s
-        becomes `move(s, camera)`, the body following rigidly, sent next with `header`. Returns the jump of
-        the last body pose (T_new · T_old⁻¹ [4, 4], for the `map -> odom` estimate), None without poses."""
-        if self._last is None or not self.poses:
-            return None
-        body, camera = self._last
-        body_cam = invert_rigid(body) @ camera
-        cam_body = invert_rigid(body_cam)
 
-        def move_body(stamp_s: float, pose: np.ndarray) -> np.ndarray:
-            return move(stamp_s, pose @ body_cam) @ cam_body
-
-        last = self.poses[-1]
-        last_body = pose_matrix(last.pose)
-        jump = move_body(stamp_seconds(last.header.stamp), last_body) @ invert_rigid(last_body)
-        for entry in self.poses:
-            entry.pose = pose_msg(move_body(stamp_seconds(entry.header.stamp), pose_matrix(entry.pose)))
-        self._header = header
-        return jump
+def _saved_header(stamp_s: float, frame_id: str) -> Header:
+    """The header of a pose that came from a saved session (its stamp: nanosecond rounding of seconds)."""
+    stamp: Time = seconds_stamp(stamp_s)
+    return Header(stamp=stamp, frame_id=frame_id)

@@ -107,6 +107,24 @@ def _as_pose(pose: np.ndarray | Pose) -> Pose:
     return pose if isinstance(pose, Pose) else pose_msg(pose)
 
 
+def pose_msgs(poses: np.ndarray) -> list[Pose]:
+    """`[N, 4, 4]` transforms to `geometry_msgs/Pose`s, the quaternions in one vectorised call (each message
+    equal to `pose_msg` of its pose; ~/path builds up to `path.max_length` of them per send)."""
+    poses = np.asarray(poses, np.float64)
+    if poses.ndim != 3 or poses.shape[1:] != (4, 4) or not np.all(np.isfinite(poses)):
+        raise ValueError(f"expected finite [N, 4, 4] poses, got shape {poses.shape}")
+    if not len(poses):
+        return []
+    rows = np.concatenate([poses[:, :3, 3], matrix_to_quat_xyzw(poses[:, :3, :3])], axis=1).tolist()
+    out = []
+    for x, y, z, qx, qy, qz, qw in rows:
+        pose = Pose()
+        pose.position.x, pose.position.y, pose.position.z = x, y, z
+        pose.orientation = Quaternion(x=qx, y=qy, z=qz, w=qw)
+        out.append(pose)
+    return out
+
+
 def _check_pose(pose: np.ndarray) -> np.ndarray:
     pose = np.asarray(pose, np.float64)
     if pose.shape != (4, 4) or not np.all(np.isfinite(pose)):

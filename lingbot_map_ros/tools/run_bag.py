@@ -156,7 +156,9 @@ def run_bag(
     )
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
-        saved, _ = persistence.save(config.save_session, session, mapper, config.compat(), int)
+        saved = persistence.save_session(
+            config.save_session, persistence.capture(session, mapper, config.compat(), int)
+        )
         result.files["session"] = saved
     return result
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 
 from lingbot_map_ros.engine.geometry import Sim3
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
@@ -141,9 +142,9 @@ def test_version_2_session_without_keyframe_map_still_loads(tmp_path: Path) -> N
 
 
 def test_persistence_saves_the_closer_and_a_bad_keyframe_map_refuses_the_whole_load(tmp_path: Path) -> None:
-    """`persistence.save/load(..., loop=closer)` with the real (tiny) model's closer: the keyframes come back
-    in the loading closer; a snapshot whose keyframe map is inconsistent is refused before the session, the
-    mapper or the closer is touched (the load is a transaction)."""
+    """`persistence.capture/load(..., loop=closer)` with the real (tiny) model's closer: the keyframes come
+    back in the loading closer; a snapshot whose keyframe map is inconsistent is refused before the session,
+    the mapper or the closer is touched (the load is a transaction)."""
     from tiny_stream import pan_frames, tiny_model, tiny_session
 
     from lingbot_map_ros.engine import persistence
@@ -162,10 +163,11 @@ def test_persistence_saves_the_closer_and_a_bad_keyframe_map_refuses_the_whole_l
     session_a, mapper_a, closer_a = pipeline()
     for i, rgb in enumerate(pan_frames(6)):
         for result in session_a.push(rgb, meta=(i + 1) * 100_000_000):
-            mapper_a.process(result, result.meta * 1e-9)
+            locate_and_integrate(mapper_a, result, result.meta * 1e-9)
             closer_a.add(result, result.meta * 1e-9)
     assert len(closer_a.map) >= 3 and closer_a.stats.candidates >= 1
-    folder, _ = persistence.save(tmp_path / "s", session_a, mapper_a, compat, int, loop=closer_a)
+    snapshot = persistence.capture(session_a, mapper_a, compat, int, loop=closer_a)
+    folder = persistence.save_session(tmp_path / "s", snapshot)
 
     session_b, mapper_b, closer_b = pipeline()
     snapshot, _ = persistence.load(folder, session_b, mapper_b, compat, loop=closer_b)

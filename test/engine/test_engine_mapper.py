@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 from robot_scene import BASE_CAM, StandInSession, floor_plan, make_scene, random_sim3, tolerant_iou
 
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY, invert_rigid
@@ -47,7 +48,9 @@ def _run(
             odom = scene.base[result.index].copy()
             odom[:3, 3] += rng.normal(0.0, noise, 3)
             robot = RobotSample(mode, BASE_CAM if mode != "map_to_camera" else None, odom)
-            out.append(mapper.process(result, 0.1 * result.index, robot, scene.depth[result.index]))
+            out.append(
+                locate_and_integrate(mapper, result, 0.1 * result.index, robot, scene.depth[result.index])
+            )
     return mapper, out
 
 
@@ -144,7 +147,7 @@ def test_twist_uses_min_dt_and_counts_bad_stamps(scene) -> None:
     mapper = Mapper(MapperConfig(scale=ScaleConfig(source="fixed", factor=1 / UNKNOWN)))
     session = StandInSession(scene, random_sim3(3, UNKNOWN), scale_frames=1)
     stamps = [0.0, 0.1, 0.1, 0.05, 0.2]
-    out = [mapper.process(session.push_index(i)[0], s) for i, s in enumerate(stamps)]
+    out = [locate_and_integrate(mapper, session.push_index(i)[0], s) for i, s in enumerate(stamps)]
     assert mapper.stamps_duplicate == 1 and mapper.stamps_backwards == 1
     assert out[0].twist_covariance[0, 0] >= 1e6 and np.all(out[2].twist == 0)
     assert out[1].twist_covariance[0, 0] < 1e6 and np.linalg.norm(out[1].twist[:3]) > 0
@@ -167,8 +170,8 @@ def test_epochs_clear_and_reanchors_restart_the_scale_samples(scene) -> None:
     mapper = Mapper(MapperConfig(scale=ScaleConfig(source="depth", min_samples=2)))
     session = StandInSession(scene, random_sim3(3, UNKNOWN), scale_frames=1)
     first = [
-        mapper.process(
-            session.push_index(i)[0], 0.1 * i, RobotSample("map_to_base", BASE_CAM), scene.depth[i]
+        locate_and_integrate(
+            mapper, session.push_index(i)[0], 0.1 * i, RobotSample("map_to_base", BASE_CAM), scene.depth[i]
         )
         for i in range(4)
     ]
@@ -177,11 +180,11 @@ def test_epochs_clear_and_reanchors_restart_the_scale_samples(scene) -> None:
     value = mapper.scale.value
     moved = session.push_index(4)[0]
     moved.segment = 1  # a long-stream re-anchor: same map, the scale re-collects its samples
-    mapper.process(moved, 0.4, RobotSample("map_to_base", BASE_CAM), None)
+    locate_and_integrate(mapper, moved, 0.4, RobotSample("map_to_base", BASE_CAM), None)
     assert mapper.scale.state().samples == 0 and mapper.scale.value == value and len(mapper.trajectory) == 5
     restarted = session.push_index(5)[0]
     restarted.epoch = 1  # a reset: a new map frame, everything cleared
-    out = mapper.process(restarted, 0.5, RobotSample("map_to_base", BASE_CAM), scene.depth[5])
+    out = locate_and_integrate(mapper, restarted, 0.5, RobotSample("map_to_base", BASE_CAM), scene.depth[5])
     assert out.new_epoch and len(mapper.trajectory) == 1
     np.testing.assert_allclose(out.body_pose, np.eye(4), atol=1e-9)  # the new map starts at this base
 
@@ -208,14 +211,17 @@ def test_a_later_camera_starts_in_the_first_cameras_map_frame(scene) -> None:
             odom = scene.base[result.index]
             map_base = out[19].map_odom @ odom if not later else None  # only the epoch's start reads it
             robot = RobotSample("map_to_odom", BASE_CAM, odom, map_base)
-            later.append(second.process(result, 0.1 * result.index, robot, scene.depth[result.index]))
+            later.append(
+                locate_and_integrate(second, result, 0.1 * result.index, robot, scene.depth[result.index])
+            )
     est = np.stack([f.body_pose for f in later])
     ref = np.stack([f.body_pose for f in out[20:30]])
     err = np.linalg.norm(est[:, :3, 3] - ref[:, :3, 3], axis=1)
     print(f"second camera vs first camera base poses in the shared map: max {err.max():.2e} m")
     assert err.max() < 0.02
     lone = Mapper(first.config)  # without map_base the second camera's map would start at its own base
-    lone_pose = lone.process(
+    lone_pose = locate_and_integrate(
+        lone,
         StandInSession(scene, random_sim3(7, 2.0 * UNKNOWN), scale_frames=1).push_index(20)[0],
         2.0,
         RobotSample("map_to_odom", BASE_CAM, scene.base[20]),

@@ -185,3 +185,33 @@ def test_trajectory_cap_of_one_keeps_the_latest_pose() -> None:
         traj.append(float(i), np.eye(4))
     np.testing.assert_array_equal(traj.full_history()[0], [2.0])
     assert traj.history_dropped == 2
+
+
+def test_trajectory_correct_moves_the_window_and_the_wrapped_full_log() -> None:
+    """Loop closure moves the one trajectory: ~/path's window and ~/save_map's log (after the ring wrapped)
+    by the same per-stamp move; `resize` (live path.max_length) keeps the newest poses."""
+    traj = Trajectory(max_length=4, keep_full_history=True, max_history=6)
+    for i in range(9):  # the ring wrapped: stamps 3..8 kept
+        pose = np.eye(4)
+        pose[:3, 3] = [float(i), 0.0, 0.0]
+        traj.append(float(i), pose)
+    assert Trajectory().correct(lambda s, p: p) is None  # nothing to move
+
+    def move(stamps: np.ndarray, poses: np.ndarray) -> np.ndarray:  # later stamps get a bigger lift in z
+        lifted = poses.copy()
+        lifted[:, 2, 3] += 0.1 * stamps
+        return lifted
+
+    jump = traj.correct(move)
+    np.testing.assert_allclose(jump[:3, 3], [0.0, 0.0, 0.8])  # the newest pose's T_new · T_old⁻¹
+    stamps, rows = traj.full_history()
+    np.testing.assert_array_equal(stamps, np.arange(3.0, 9.0))
+    np.testing.assert_allclose(rows[:, :3], np.stack([np.arange(3.0, 9.0), np.zeros(6), 0.1 * stamps], 1))
+    np.testing.assert_allclose(traj.poses()[:, 2, 3], 0.1 * np.arange(5.0, 9.0))
+    traj.resize(2)
+    np.testing.assert_array_equal(traj.stamps(), [7.0, 8.0])
+    traj.resize(3)
+    traj.append(9.0, np.eye(4))
+    np.testing.assert_array_equal(traj.stamps(), [7.0, 8.0, 9.0])
+    with pytest.raises(ValueError, match="max_length must be >= 1"):
+        traj.resize(0)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine import persistence
@@ -42,7 +43,7 @@ def feed(session: StreamingSession, mapper: Mapper, images: list[np.ndarray], fi
     out = []
     for i, rgb in enumerate(images, start=first_index):
         for result in session.push(rgb, meta=(i + 1) * 100_000_000):
-            out.append(mapper.process(result, result.meta * 1e-9))
+            out.append(locate_and_integrate(mapper, result, result.meta * 1e-9))
     return out
 
 
@@ -50,7 +51,8 @@ def test_save_then_load_continues_the_map_frame(model: LingBotMap, tmp_path: Pat
     images = frames(S0 + 6)
     session_a, mapper_a = pipeline(model)
     mapped_a = feed(session_a, mapper_a, images)
-    folder, saved = persistence.save(tmp_path / "s1", session_a, mapper_a, COMPAT, int, {"map_frame": "map"})
+    saved = persistence.capture(session_a, mapper_a, COMPAT, int, {"map_frame": "map"})
+    folder = persistence.save_session(tmp_path / "s1", saved)
     assert saved.map_xyz.shape[0] == len(mapper_a.voxels) > 0
     assert saved.trajectory_poses.shape == (S0 + 6, 7)
 
@@ -95,7 +97,7 @@ def test_nothing_to_save_during_the_anchor_phase(model: LingBotMap, tmp_path: Pa
     session, mapper = pipeline(model)
     feed(session, mapper, frames(1))
     with pytest.raises(SessionError, match="anchor phase has not completed"):
-        persistence.save(tmp_path / "early", session, mapper, COMPAT, int)
+        persistence.save_session(tmp_path / "early", persistence.capture(session, mapper, COMPAT, int))
     assert not (tmp_path / "early").exists()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
@@ -37,7 +38,7 @@ def test_trajectory_length_in_metres(source: str, tolerance: float) -> None:
             k = result.meta
             robot = RobotSample(mode="map_to_odom", base_cam=np.eye(4), odom_base=odom[k])
             depth = scene.depths[k] * (1.0 + rng.normal(scale=0.01, size=scene.depths[k].shape))
-            frame = mapper.process(result, float(k), robot, depth.astype(np.float32))
+            frame = locate_and_integrate(mapper, result, float(k), robot, depth.astype(np.float32))
             if frame.scale.converged:
                 positions.append(frame.camera_pose[:3, 3])
                 truth.append(scene.poses[k, :3, 3])

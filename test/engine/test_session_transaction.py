@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mapper_steps import locate_and_integrate
 from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine import persistence
@@ -40,7 +41,7 @@ def feed(session: StreamingSession, mapper: Mapper, images: list[np.ndarray]) ->
     out = []
     for i, rgb in enumerate(images):
         for result in session.push(rgb, meta=(i + 1) * 100_000_000):
-            out.append(mapper.process(result, result.meta * 1e-9))
+            out.append(locate_and_integrate(mapper, result, result.meta * 1e-9))
     return out
 
 

@@ -1,6 +1,7 @@
 """A loop closure correction in the robot mode (`map -> odom`), without DDS: `MappingOutputs.correct` moves
-the `map -> odom` estimate and `~/path` exactly to where the mapper puts the same frames once the correction
-is in (ros/loop_outputs.py, engine `Mapper.correction`); `odom -> base` is the robot's and is not touched.
+the `map -> odom` estimate and the trajectory (`~/path` and `~/save_map`'s TUM) exactly to where the mapper
+puts the same frames once the correction is in (ros/loop_outputs.py, engine `Mapper.correct`); `odom -> base`
+is the robot's and is not touched.
 In-process node (not spinning), TF from a plain buffer."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from lingbot_map_ros.ros.loop_outputs import chain_sim3
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import MappingOutputs
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters
-from lingbot_map_ros.ros.pose_messages import pose_matrix, seconds_stamp
+from lingbot_map_ros.ros.pose_messages import seconds_stamp
 from lingbot_map_ros.ros.tf_buffer import TfBuffer
 
 HW = (24, 32)
@@ -85,15 +86,23 @@ def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(
         g.apply_pose(result(5).pose_c2w), chain.camera_pose(result(5).pose_c2w), atol=1e-12
     )
     before = live.tracker.estimate().copy()
+    tum_before = live.mapper.trajectory.full_history()[1].copy()
     fix = compose(compose(g, correction), inverse(g))
 
-    live.correct(correction, lambda stamp_s, pose: fix.apply_pose(pose))
+    live.correct(correction, lambda stamps, poses: fix.apply_pose(poses))
 
     after = live.tracker.estimate()
     assert np.linalg.norm(after[:3, 3] - before[:3, 3]) > 0.05  # the jump
     # where frame 9 lands corrected
     np.testing.assert_allclose(after, reference.tracker.estimate(), atol=1e-9)
-    live_path, reference_path = (pose_matrix(o.path.poses[-1].pose) for o in (live, reference))
-    np.testing.assert_allclose(live_path, reference_path, atol=1e-6)  # the path's last pose likewise
+    # the one trajectory (~/path's window and ~/save_map's TUM) likewise, at its last pose
+    live_path, reference_path = (o.mapper.trajectory.poses()[-1] for o in (live, reference))
+    np.testing.assert_allclose(live_path, reference_path, atol=1e-9)
+    live_tum, reference_tum = (o.mapper.trajectory.full_history()[1][-1] for o in (live, reference))
+    np.testing.assert_allclose(live_tum, reference_tum, atol=1e-9)
+    moved = np.linalg.norm(live.mapper.trajectory.full_history()[1][:, :3] - tum_before[:, :3], axis=1)
+    assert len(moved) == 10 and np.all(
+        moved > 1e-3
+    )  # every pose saved since the reset, not only the window's
     publish(live, 10), publish(reference, 10)  # later frames: the same edge from either
     np.testing.assert_allclose(live.tracker.estimate(), reference.tracker.estimate(), atol=1e-9)

@@ -1,4 +1,5 @@
-"""Pose outputs first (issue 13): the mapper's pose side and map side run apart and give what `process` gives;
+"""Pose outputs first (issue 13): the mapper's pose side and map side run apart and give what one after the
+other gives;
 each camera's map thread integrates in order, drops its oldest work when full (counted), and stays consistent
 with `~/reset` and `~/save_map`; `~/path` is published by its timer, not per frame. No DDS traffic: in-process
 publishers, recorded."""
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import rclpy
 from builtin_interfaces.msg import Time
+from mapper_steps import locate_and_integrate
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.parameter import Parameter
 from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
@@ -64,9 +66,9 @@ def same_map(a: Mapper, b: Mapper) -> None:
 
 
 # ------------------------------------------------------------------------------------------ engine seams
-def test_locating_now_and_integrating_later_equals_process() -> None:
+def test_integrating_later_equals_integrating_right_away() -> None:
     """Works integrated after every frame was located (the scale converging meanwhile, keyframes held and
-    then flushed) give the same map, grid, clouds and poses as `process` frame by frame."""
+    then flushed) give the same map, grid, clouds and poses as integrating each right after its `locate`."""
     scene = make_scene(30)
     config = MapperConfig(
         voxel=VoxelMapConfig(voxel_size=0.05, pixel_stride=2),
@@ -78,7 +80,7 @@ def test_locating_now_and_integrating_later_equals_process() -> None:
     for i in range(30):
         for r in session.push_index(i):
             robot = RobotSample("map_to_base", BASE_CAM)
-            mapped.append(now.process(r, 0.1 * r.index, robot, scene.depth[r.index]))
+            mapped.append(locate_and_integrate(now, r, 0.1 * r.index, robot, scene.depth[r.index]))
             works.append(later.locate(r, 0.1 * r.index, robot, scene.depth[r.index]))
     clouds = [later.integrate(work) for _, work in works]
     assert any(m.map_changed for m in mapped) and not mapped[0].map_changed  # held, then integrated
@@ -124,7 +126,7 @@ def test_map_thread_integrates_in_order_and_publishes_each_frame_cloud() -> None
     for item in items(mapper, range(10)):
         assert map_worker.submit(item)
     for i in range(10):
-        reference.process(result(i), float(i))
+        locate_and_integrate(reference, result(i), float(i))
     assert map_worker.drain(10.0) and not errors
     assert [m.header.stamp.sec for m in pubs["frame_cloud"].messages] == list(range(10))
     same_map(mapper, reference)
@@ -210,7 +212,7 @@ def test_pose_outputs_do_not_wait_for_map_work_and_save_sees_every_keyframe(outp
     xyz, _, stamps, _, _ = outputs.snapshot()  # ~/save_map: waits for the queued works first
     reference = Mapper(outputs.config.mapper_config())
     for i in range(5):
-        reference.process(result(i), 100.0 + i)
+        locate_and_integrate(reference, result(i), 100.0 + i)
     assert len(xyz) == len(reference.voxels) > 0 and len(stamps) == 5
     assert [m.header.stamp.sec for m in published(outputs, "frame_cloud")] == [100, 101, 102, 103, 104]
 

@@ -2,34 +2,35 @@
 it `FrameResult`s and publish or write what it returns.
 
 Per frame it applies the frame chain (engine/mapping/frames.py: model world -> metric scale -> map -> robot
-frames),
-updates the scale estimate (engine/mapping/scale.py), and on keyframes the voxel map, the occupancy grid
-(engine/mapping/grid.py) and the trajectory; it computes the twist and the covariances and follows epochs (a
-new
-epoch = a new map frame: everything is cleared).
+frames), updates the scale estimate (engine/mapping/scale.py), and on keyframes the voxel map, the occupancy
+grid (engine/mapping/grid.py) and the trajectory; it computes the twist and the covariances and follows epochs
+(a new epoch = a new map frame: everything is cleared). Its inputs and outputs:
+engine/mapping/frame_records.py.
 
 Outputs are held or marked until the scale has converged (`scale.min_samples`): poses (TF, odometry, path)
 are published at once with the provisional scale and a pose covariance grown by `unscaled_factor`; keyframe
 points are held (at most `MAX_HELD_KEYFRAMES`, in model units) and enter the voxel map and the grid with the
 converged scale, so the map never mixes two scales of the start-up.
 
-`process` = `locate` (pose side: chain, scale, poses, twist, trajectory -> `PosedFrame`) then `integrate` (map
+A frame is `locate` (pose side: chain, scale, poses, twist, trajectory -> `PosedFrame`) then `integrate` (map
 side: the frame's points, voxel map, grid, held keyframes -> `FrameCloud`) of the `MapWork` that `locate`
 captured. The node runs them on two threads (pose outputs never wait for map work: ros/map_worker.py); `run`
-calls `process`. The sides share no state: `locate` bumps the serial of a new epoch and `integrate` clears the
-map when a work's serial differs from the map's, so a dropped work never leaves an old epoch's map behind.
+calls one after the other. The sides share no state: `locate` bumps the serial of a new epoch and `integrate`
+clears the map when a work's serial differs from the map's, so a dropped work never leaves an old epoch's map
+behind.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 
 from ..geometry import Sim3, invert_rigid, rotation_vector
 from ..result import FrameResult
+from .frame_records import FrameCloud, MapWork, PosedFrame, RobotSample
 from .frames import (
     MAP_TO_CAMERA,
     MAP_TO_ODOM,
@@ -43,102 +44,13 @@ from .frames import (
 )
 from .grid import OccupancyGridBuilder
 from .mapper_config import MapperConfig
-from .scale import ScaleEstimator, ScaleState
-from .voxel_map import Trajectory, VoxelMap, VoxelMapConfig
+from .scale import ScaleEstimator
+from .voxel_map import Trajectory, VoxelMap
 
 #: Keyframes whose points wait for the scale to converge (beyond: the oldest are dropped, counted).
 MAX_HELD_KEYFRAMES = 64
 #: Twist covariance diagonal when no velocity can be computed (first frame, dt < min_dt): "unknown".
 UNKNOWN_VARIANCE = 1e6
-
-
-@dataclass(frozen=True)
-class RobotSample:
-    """TF at the image stamp: `mode` (frames.TF_MODES minus auto), `base_cam` [4, 4] T_base_cam (robot modes),
-    `odom_base` [4, 4] T_odom_base (map_to_odom, or scale from odometry), None where not looked up;
-    `map_base` [4, 4] T_map_base in a map frame that already exists (another camera's, robot modes): a new
-    epoch then starts in that map frame instead of one at the base's pose (several cameras, one map)."""
-
-    mode: str = MAP_TO_CAMERA
-    base_cam: np.ndarray | None = None
-    odom_base: np.ndarray | None = None
-    map_base: np.ndarray | None = None
-
-
-@dataclass
-class PosedFrame:
-    """One frame's pose outputs (`Mapper.locate`), all in metres (model units with `scale.source: none`).
-
-    Attributes:
-        stamp_s: image stamp.
-        new_epoch: the first frame of a new map frame: consumers clear paths and maps first.
-        mode: TF mode of the epoch.
-        camera_pose: [4, 4] T_map_cam (optical axes).
-        body_pose: [4, 4] the odometry pose: T_map_base in the robot modes, T_map_cam in map_to_camera.
-        map_odom: [4, 4] T_map_odom (map_to_odom only).
-        twist: [6] (vx, vy, vz, wx, wy, wz) of the body frame in the body frame.
-        pose_covariance / twist_covariance: [6, 6] (x, y, z, rot x, rot y, rot z), row-major in messages.
-        depth: [H, W] float32 metric z-depth; intrinsics [3, 3].
-        scale: the scale estimate after this frame.
-    """
-
-    stamp_s: float
-    index: int
-    epoch: int
-    is_keyframe: bool
-    new_epoch: bool
-    mode: str
-    camera_pose: np.ndarray
-    body_pose: np.ndarray
-    map_odom: np.ndarray | None
-    twist: np.ndarray
-    pose_covariance: np.ndarray
-    twist_covariance: np.ndarray
-    depth: np.ndarray | None
-    intrinsics: np.ndarray
-    scale: ScaleState
-    image_hw: tuple[int, int]
-
-
-@dataclass(frozen=True)
-class MapWork:
-    """What `Mapper.integrate` needs of one located frame, as the pose side was at that frame: `serial` of its
-    epoch (another than the map's: the map is cleared first), `is_keyframe`, `pose_c2w` [4, 4] (model world),
-    `camera_pose` [4, 4] T_map_cam, metric `depth` [H, W] float32, `depth_conf` [H, W], `intrinsics` [3, 3],
-    `rgb` [H, W, 3] uint8, `voxel` (threshold and stride then: live parameters), a copy of the frame `chain`
-    (its scale), `scale_converged` and `mapping_enabled` then."""
-
-    serial: int
-    is_keyframe: bool
-    pose_c2w: np.ndarray
-    camera_pose: np.ndarray
-    depth: np.ndarray | None
-    depth_conf: np.ndarray | None
-    intrinsics: np.ndarray
-    rgb: np.ndarray
-    voxel: VoxelMapConfig
-    chain: FrameChain
-    scale_converged: bool
-    mapping_enabled: bool
-
-
-@dataclass
-class FrameCloud:
-    """The map side of one frame (`integrate`): `points` [N, 3] float32 in the map frame (confident pixels,
-    `voxel.pixel_stride`), `colors` [N, 3] uint8, `map_changed` (the voxel map / grid changed)."""
-
-    points: np.ndarray
-    colors: np.ndarray
-    map_changed: bool
-
-
-@dataclass
-class MappedFrame(PosedFrame):
-    """`PosedFrame` with its `FrameCloud` fields (`Mapper.process`)."""
-
-    points: np.ndarray
-    colors: np.ndarray
-    map_changed: bool
 
 
 def body_twist(prev_pose: np.ndarray, pose: np.ndarray, dt: float) -> np.ndarray:
@@ -185,12 +97,13 @@ class Mapper:
         self.scale.reset()
         self.chain: FrameChain | None = None
         #: Loop closure's T_map_stream (Sim(3), model units; None: identity): applied to every stream pose
-        #: before the chain, its scale to the depth (ros/loop_outputs.py sets it, under the pose side's lock).
+        #: before the chain, its scale to the depth (`correct` sets it, under the pose side's lock).
         self.correction: Sim3 | None = None
         self.mode: str | None = None
         self._epoch: int | None = None
         self._segment = 0
         self._prev: tuple[float, np.ndarray] | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
         self._serial += 1
 
     def _clear_map(self) -> None:
@@ -219,19 +132,6 @@ class Mapper:
             raise ValueError(f"TF mode {self.mode} cannot become {mode} within an epoch")
         self.mode = mode
 
-    def process(
-        self,
-        result: FrameResult,
-        stamp_s: float,
-        robot: RobotSample | None = None,
-        sensor_depth: np.ndarray | None = None,
-    ) -> MappedFrame:
-        """Map one frame (module doc): `locate`, then `integrate` its work. `robot`: TF at `stamp_s`;
-        `sensor_depth` [H, W] metres registered to the image (for `scale.source: depth`)."""
-        frame, work = self.locate(result, stamp_s, robot, sensor_depth)
-        cloud = self.integrate(work)
-        return MappedFrame(**vars(frame), **vars(cloud))
-
     def locate(
         self,
         result: FrameResult,
@@ -239,7 +139,7 @@ class Mapper:
         robot: RobotSample | None = None,
         sensor_depth: np.ndarray | None = None,
     ) -> tuple[PosedFrame, MapWork]:
-        """The pose side of `process`: poses, twist, metric depth (the trajectory appended) and the frame's
+        """The pose side of a frame: poses, twist, metric depth (the trajectory appended) and the frame's
         `MapWork`. Touches no map state."""
         robot = robot or RobotSample()
         new_epoch = self.needs_new_epoch(result)
@@ -264,6 +164,7 @@ class Mapper:
         depth = None if result.depth is None else (result.depth * np.float32(unit)).astype(np.float32)
         twist, twist_cov = self._twist(stamp_s, body_pose)
         self.trajectory.append(stamp_s, body_pose)
+        self._last = (body_pose, camera_pose)  # T_body_cam for `correct`
         frame = PosedFrame(
             stamp_s=stamp_s,
             index=result.index,
@@ -299,8 +200,9 @@ class Mapper:
         return frame, work
 
     def integrate(self, work: MapWork) -> FrameCloud:
-        """The map side of `process`: the frame's points in the map frame; a keyframe enters the voxel map and
-        the grid (or is held until the scale converged). A work of another epoch clears the map first."""
+        """The map side of a frame (`locate`'s work): the frame's points in the map frame; a keyframe enters
+        the voxel map and the grid (or is held until the scale converged). A work of another epoch clears the
+        map first."""
         if work.serial != self._map_serial:
             self._clear_map()
             self._map_serial = work.serial
@@ -312,6 +214,22 @@ class Mapper:
         colors = work.rgb.reshape(-1, 3).take(flat, axis=0)
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
         return FrameCloud(points=points, colors=colors, map_changed=map_changed)
+
+    def correct(
+        self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray | None:
+        """Loop closure (pose side): `correction` (T_map_stream) applies to every following stream pose, and
+        the camera poses [N, 4, 4] of the trajectory's poses at stamps [N] s become `move(stamps, cameras)`,
+        the bodies following rigidly (with the last frame's T_body_cam; `Trajectory.correct`). Returns the
+        jump of the last body pose (T_new · T_old⁻¹ [4, 4], for the `map -> odom` estimate), None before a
+        frame of this stream."""
+        self.correction = correction
+        if self._last is None:
+            return None
+        body, camera = self._last
+        body_cam = invert_rigid(body) @ camera
+        cam_body = invert_rigid(body_cam)
+        return self.trajectory.correct(lambda stamps, bodies: move(stamps, bodies @ body_cam) @ cam_body)
 
     def state(self) -> dict[str, object]:
         """JSON-able state of the epoch for a saved session (docs/session.md): TF mode, frame chain, scale.

@@ -1,13 +1,15 @@
-"""`Trajectory`: the camera-to-map pose history of a stream (recent window for nav_msgs/Path, optional full
-log for ~/save_map). Split from mapping.py (issue 20); `mapping` re-exports it."""
+"""`Trajectory`: the pose history of a stream, its one store (issue 21): the recent window is `~/path`
+(ros/path_output.py builds the message from it), the full log is `~/save_map`'s TUM file and a saved
+session's trajectory. A loop closure moves both (`correct`). `voxel_map` re-exports it."""
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
-from ..geometry import pose_from_quat
+from ..geometry import invert_rigid, pose_from_quat, quat_xyzw_to_matrix
 from .writers import tum_rows, write_tum
 
 
@@ -48,6 +50,32 @@ class Trajectory:
     def history_capacity(self) -> int:
         """Rows allocated for the full log (grows by doubling, never beyond ``max_history``)."""
         return self._full.shape[0]
+
+    def resize(self, max_length: int) -> None:
+        """A new recent-window length (live `path.max_length`): the newest ``max_length`` poses stay."""
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self.max_length = max_length
+        self._recent = deque(self._recent, maxlen=max_length)
+
+    def correct(self, move: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray | None:
+        """Loop closure: the poses at stamps s (recent window and full log) become ``move(s, poses)``
+        (stamps [N] float64 s, poses [N, 4, 4] float64 -> [N, 4, 4]; one call for each of the two). Returns
+        the jump of the newest pose of the window (T_new · T_old⁻¹ [4, 4]), None when it is empty."""
+        if not self._recent:
+            return None
+        moved = move(self.stamps(), self.poses())
+        jump = moved[-1] @ invert_rigid(self._recent[-1][1])
+        self._recent = deque(zip(self.stamps().tolist(), moved, strict=True), maxlen=self.max_length)
+        if self.keep_full_history and self._full_len:
+            order = (self._full_start + np.arange(self._full_len)) % self._full.shape[0]
+            table = self._full[order]
+            poses = np.zeros((len(table), 4, 4))
+            poses[:, :3, :3] = quat_xyzw_to_matrix(table[:, 4:])
+            poses[:, :3, 3] = table[:, 1:4]
+            poses[:, 3, 3] = 1.0
+            self._full[order, 1:] = tum_rows(move(table[:, 0], poses))
+        return jump
 
     def append(self, stamp: float, pose_c2w: np.ndarray) -> None:
         """Add a [4, 4] camera-to-map pose observed at ``stamp`` (seconds)."""

@@ -23,7 +23,6 @@ from .store import (
     SessionSnapshot,
     checkpoint_fingerprint,
     load_session,
-    save_session,
 )
 
 if TYPE_CHECKING:  # the loop closer pulls in gtsam: imported only by a caller that runs one
@@ -54,7 +53,7 @@ def capture(
     loop: LoopCloser | None = None,
 ) -> SessionSnapshot:
     """The session's current anchors and the mapper's map, grid, trajectory and frame chain (and the loop
-    closer's keyframe map and graph).
+    closer's keyframe map and graph); `store.save_session(target, snapshot)` writes it.
 
     Args:
         stamp_ns: a frame's ``push`` meta -> its stamp in integer nanoseconds.
@@ -98,20 +97,6 @@ def capture(
     if loop_arrays:
         snapshot.loop = loop_arrays
     return snapshot
-
-
-def save(
-    target: str | Path,
-    session: StreamingSession,
-    mapper: Mapper,
-    compat: dict[str, Any],
-    stamp_ns: Callable[[object], int],
-    extra_state: dict[str, Any] | None = None,
-    loop: LoopCloser | None = None,
-) -> tuple[Path, SessionSnapshot]:
-    """`capture` and write it atomically to the folder ``target`` (which must not exist)."""
-    snapshot = capture(session, mapper, compat, stamp_ns, extra_state, loop)
-    return save_session(target, snapshot), snapshot
 
 
 def session_limits(session: StreamingSession, mapper: Mapper) -> SessionLimits:

@@ -31,6 +31,7 @@ from ..config import SessionConfig
 from ..contracts import AnchorState, NonFiniteOutputError, SessionCounters, SessionStats, StreamingModel
 from ..result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .anchors import StreamAnchors
+from .batched_stepping import BatchedStepping
 from .depth_schedule import DepthSchedule
 from .frame_decoder import FrameDecoder
 from .model_steps import ModelSteps
@@ -44,14 +45,14 @@ __all__ = ["AnchorState", "NonFiniteOutputError", "StreamingFrame", "StreamingMo
 _LOG = logging.getLogger(__name__)
 
 
-class StreamingSession:
+class StreamingSession(BatchedStepping):
     """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``).
 
     ``kv_pool``: keep the stream's KV cache in this shared pool (``model.new_pool()``), so that several
-    sessions' streaming steps can run as one batch (engine/stream/multi_stream.py). What it owns:
-    `ModelSteps` (the
-    model steps and their device transfers), per epoch a `StreamAnchors` (anchor phase, kept keyframes,
-    re-anchor, map-frame alignment) and a `FrameDecoder` (outputs → `FrameResult`s), a `StageTimer`.
+    sessions' streaming steps can run as one batch (engine/stream/multi_stream.py; `BatchedStepping`, its
+    side of the session). What it owns: `ModelSteps` (the model steps and their device transfers), per epoch
+    a `StreamAnchors` (anchor phase, kept keyframes, re-anchor, map-frame alignment) and a `FrameDecoder`
+    (outputs → `FrameResult`s), a `StageTimer`.
     """
 
     def __init__(
@@ -144,49 +145,6 @@ class StreamingSession:
                 self._in_flight = None
                 self._recover(exc)
                 raise
-
-    def begin_frame(
-        self, rgb: np.ndarray, meta: object = None
-    ) -> tuple[list[FrameResult], StreamingFrame | None]:
-        """:meth:`push` up to the model step, for a caller that batches several sessions' steps.
-
-        Anchor-phase frames run here as in :meth:`push` (their results come back, frame None); a due
-        re-anchor runs here too; a plain streaming frame comes back as a `StreamingFrame` whose model step
-        the caller runs and hands to :meth:`finish_frame` (or its error to :meth:`fail_frame`).
-        Raises as :meth:`push`.
-        """
-        rgb = validate_rgb(rgb)
-        with self._lock:
-            done, image_net = self._admit(rgb)
-            try:
-                if self._anchors.anchoring:
-                    return done + self._run(rgb, meta, image_net, True), None
-                self._reanchor_if_due()
-                keyframe = self._anchors.next_keyframe()
-                images = self._steps.to_model([image_net])
-                return done, StreamingFrame(rgb, meta, image_net, keyframe, images, self._steps.state)
-            except Exception as exc:
-                self._recover(exc)
-                raise
-
-    def finish_frame(self, frame: StreamingFrame, output: object, model_ms: float) -> FrameResult:
-        """Decode the model step of a `begin_frame` frame (``output``: its ``StepOutput``, one frame);
-        ``model_ms`` is the batched step's time (the frame's "model" stage). Raises as :meth:`push`."""
-        with self._lock:
-            self._timer.add("model", model_ms)
-            try:
-                launched = self._steps.to_host(output)
-                return self._finish(
-                    InFlightFrame(frame.rgb, frame.meta, frame.image_net, frame.keyframe, launched)
-                )
-            except Exception as exc:
-                self._recover(exc)
-                raise
-
-    def fail_frame(self, exc: Exception) -> None:
-        """The model step of a `begin_frame` frame raised ``exc``: drop the frame, recover as :meth:`push`."""
-        with self._lock:
-            self._recover(exc)
 
     def flush(self) -> list[FrameResult]:
         """The result of the frame still in flight after :meth:`push_overlapped` (``[]`` if none)."""
