@@ -25,11 +25,11 @@ from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
+from ..engine.lane_worker import LaneWorker
 from ..engine.mapping.map_side import MapSide
 from ..engine.mapping.mapper import FrameCloud, MapWork
 from .conversions import points_to_cloud
 from .pose_messages import grid_msg
-from .worker import InferenceWorker
 
 #: Integration times (ms) kept for /diagnostics (`map_worker.ms_mean`, `map_worker.ms_max`) and benchmarks.
 RECENT_TIMES = 200
@@ -67,7 +67,7 @@ class MapWorker:
         self.side = side
         self._pubs = publishers
         self._times: deque[tuple[bool, float]] = deque(maxlen=RECENT_TIMES)  # (keyframe, ms)
-        self._worker = InferenceWorker(self._process, queue_size, lambda item, exc: on_error(exc), name=name)
+        self._worker = LaneWorker(self._process, queue_size, lambda item, exc: on_error(exc), name=name)
 
     def submit(self, item: MapItem) -> bool:
         """Queue one frame's map work, never blocking; False when the oldest queued work was dropped."""
