@@ -226,7 +226,7 @@ class MappingOutputs:
         """Loop closure (loop_outputs.py): the mapper's stream correction becomes `correction`; the camera
         pose [4, 4] of every `~/path` pose at stamp s becomes `move(s, camera)` (the body follows rigidly;
         republished at the next path timer) and so does the `map -> odom` estimate (T_map_odom' = body' ·
-        body⁻¹ · T_map_odom with the last frame's body pose), all at once for the publish thread."""
+        body⁻¹ · T_map_odom with the last frame's body pose), all at once for the pose stage."""
         with self.path.send_lock, self.lock:
             self.mapper.correction = correction
             header = Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame)
