@@ -118,6 +118,7 @@ class CameraStream:
         self.session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self.intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
+        self._round_last: FrameResult | None = None  # the last result of the round being delivered
         self.intake = FrameIntake(
             causes,
             host.params,
@@ -153,8 +154,7 @@ class CameraStream:
     @property
     def session(self) -> StreamingSession | None:
         """This camera's `StreamingSession` (save/load sessions), None when not configured."""
-        engine = self._engine
-        return None if engine is None else engine.sessions[self.name]
+        return None if (engine := self._engine) is None else engine.sessions[self.name]
 
     def depth_wanted(self) -> bool:
         """Whether this frame's depth head must run (the outputs publish or use depth)."""
@@ -234,7 +234,7 @@ class CameraStream:
         if previous is not None and frame_id != previous:
             self._reset_session(f"camera changed from '{previous}' to '{frame_id}'")
 
-    # ------------------------------------------------------------ the pose stage's sink (camera_pipeline.py)
+    # --------------------------------------------------- the pose stage's `PoseSink` (camera_pipeline.py)
     @contextmanager
     def pose_round(self, stream: object) -> Iterator[CameraTracker | None]:
         """Hold `publish_lock` for one round's results stepped in generation `stream`: the camera's tracker,
@@ -244,20 +244,21 @@ class CameraStream:
                 yield None
                 return
             self._sync_outputs(stream)
+            self._round_last = None
             yield self.outputs.tracker
+            info, last = self.intake.camera_info, self._round_last  # once per round, for /diagnostics
+            if info is not None and last is not None:
+                self.intrinsics = intrinsics_report(info, last.intrinsics, last.image_hw)
 
     def where(self, result: FrameResult) -> tuple[str, float]:
         """(the optical frame of the result's image, its stamp in s)."""
-        header = result.meta.header
+        self._round_last, header = result, result.meta.header
         return self.outputs.camera_frame(header), stamp_seconds(header.stamp)
 
     def tracked(self, result: FrameResult, frame: TrackedFrame) -> None:
         """Publish one tracked frame (`publish_lock` held by `pose_round`)."""
         self.outputs.publish(result, result.meta.header, frame)
         self.stats.record_output(time.monotonic() - result.meta.received)
-        camera_info = self.intake.camera_info
-        if camera_info is not None:
-            self.intrinsics = intrinsics_report(camera_info, result.intrinsics, result.image_hw)
 
     def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
         """A frame dropped before anything was published: a transform its TF mode needs is missing."""
