@@ -4,10 +4,11 @@ Since issue 13 the node has two paths per frame (ros/outputs.py, ros/map_worker.
 synthetic 518x378 frames with the node's default parameters, fed at a camera rate (``--rate``, default 30 Hz):
 
 * the **pose path** (image -> pose outputs sent), on the threads that carry it in the node:
-  ``image_to_rgb`` (the subscription callback), ``queue handoff x2`` (`InferenceWorker.submit` -> the worker
-  thread picks it up, twice: callback -> inference thread -> publish thread) and ``publish: pose outputs``
-  (`MappingOutputs.publish`: TF lookup, `Mapper.locate`, TF + odometry + camera_pose + camera_info + depth
-  image on real publishers, the map work queued). Indented: the depth image message alone.
+  ``image_to_rgb`` (the subscription callback), ``queue handoff x2`` (`LaneWorker.submit` -> the worker
+  thread picks it up, twice: callback -> inference thread -> pose stage) and ``publish: pose outputs``
+  (the pose stage: `CameraTracker.track` + `MappingOutputs.publish`: TF lookup, `Mapper.locate`, TF +
+  odometry + camera_pose + camera_info + depth image on real publishers, the map work queued).
+  Indented: the depth image message alone.
 * the **map thread** of the camera, per work (`MapWorker`: `Mapper.integrate` = the frame's points, voxel-map
   and grid insert of a keyframe, then ``~/frame_cloud`` packed and published), running concurrently;
   its queue's drops are counted.
@@ -41,6 +42,7 @@ from builtin_interfaces.msg import Time  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from std_msgs.msg import Header  # noqa: E402
 
+from lingbot_map_ros.engine.lane_worker import LaneWorker  # noqa: E402
 from lingbot_map_ros.engine.loop import Keyframe, LoopCloser, Verification  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
 from lingbot_map_ros.ros.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
@@ -54,8 +56,8 @@ from lingbot_map_ros.ros.params import (  # noqa: E402
     loop_closure_config,
     read_parameters,
 )
+from lingbot_map_ros.ros.pose_messages import stamp_seconds  # noqa: E402
 from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
-from lingbot_map_ros.ros.worker import InferenceWorker  # noqa: E402
 from lingbot_map_ros.tools.loop_oracle import image_descriptor  # noqa: E402
 
 HW = (378, 518)
@@ -99,14 +101,14 @@ def bench_closer(params: object) -> LoopCloser:
 
 
 class Handoff:
-    """Two chained `InferenceWorker`s (callback -> inference -> publish thread); records the wall time from
+    """Two chained `LaneWorker`s (callback -> inference -> publish thread); records the wall time from
     the first submit to the pick-up on the second worker."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self._done = threading.Event()
-        self._publish = InferenceWorker(self._picked_up, queue_size=2, on_error=self._error, name="publish")
-        self._infer = InferenceWorker(
+        self._publish = LaneWorker(self._picked_up, queue_size=2, on_error=self._error, name="publish")
+        self._infer = LaneWorker(
             lambda item: self._publish.submit(item, block=True), queue_size=2, on_error=self._error
         )
 
@@ -200,6 +202,13 @@ def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
     return config.with_params(**changes)
 
 
+def track_and_publish(outputs: MappingOutputs, result: FrameResult, header: Header) -> None:
+    """What the camera pipeline's pose stage does with one result (engine/camera_pipeline.py): track it,
+    then publish it."""
+    tracked = outputs.tracker.track(result, outputs.camera_frame(header), stamp_seconds(header.stamp))
+    outputs.publish(result, header, tracked)
+
+
 def timed(samples: dict[str, list[float]], name: str, fn, *args):
     start = time.perf_counter()
     out = fn(*args)
@@ -282,7 +291,7 @@ def main() -> None:
             rgb = timed(samples, "image_to_rgb", image_to_rgb, msg)
             handoff.run_once()
             result = dataclasses.replace(result, rgb=rgb)
-            timed(samples, PUBLISH, outputs.publish, result, header)
+            timed(samples, PUBLISH, track_and_publish, outputs, result, header)
             if index >= args.warmup:
                 parts = (samples["image_to_rgb"][-1], *handoff.samples[start:], samples[PUBLISH][-1])
                 pose_path.append(sum(parts))

@@ -1,6 +1,6 @@
 """`Lane`: the package's one drop-oldest bounded queue, and its counters (`WorkerStats`).
 
-No thread and no lock of its own: its owner guards it with its condition (ros/worker.py `InferenceWorker`,
+No thread and no lock of its own: its owner guards it with its condition (engine/lane_worker.py `LaneWorker`,
 ros/scheduler.py `StreamScheduler`, engine/loop/closer.py `LoopClosureWorker`). A full lane drops its oldest
 item to admit a new one, counted.
 """
@@ -36,9 +36,9 @@ class WorkerStats:
 class Lane(Generic[Item]):
     """A drop-oldest bounded queue and its counters (`WorkerStats`); the owner guards it with its condition.
 
-    The package's one drop-oldest queue: the node's `InferenceWorker` (ros/worker.py: the publish thread and
-    each camera's map thread) has one, its `StreamScheduler` (ros/scheduler.py) one per camera, the loop
-    closer's thread (engine/loop/closer.py) one.
+    The package's one drop-oldest queue: a `LaneWorker` (engine/lane_worker.py: the camera pipeline's pose
+    stage and each camera's map thread) has one, the node's `StreamScheduler` (ros/scheduler.py) one per
+    camera, the loop closer's thread (engine/loop/closer.py) one.
     """
 
     def __init__(self, capacity: int) -> None:

@@ -18,9 +18,10 @@ engine/robot_tf.py) and an optional metric depth source (`DepthSource`):
   loop closure (`jump`), restored with a saved session (`restore_estimate`), read by the node's republish
   timer (`estimate`).
 
-Threads: `track` runs on one thread (the node's publish thread; `run` calls it inline); its TF lookups (which
-may wait up to `tf.timeout`) run outside `lock`, which guards the pose side (the mapper's chain, scale and
-trajectory) for `locate`: the node's readers take it, never waiting for a TF lookup. Notices (the TF mode of a
+Threads: `track` runs on one thread (the camera pipeline's pose stage, engine/camera_pipeline.py; `run` calls
+it inline); its TF lookups (which may wait up to `tf.timeout`) run outside `lock`, which guards the pose side
+(the mapper's chain, scale and trajectory) for `locate`: the node's readers take it, never waiting for a TF
+lookup. Notices (the TF mode of a
 stream, the switch, stamps going back) go to `on_notice(level, text, throttle_s)`.
 """
 

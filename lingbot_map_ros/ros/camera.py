@@ -7,16 +7,17 @@ session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*
 confirmed change of the image frame_id restarts the stream), its place in the node's set of cameras
 (`MultiStreamSession`: its `StreamingSession`, all on the node's one model), its `MappingOutputs` (kept
 from the first activate after configure until cleanup, so deactivate/activate keeps the map), its counters
-(`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. Inference and publishing
-run on the node's threads: the step on the one inference thread (scheduler.py, camera_step.py: `prepare` and
-`finish` around the model step), `publish` on the publish thread, in step order. Nothing here raises into a
-callback.
+(`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. The round runs on the node's
+inference thread (scheduler.py, camera_step.py: `prepare` and `finish` around `CameraPipeline.step`); the
+engine pipeline's pose stage hands the results back here (`pose_round`, `tracked`, `untracked`: the
+`PoseSink`), in round order. Nothing here raises into a callback.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -29,8 +30,11 @@ from ..engine.contracts import SessionStats
 from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.persistence.store import SessionError, SessionSnapshot
+from ..engine.result import FrameResult
+from ..engine.robot_tf import TransformUnavailable
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
+from ..engine.tracker import CameraTracker, TrackedFrame
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
@@ -38,25 +42,11 @@ from .intake import FrameIntake, InputFrame
 from .output_config import OutputConfig
 from .outputs import MappingOutputs
 from .params import NodeParams
+from .pose_messages import stamp_seconds
 from .services import SERVICE_QOS
 from .session_files import SessionFiles
 from .streams import CameraFrames
 from .tf_listener import TfLookup
-
-
-@dataclass(frozen=True)
-class StepResults:
-    """The results of one session step (S0 anchor frames or one frame), on their way to the publish thread.
-
-    Attributes:
-        camera: the camera whose frames they are.
-        generation: the camera's reset counter when the step ran; results from before a reset are dropped.
-        results: `FrameResult`s in input order.
-    """
-
-    camera: CameraStream
-    generation: int
-    results: list
 
 
 @dataclass(frozen=True)
@@ -128,6 +118,7 @@ class CameraStream:
         self.session_stats: SessionStats | None = None  # snapshot for the diagnostics timer
         self._last_result: dict[str, int] = {}  # index / phase / epoch of the last published frame
         self.intrinsics: dict[str, float] = {}  # predicted vs input focal lengths, for /diagnostics
+        self._round_last: FrameResult | None = None  # the last result of the round being delivered
         self.intake = FrameIntake(
             causes,
             host.params,
@@ -163,8 +154,7 @@ class CameraStream:
     @property
     def session(self) -> StreamingSession | None:
         """This camera's `StreamingSession` (save/load sessions), None when not configured."""
-        engine = self._engine
-        return None if engine is None else engine.sessions[self.name]
+        return None if (engine := self._engine) is None else engine.sessions[self.name]
 
     def depth_wanted(self) -> bool:
         """Whether this frame's depth head must run (the outputs publish or use depth)."""
@@ -189,7 +179,6 @@ class CameraStream:
                 self.output_config(params, primary),
                 self._host.tf_lookup,
                 depth_input,
-                self.causes.rejected,
                 topic_prefix=self.output_prefix,
                 robot_map=self._robot_map,
                 on_map_error=lambda exc: self.causes.callback_failed("map_worker", exc),
@@ -225,11 +214,9 @@ class CameraStream:
         self._follow_camera(frame.header.frame_id)
         return True
 
-    def finish(self, frame: InputFrame, results: list) -> StepResults | None:
-        """Inference thread, with `session_lock` held: the step's results (from `push` or a batched round)
-        on their way to the publish thread; None when there is nothing (or the node is shutting down)."""
-        if not self._host.node.context.ok():
-            return None  # shutting down (SIGINT during the step): nothing can be published any more
+    def finish(self, results: list[FrameResult]) -> None:
+        """Inference thread, with `session_lock` held, after a round (its results are on their way to the pose
+        stage): the session statistics, and a warning when the engine restarted the stream."""
         self._refresh_session_stats(results[-1] if results else None)
         stats, epoch = self.session_stats, self._step_epoch
         if epoch is not None and stats is not None and stats.epoch != epoch:  # the engine restarted it
@@ -239,7 +226,6 @@ class CameraStream:
                 f"the map and path are cleared once the next {self._host.params().kv_cache_scale_frames} "
                 "frames have formed a new anchor phase"
             )
-        return StepResults(self, frame.generation, results) if results else None
 
     def _follow_camera(self, frame_id: str) -> None:
         """Frames from another camera (header frame_id) start a new stream, as a new resolution does: one map
@@ -248,19 +234,35 @@ class CameraStream:
         if previous is not None and frame_id != previous:
             self._reset_session(f"camera changed from '{previous}' to '{frame_id}'")
 
-    def publish(self, step: StepResults) -> None:
-        """Publish thread: every output of one step, in order, unless a reset came in between."""
+    # --------------------------------------------------- the pose stage's `PoseSink` (camera_pipeline.py)
+    @contextmanager
+    def pose_round(self, stream: object) -> Iterator[CameraTracker | None]:
+        """Hold `publish_lock` for one round's results stepped in generation `stream`: the camera's tracker,
+        None when a reset came in between, the outputs are gone or the node is shutting down."""
         with self.publish_lock:
-            if step.generation != self.generation or self.outputs is None:
-                return  # inferred before a reset: the old stream's outputs are gone
-            self._sync_outputs(step.generation)
-            for result in step.results:
-                if self.outputs.publish(result, result.meta.header):  # False: dropped (tf_unavailable)
-                    self.stats.record_output(time.monotonic() - result.meta.received)
-            camera_info = self.intake.camera_info
-            if camera_info is not None:
-                last = step.results[-1]
-                self.intrinsics = intrinsics_report(camera_info, last.intrinsics, last.image_hw)
+            if stream != self.generation or self.outputs is None or not self._host.node.context.ok():
+                yield None
+                return
+            self._sync_outputs(stream)
+            self._round_last = None
+            yield self.outputs.tracker
+            info, last = self.intake.camera_info, self._round_last  # once per round, for /diagnostics
+            if info is not None and last is not None:
+                self.intrinsics = intrinsics_report(info, last.intrinsics, last.image_hw)
+
+    def where(self, result: FrameResult) -> tuple[str, float]:
+        """(the optical frame of the result's image, its stamp in s)."""
+        self._round_last, header = result, result.meta.header
+        return self.outputs.camera_frame(header), stamp_seconds(header.stamp)
+
+    def tracked(self, result: FrameResult, frame: TrackedFrame) -> None:
+        """Publish one tracked frame (`publish_lock` held by `pose_round`)."""
+        self.outputs.publish(result, result.meta.header, frame)
+        self.stats.record_output(time.monotonic() - result.meta.received)
+
+    def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
+        """A frame dropped before anything was published: a transform its TF mode needs is missing."""
+        self.causes.rejected("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
 
     def inference_failed(self, exc: Exception) -> None:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""

@@ -1,6 +1,6 @@
 """Loop closure in the node (docs/loop_closure.md "In the node"): one `LoopOutputs` per camera's outputs.
 
-The engine's `LoopClosureWorker` runs the closer on a thread of its own; the publish thread only queues the
+The engine's `LoopClosureWorker` runs the closer on a thread of its own; the pose stage only queues the
 keyframe results (`submit`: a non-blocking put). The stream keeps its own frame: a verified loop (or a forced
 `~/optimize` pass) gives a new ``T_map_stream`` correction (Sim(3), model units), published the way ROS users
 expect (`_apply`):

@@ -1,6 +1,6 @@
 """The map side of one camera's outputs, on its own thread, so that pose outputs never wait for map work.
 
-`MappingOutputs.publish` (the publish thread) tracks a frame (`CameraTracker.track`), sends TF, odometry,
+`MappingOutputs.publish` (the camera pipeline's pose stage, after `CameraTracker.track`) sends TF, odometry,
 camera_pose, camera_info and depth at once and hands the frame's `MapWork` to `MapWorker.submit`, which never
 blocks: a bounded queue (`queue_size`, at least the anchor phase's frames) that drops its oldest work when
 full, counted (`map_worker.dropped` in /diagnostics). The worker thread takes the works in order, integrates
@@ -9,7 +9,7 @@ publishes the
 frame's `~/frame_cloud` under that lock. The map and grid timers (`publish_map`, `publish_grid`) take the
 map and grid from it when they changed; `~/save_map`, `~/save_session`, `~/reset`, `~/load_session` and the
 lifecycle transitions read or change the map after `drain` (the queued works integrated: save, deactivate)
-or `discard` (dropped: reset, load). The publish thread only ever takes the pose lock, so it never waits for
+or `discard` (dropped: reset, load). The pose stage only ever takes the pose lock, so it never waits for
 an integration in progress (lock order: engine/lock_order.py).
 """
 
@@ -25,11 +25,11 @@ from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
+from ..engine.lane_worker import LaneWorker
 from ..engine.mapping.map_side import MapSide
 from ..engine.mapping.mapper import FrameCloud, MapWork
 from .conversions import points_to_cloud
 from .pose_messages import grid_msg
-from .worker import InferenceWorker
 
 #: Integration times (ms) kept for /diagnostics (`map_worker.ms_mean`, `map_worker.ms_max`) and benchmarks.
 RECENT_TIMES = 200
@@ -67,7 +67,7 @@ class MapWorker:
         self.side = side
         self._pubs = publishers
         self._times: deque[tuple[bool, float]] = deque(maxlen=RECENT_TIMES)  # (keyframe, ms)
-        self._worker = InferenceWorker(self._process, queue_size, lambda item, exc: on_error(exc), name=name)
+        self._worker = LaneWorker(self._process, queue_size, lambda item, exc: on_error(exc), name=name)
 
     def submit(self, item: MapItem) -> bool:
         """Queue one frame's map work, never blocking; False when the oldest queued work was dropped."""

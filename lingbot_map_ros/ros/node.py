@@ -2,14 +2,15 @@
 
 Thin over the library (docs/node.md): configure builds the model and the set of cameras (pipeline.py: a
 `MultiStreamSession`, one camera or several over one KV pool); subscriptions, publishers, services and
-timers are created once and kept (entities.py); activate starts the inference and publish threads
-(rounds.py) and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup releases
-the model (and the GPU). No callback raises: failures are counted and logged. Each camera (`cameras`; default
-one unnamed camera) is a `CameraStream` (camera.py). Three stages: the image callback converts and enqueues
-(intake.py) and never blocks; the inference thread runs one round over the cameras that have a frame; the
-publish thread hands each result to the camera's engine tracker once and publishes what it returns, in input
-order with the input stamps. `~/reset` and live `kv_cache.sliding_window` take the cameras' session locks;
-results of steps from before a reset are not published.
+timers are created once and kept (entities.py); activate starts the inference thread and the engine's camera
+pipeline (rounds.py) and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
+releases the model (and the GPU). No callback raises: failures are counted and logged. Each camera
+(`cameras`; default one unnamed camera) is a `CameraStream` (camera.py). Three stages: the image callback
+converts and enqueues (intake.py) and never blocks; the inference thread runs one round over the cameras that
+have a frame (ONE engine call, `CameraPipeline.step`); the engine's pose stage tracks each result and hands it
+back to its camera once, which publishes it, in input order with the input stamps. `~/reset` and live
+`kv_cache.sliding_window` take the cameras' session locks; results of steps from before a reset are not
+published.
 
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
 `python -m lingbot_map_ros.ros.node --ros-args ...`.
@@ -74,7 +75,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self.stats = RuntimeStats()
         self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
         self._pipeline: Pipeline | None = None
-        self._rounds: NodeRounds | None = None  # the inference and publish threads (rounds.py), when active
+        self._rounds: NodeRounds | None = None  # inference thread + camera pipeline (rounds.py), when active
         self._active = False  # the gate of every kept entity's callback (lifecycle state active)
         self._kept = KeptEntities(self)
         self._facade = NodeFacade(self, self._kept)  # what MappingOutputs and the intake create through

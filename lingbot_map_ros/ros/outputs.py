@@ -1,15 +1,16 @@
-"""Publishers of the node's outputs: conversion and publishing only; the geometry is the mapper's.
+"""Publishers of the node's outputs: conversion and publishing only; the geometry is the engine's.
 
-`MappingOutputs.publish` (the publish thread) hands the `FrameResult` to the camera's engine `CameraTracker`
-once (engine/tracker.py: the TF mode of each stream and the `auto` switch, the robot's TF at the image stamp
-read through the node's `TfLookup`, `Mapper.locate`: frame chain, metric scale, trajectory, twist, the
-`map -> odom` estimate) and publishes the pose outputs of the `TrackedFrame` it returns at once: the TF
-mode's single edge (`map -> odom`, `map -> base_frame` or `map -> camera`; camera_tf.py: the one-parent
-check, the `map -> odom` republish), `~/odometry` (the base frame in the robot modes, with covariances),
-`~/camera_pose`, `~/camera_info` and `~/depth` (metres), all stamped with the image stamp. The frame's map
-work (points, voxel map, grid, `~/frame_cloud`) goes to the camera's map thread (map_worker.py) and never
-delays them; `~/path` (`path.publish_rate`), `~/map_cloud` and `~/grid` are published by the node's timers.
-A frame whose transforms are missing is dropped (`tf_unavailable`) before anything is published. `lock` (the
+`MappingOutputs.publish` (on the camera pipeline's pose stage, engine/camera_pipeline.py) takes a
+`FrameResult` with the `TrackedFrame` the camera's engine `CameraTracker` made of it (engine/tracker.py: the
+TF mode of each stream and the `auto` switch, the robot's TF at the image stamp read through the node's
+`TfLookup`, `Mapper.locate`: frame chain, metric scale, trajectory, twist, the `map -> odom` estimate) and
+publishes its pose outputs at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
+`map -> camera`; camera_tf.py: the one-parent check, the `map -> odom` republish), `~/odometry` (the base
+frame in the robot modes, with covariances), `~/camera_pose`, `~/camera_info` and `~/depth` (metres), all
+stamped with the image stamp. The frame's map work (points, voxel map, grid, `~/frame_cloud`) goes to the
+camera's map thread (map_worker.py) and never delays them; `~/path` (`path.publish_rate`), `~/map_cloud`
+and `~/grid` are published by the node's timers. (A frame whose transforms are missing never gets here: the
+pipeline hands it to `CameraStream.untracked`, `tf_unavailable`.) `lock` (the
 tracker's) guards the pose side (mapper pose state, path), the `MapSide`'s lock the map side
 (engine/mapping/map_side.py); where both are needed (`both_sides`), the map's is taken first.
 """
@@ -39,7 +40,7 @@ from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.mapping.voxel_map import write_ply, write_tum
 from ..engine.persistence.store import SessionSnapshot
 from ..engine.result import FrameResult
-from ..engine.robot_tf import RobotTfConfig, TransformUnavailable
+from ..engine.robot_tf import RobotTfConfig
 from ..engine.stream.session import StreamingSession
 from ..engine.tracker import CameraTracker, TrackedFrame
 from .camera_tf import CameraTf
@@ -80,7 +81,6 @@ class MappingOutputs:
         config: frames and options; `update_config` swaps in live changes.
         lookup: TF lookups at image stamps (the node's `TfLookup`).
         depth_input: the metric depth topic (`scale.source: depth`), else None.
-        on_drop: `(cause, reason)` of a frame dropped before publishing (the node's CauseLog.rejected).
         topic_prefix: where the publishers live (`~/`, or `~/<camera>/` with several cameras).
         robot_map: T_map_odom [4, 4] of the camera that drives the robot TF (None: none yet), for a camera
             that does not: its new streams in map_to_odom start in that camera's map frame (one map).
@@ -94,7 +94,6 @@ class MappingOutputs:
         config: OutputConfig,
         lookup: TfLookup,
         depth_input: DepthInput | None = None,
-        on_drop: Callable[[str, str], None] | None = None,
         topic_prefix: str = "~/",
         robot_map: Callable[[], np.ndarray | None] | None = None,
         on_map_error: Callable[[Exception], None] | None = None,
@@ -102,7 +101,6 @@ class MappingOutputs:
     ) -> None:
         self._node = node
         self.config = config
-        self._on_drop = on_drop or (lambda cause, reason: None)
         self.tracker = CameraTracker(
             config.mapper_config(),
             RobotTfConfig(
@@ -169,15 +167,11 @@ class MappingOutputs:
         """The camera's optical frame of a frame: the `camera_frame` parameter, else the image's frame_id."""
         return self.config.camera_frame or header.frame_id or DEFAULT_CAMERA_FRAME
 
-    def publish(self, result: FrameResult, header: Header) -> bool:
-        """Map and publish one `FrameResult` whose image had `header`; False when it was dropped for TF."""
+    def publish(self, result: FrameResult, header: Header, tracked: TrackedFrame) -> None:
+        """Publish one `FrameResult` whose image had `header`, as the camera pipeline's pose stage tracked it
+        (`tracked`, engine/camera_pipeline.py); its map work to the map thread."""
         camera = self.camera_frame(header)
         stamp_s = stamp_seconds(header.stamp)
-        try:
-            tracked = self.tracker.track(result, camera, stamp_s)  # the engine's pose side, once
-        except TransformUnavailable as exc:
-            self._on_drop("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
-            return False
         frame, work = tracked.frame, tracked.work
         with self.lock:
             if frame.new_epoch:
@@ -195,7 +189,6 @@ class MappingOutputs:
             self.map.submit(MapItem(work, map_header, frame_cloud))
         self.frames_published += 1
         self.last_stamp = header.stamp
-        return True
 
     def _publish_frame(self, tracked: TrackedFrame, body: Pose, header: Header, camera: str) -> None:
         """The pose outputs: the TF edge, odometry, camera_pose, camera_info, depth (`body`: the message of

@@ -1,40 +1,38 @@
-"""The node's two threads for its cameras: the inference thread (one round over the cameras that have a frame)
-and the publish thread (each round's results, in order).
+"""The node's inference thread for its cameras: one round over the cameras that have a frame, ONE engine call.
 
 `NodeRounds` is made at activate and stopped at deactivate. Inference thread: `StreamScheduler`
 (scheduler.py: a drop-oldest queue per camera, at most `BatchConfig.max_wait_ms` of waiting for the other
-cameras) -> `step_cameras` (camera_step.py: ONE `MultiStreamSession.run_round`) -> the publish worker
-(worker.py, blocking submit = back-pressure, never dropped); with no frame waiting, `flush_cameras` completes
-the overlapped step in flight. Publish thread: `CameraStream.publish` (camera.py -> outputs.py: one
-`CameraTracker.track` call per frame, then the messages). So a TF lookup, which may wait up to `tf.timeout`
-for odometry newer than the image, never stalls the model.
+cameras) -> `step_cameras` (camera_step.py: ONE `CameraPipeline.step`, engine/camera_pipeline.py); with no
+frame waiting, `flush_cameras` completes the overlapped step in flight. The pipeline's pose stage (the
+engine's thread; blocking hand-over = back-pressure, never dropped) tracks the results and hands each one
+back to its camera (`CameraStream`, the `PoseSink`: convert and publish). So a TF lookup, which may wait up to
+`tf.timeout` for odometry newer than the image, never stalls the model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..engine.camera_pipeline import CameraPipeline
+from ..engine.lane_worker import WorkerStopped
 from ..engine.lanes import WorkerStats
-from .camera import CameraStream, StepResults
+from .camera import CameraStream
 from .camera_step import flush_cameras, step_cameras
 from .intake import InputFrame
 from .params import NodeParams
 from .pipeline import Pipeline
 from .scheduler import StreamScheduler
-from .worker import InferenceWorker, WorkerStopped
 
-#: Steps whose results may wait for the publish thread before inference waits (back-pressure).
-PUBLISH_QUEUE_STEPS = 2
-#: On deactivate/shutdown, how long the publish thread may take to publish what was already inferred.
+#: On deactivate/shutdown, how long the pose stage may take to publish what was already inferred.
 PUBLISH_DRAIN_S = 1.0
 
 
 class NodeRounds:
-    """The inference and publish threads of the node's cameras (module doc).
+    """The inference thread of the node's cameras and their engine `CameraPipeline` (module doc).
 
     Args:
-        cameras: the node's cameras, in order.
-        pipeline: the configured pipeline (None once released: nothing is stepped).
+        cameras: the node's cameras, in order (each the `PoseSink` of its results).
+        pipeline: the configured pipeline (None once released: nothing is stepped; configured when made).
         params: the current parameter snapshot (`queue_size` at start, `inference.overlap` per step).
         ok: False once the node's context is shutting down (failures are then not counted).
     """
@@ -51,7 +49,11 @@ class NodeRounds:
         self._params = params
         self._ok = ok
         configured = pipeline()
-        max_wait_ms = configured.cameras.batch.max_wait_ms if configured is not None else 0.0
+        assert configured is not None, "NodeRounds are made at activate, after configure"
+        self._engine = CameraPipeline(
+            configured.cameras, cameras, lambda frame: frame.generation, self._on_publish_error
+        )
+        max_wait_ms = configured.cameras.batch.max_wait_ms
         self._scheduler: StreamScheduler[str, InputFrame] = StreamScheduler(
             list(cameras),
             self._step,
@@ -59,9 +61,6 @@ class NodeRounds:
             self._on_inference_error,
             max_wait_s=max_wait_ms / 1e3,
             on_idle=self._flush,
-        )
-        self._publisher: InferenceWorker[StepResults] = InferenceWorker(
-            self._publish, PUBLISH_QUEUE_STEPS, self._on_publish_error, name="lingbot_map_publish"
         )
 
     def submit(self, name: str, frame: InputFrame) -> bool:
@@ -82,25 +81,23 @@ class NodeRounds:
 
     def wait_published(self) -> None:
         """Wait (at most `PUBLISH_DRAIN_S`) until what was inferred is published."""
-        self._publisher.wait_idle(PUBLISH_DRAIN_S)
+        self._engine.wait_delivered(PUBLISH_DRAIN_S)
 
     def stop(self, step_wait_s: float) -> bool:
         """Stop the inference thread (the step in progress may take `step_wait_s`), publish what was inferred
-        and stop the publish thread; False when a thread did not end in time."""
+        and end the pose stage; False when a thread did not end in time."""
         stopped = self._scheduler.stop(step_wait_s)
-        self._publisher.wait_idle(PUBLISH_DRAIN_S)  # publish what was inferred
-        return self._publisher.stop(PUBLISH_DRAIN_S) and stopped
+        return self._engine.stop(PUBLISH_DRAIN_S) and stopped  # publishes what was inferred first
 
     def _step(self, batch: list[tuple[str, InputFrame]]) -> list[Exception | None]:
-        """Inference thread: one round over the cameras that have a frame, its results to the publish
-        thread in order; each camera's error."""
+        """Inference thread: one round over the cameras that have a frame (its results go to the pose stage
+        in order); each camera's error."""
         pipeline = self._pipeline()
         if pipeline is None:  # released meanwhile (cleanup): nothing to step
             return [None] * len(batch)
         # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
         overlap = self._params().inference_overlap and pipeline.model.device.type == "cuda"
-        steps, errors = step_cameras(self._cameras, batch, pipeline.cameras, overlap=overlap)
-        self._hand_off(steps)
+        errors = step_cameras(self._cameras, batch, self._engine, overlap=overlap)
         return [errors.get(name) for name, _ in batch]
 
     def _flush(self) -> None:
@@ -108,21 +105,14 @@ class NodeRounds:
         pipeline = self._pipeline()
         if pipeline is None:
             return
-        steps, errors = flush_cameras(self._cameras, pipeline.cameras)
-        self._hand_off(steps)
+        errors = flush_cameras(self._cameras, self._engine)
         for name, exc in errors.items():
             self._on_inference_error(name, None, exc)
 
-    def _hand_off(self, steps: list[StepResults]) -> None:
-        for step in steps:
-            self._publisher.submit(step, block=True)  # back-pressure, no drop
-
-    def _publish(self, step: StepResults) -> None:
-        step.camera.publish(step)
-
-    def _on_publish_error(self, step: StepResults, exc: Exception) -> None:
+    def _on_publish_error(self, name: str, exc: Exception) -> None:
+        """Pose stage: camera `name`'s round failed to publish."""
         if self._ok():  # else shutting down: the publishers are gone
-            step.camera.causes.publish_failed(exc)
+            self._cameras[name].causes.publish_failed(exc)
 
     def _on_inference_error(self, name: str, frame: InputFrame | None, exc: Exception) -> None:
         if self._ok():  # else shutting down: the publishers are gone, the frame is not a failure

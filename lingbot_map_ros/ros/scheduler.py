@@ -6,7 +6,7 @@ one (round robin, starting after the camera served first last time) and hands th
 one place where "step the cameras that have frames" happens (the node runs it as one
 `MultiStreamSession.run_round`: streaming frames batched into one model step). Once one camera has a frame it
 waits at most `max_wait_s` for the others (`batch.max_wait_ms`), so a slow or paused camera never stalls a
-fast one by more. With one camera this is exactly `InferenceWorker`'s behaviour. `on_idle` runs on the
+fast one by more. With one camera this is exactly `LaneWorker`'s behaviour. `on_idle` runs on the
 thread after a step that left no frame queued (the node flushes its one-deep overlapped pipeline there, so a
 frame's result never waits for a next frame that is not there), and once more when the thread stops.
 """
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
+from ..engine.lane_worker import WorkerStopped
 from ..engine.lanes import Lane, WorkerStats
-from .worker import WorkerStopped
 
 Item = TypeVar("Item")
 Key = TypeVar("Key", bound=Hashable)

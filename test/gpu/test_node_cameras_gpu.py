@@ -15,6 +15,7 @@ import pytest
 import rclpy
 import torch
 from builtin_interfaces.msg import Time
+from pose_recorder import recording_pipeline
 from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 
@@ -46,6 +47,7 @@ def test_two_cameras_step_as_one_batch_on_cuda() -> None:
         assert isinstance(multi, MultiStreamSession)
         images = np.random.default_rng(0).integers(0, 256, (2, FRAMES, 378, 518, 3), dtype=np.uint8)
         results: dict[str, list] = {"front": [], "rear": []}
+        pipeline, rounds = recording_pipeline(node)
         start = time.perf_counter()
         for t in range(FRAMES):
             batch = []
@@ -53,10 +55,10 @@ def test_two_cameras_step_as_one_batch_on_cuda() -> None:
                 camera = node.cameras[name]
                 header = Header(stamp=Time(sec=t), frame_id=f"{name}_optical")
                 batch.append((name, InputFrame(header, images[i, t], time.monotonic(), camera.generation)))
-            steps, errors = step_cameras(node.cameras, batch, multi)
-            assert not errors
-            for step in steps:
-                results[step.camera.name] += step.results
+            assert not step_cameras(node.cameras, batch, pipeline)
+        assert pipeline.stop(30)
+        for name, delivered in rounds:
+            results[name] += delivered
         seconds = time.perf_counter() - start
         stats = multi.pool_stats()
         print(

@@ -19,6 +19,7 @@ from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
+from lingbot_map_ros.engine.lane_worker import LaneWorker, WorkerStopped
 from lingbot_map_ros.engine.mapping.writers import read_tum, write_ply, write_tum
 from lingbot_map_ros.engine.stream.preprocess import preprocess_geometry, resize_uint8
 from lingbot_map_ros.ros.conversions import (
@@ -31,7 +32,6 @@ from lingbot_map_ros.ros.diagnostics import SimClockWatch
 from lingbot_map_ros.ros.params import resolve_directory
 from lingbot_map_ros.ros.services import MappingServices
 from lingbot_map_ros.ros.streams import StreamGuard, StreamKey, frame_id_problem
-from lingbot_map_ros.ros.worker import InferenceWorker, WorkerStopped
 
 A = StreamKey(294, 518, "cam")
 B = StreamKey(294, 518, "cam_b")
@@ -194,7 +194,7 @@ def test_cropped_network_image_owns_its_memory() -> None:
 
 
 def test_submit_to_a_stopped_worker_raises_worker_stopped() -> None:
-    worker: InferenceWorker[int] = InferenceWorker(lambda item: None, 2, lambda item, exc: None)
+    worker: LaneWorker[int] = LaneWorker(lambda item: None, 2, lambda item, exc: None)
     worker.stop(5)
     assert worker.stopped
     with pytest.raises(WorkerStopped):

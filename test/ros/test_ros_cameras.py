@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
+from pose_recorder import recording_pipeline
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from ros_helpers import in_process_node, load_frames
@@ -131,11 +132,15 @@ def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> 
     return InputFrame(header, rgb, time.monotonic(), camera.generation)
 
 
-def step(node: LingBotMapNode, *frames: tuple[str, InputFrame]) -> dict[str, list]:
-    """One step of the node's inference thread (camera_step.py): results per camera that produced any."""
-    steps, errors = step_cameras(node.cameras, list(frames), node._pipeline.cameras)
-    assert not errors
-    return {s.camera.name: s for s in steps}
+def step(node: LingBotMapNode, *frames: tuple[str, InputFrame], publish: bool = False) -> dict[str, list]:
+    """One round of the node's inference thread (camera_step.py) and its pose stage (published with
+    `publish`): the results delivered, per camera that produced any."""
+    pipeline, rounds = recording_pipeline(node, publish)
+    try:
+        assert not step_cameras(node.cameras, list(frames), pipeline)
+    finally:
+        assert pipeline.stop(10)
+    return dict(rounds)
 
 
 def test_each_camera_has_its_own_session_on_the_one_model_and_pool(node: LingBotMapNode) -> None:
@@ -163,7 +168,7 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
         if i not in (2, 3):
             batch.append(("rear", frame(rear, images[6 + i], i)))
         for name, out in step(node, *batch).items():
-            poses[name] += [r.pose_c2w for r in out.results]
+            poses[name] += [r.pose_c2w for r in out]
     multi = node._pipeline.cameras
     assert multi.pool_stats()["batches"].get(2, 0) >= 1  # the two streaming frames went as one batch
     reference = StreamingSession(node._pipeline.model, multi.config)
@@ -177,7 +182,7 @@ def test_interleaved_cameras_equal_separate_sessions_and_reset_alone(node: LingB
     assert step(node, ("rear", old)) == {}  # inferred after the reset: dropped
     out = step(node, ("rear", frame(rear, images[0], 10)), ("front", frame(front, images[6], 6)))
     assert list(out) == ["front"]  # rear: anchor 1 of 2
-    assert [r.index for r in out["front"].results] == [6] and out["front"].results[0].epoch == 0
+    assert [r.index for r in out["front"]] == [6] and out["front"][0].epoch == 0
 
     # another frame_id on the front camera's topic (confirmed by the intake) starts a new stream there
     epoch = front.session_stats.epoch
@@ -190,16 +195,14 @@ def test_deactivate_activate_keeps_each_cameras_map_and_path(node: LingBotMapNod
     rear = node.cameras["rear"]
     node.reset_camera("rear")
     for i in range(4):
-        for out in step(node, ("rear", frame(rear, images[i], 100 + i))).values():
-            rear.publish(out)  # the publish thread's work, here on the test's thread
+        step(node, ("rear", frame(rear, images[i], 100 + i)), publish=True)
     outputs, poses = rear.outputs, rear.outputs.mapper.trajectory.history_length
     assert poses == 4
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     assert rear.outputs is outputs  # kept: same mapper, map and path
-    out = step(node, ("rear", frame(rear, images[4], 104)))["rear"]
-    rear.publish(out)
-    assert out.results[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
+    out = step(node, ("rear", frame(rear, images[4], 104)), publish=True)["rear"]
+    assert out[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
 
 
 # ---------------------------------------------------------------------------------------------- fusion

@@ -65,7 +65,10 @@ def robot_outputs() -> Iterator[list[MappingOutputs]]:
 
 
 def publish(out: MappingOutputs, i: int) -> None:
-    assert out.publish(result(i), Header(stamp=seconds_stamp(float(STAMPS[i])), frame_id="cam"))
+    """Frame `i` as the camera pipeline's pose stage delivers it: tracked (engine), then published."""
+    header = Header(stamp=seconds_stamp(float(STAMPS[i])), frame_id="cam")
+    frame = result(i)
+    out.publish(frame, header, out.tracker.track(frame, "cam", float(STAMPS[i])))
 
 
 def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(

@@ -29,6 +29,7 @@ from lingbot_map_ros.ros.map_worker import MapItem, MapWorker
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import MappingOutputs
 from lingbot_map_ros.ros.params import check_update, declare_parameters, read_parameters
+from lingbot_map_ros.ros.pose_messages import stamp_seconds
 from lingbot_map_ros.ros.tf_listener import TfLookup
 from lingbot_map_ros.ros.timers import NodeTimers
 
@@ -203,10 +204,16 @@ def header(i: int) -> Header:
     return Header(stamp=Time(sec=100 + i), frame_id="cam")
 
 
+def publish(outputs: MappingOutputs, result: FrameResult, header: Header) -> None:
+    """What the camera pipeline's pose stage does with one result: track it (engine), then publish it."""
+    tracked = outputs.tracker.track(result, outputs.camera_frame(header), stamp_seconds(header.stamp))
+    outputs.publish(result, header, tracked)
+
+
 def test_pose_outputs_do_not_wait_for_map_work_and_save_sees_every_keyframe(outputs: MappingOutputs) -> None:
     go, _ = slow_integrate(outputs)
     for i in range(5):
-        assert outputs.publish(result(i), header(i))  # returns while the map thread is stuck
+        publish(outputs, result(i), header(i))  # returns while the map thread is stuck
     assert published(outputs, "frame_cloud") == [] and outputs.mapper.trajectory.history_length == 5
     threading.Timer(0.3, go.set).start()
     xyz, _, stamps, _, _ = outputs.snapshot()  # ~/save_map: waits for the queued works first
@@ -220,7 +227,7 @@ def test_pose_outputs_do_not_wait_for_map_work_and_save_sees_every_keyframe(outp
 def test_reset_drops_the_queued_map_works_and_leaves_an_empty_map(outputs: MappingOutputs) -> None:
     go, started = slow_integrate(outputs)
     for i in range(5):
-        outputs.publish(result(i), header(i))
+        publish(outputs, result(i), header(i))
     assert started.wait(5.0)  # the map thread holds the first work (under load it may not have taken it yet)
     threading.Timer(0.3, go.set).start()  # the work in progress finishes, then the reset clears
     outputs.clear()
@@ -228,20 +235,20 @@ def test_reset_drops_the_queued_map_works_and_leaves_an_empty_map(outputs: Mappi
     assert outputs.map_size() == 0 and outputs.mapper.trajectory.history_length == 0
     assert len(published(outputs, "frame_cloud")) == 1  # the one in progress; the 4 queued were dropped
     assert outputs.publish_map(Time(sec=1)) == 0  # the cleared map is published (empty)
-    outputs.publish(result(0, epoch=1), header(10))  # the next stream maps normally
+    publish(outputs, result(0, epoch=1), header(10))  # the next stream maps normally
     assert outputs.map.drain(5.0) and outputs.map_size() > 0
 
 
 def test_path_is_published_by_its_timer_with_the_last_frames_header(outputs: MappingOutputs) -> None:
     for i in range(4):
-        outputs.publish(result(i), header(i))
+        publish(outputs, result(i), header(i))
     assert published(outputs, "path") == []  # not per frame
     assert outputs.publish_path()
     assert not outputs.publish_path()  # nothing new since
     (path,) = published(outputs, "path")
     assert [p.header.stamp.sec for p in path.poses] == [100, 101, 102, 103]
     assert path.header.stamp.sec == 103 and path.header.frame_id == "map"
-    outputs.publish(result(4), header(4))
+    publish(outputs, result(4), header(4))
     assert outputs.publish_path() and len(published(outputs, "path")[-1].poses) == 5
 
 
@@ -283,12 +290,12 @@ def test_a_reset_waits_for_a_path_being_sent_and_nothing_old_follows(outputs: Ma
 
     outputs._pubs["path"].publish = slow_publish
     for i in range(3):
-        outputs.publish(result(i), header(i))
+        publish(outputs, result(i), header(i))
     timer = threading.Thread(target=outputs.publish_path)
     timer.start()
     time.sleep(0.05)  # the timer is sending the old stream's path
     start = time.monotonic()
-    outputs.publish(result(3), header(3))  # the pose path does not wait for it
+    publish(outputs, result(3), header(3))  # the pose path does not wait for it
     assert time.monotonic() - start < 0.25
     outputs.clear()
     cleared = time.monotonic()

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Time
+from pose_recorder import recording_pipeline
 from ros_helpers import in_process_node
 from std_msgs.msg import Header
 
@@ -77,20 +78,26 @@ def _frame(generation: int, rgb: np.ndarray, i: int) -> InputFrame:
 def _run(
     node: LingBotMapNode, frames: list[np.ndarray], overlap: bool, publish: bool = False
 ) -> list[tuple[int, list]]:
-    """Step `frames` one at a time as the inference thread does (and publish each step's results, as the
-    publish thread does, with `publish`); (stamp of each step's frame, its results)."""
+    """Step `frames` one at a time as the inference thread does, each step's results delivered by the
+    pipeline's pose stage (and published, with `publish`); (stamp of each step's frame, its results)."""
     camera = node.cameras[""]
+    pipeline, rounds = recording_pipeline(node, publish)
     steps: list[tuple[int, list]] = []
-    for i, rgb in enumerate([*frames, None]):
-        if rgb is None:
-            done, errors = flush_cameras(node.cameras, node._pipeline.cameras)
-        else:
-            frame = _frame(camera.generation, rgb, i)
-            done, errors = step_cameras(node.cameras, [("", frame)], node._pipeline.cameras, overlap=overlap)
-        assert not errors
-        for step in done if publish else []:
-            camera.publish(step)
-        steps.append((i if rgb is not None else -1, [r for step in done for r in step.results]))
+    try:
+        for i, rgb in enumerate([*frames, None]):
+            before = len(rounds)
+            if rgb is None:
+                errors = flush_cameras(node.cameras, pipeline)
+            else:
+                errors = step_cameras(
+                    node.cameras, [("", _frame(camera.generation, rgb, i))], pipeline, overlap
+                )
+            assert not errors
+            assert pipeline.wait_delivered(10)
+            delivered = [r for _, results in rounds[before:] for r in results]
+            steps.append((i if rgb is not None else -1, delivered))
+    finally:
+        assert pipeline.stop(10)
     return steps
 
 
@@ -108,7 +115,9 @@ def test_overlapped_steps_return_the_frame_before_and_equal_push(node: LingBotMa
     # anchor phase: nothing, then the S0 anchors at once; each later step returns the frame before; the
     # flush returns the last frame, and nothing is left in flight after it
     assert stamps == [[], [0, 1], [], [2], [3], [4], [5], [6]]
-    assert flush_cameras(node.cameras, node._pipeline.cameras) == ([], {})
+    pipeline, rounds = recording_pipeline(node)
+    assert flush_cameras(node.cameras, pipeline) == {}
+    assert pipeline.stop(10) and rounds == []
     assert [[r.meta.header.stamp.sec for r in results] for _, results in sync] == [
         [],
         [0, 1],
@@ -157,8 +166,11 @@ def test_a_reset_drops_the_frame_in_flight(node: LingBotMapNode) -> None:
     camera.reset(lambda name: 0)
     rng = np.random.default_rng(1)
     frames = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(S0 + 1)]
+    pipeline, rounds = recording_pipeline(node)
     for i, rgb in enumerate(frames):
         frame = _frame(camera.generation, rgb, i)
-        step_cameras(node.cameras, [("", frame)], node._pipeline.cameras, overlap=True)
+        step_cameras(node.cameras, [("", frame)], pipeline, overlap=True)
+    assert pipeline.wait_delivered(10) and len(rounds) == 1  # the anchors
     camera.reset(lambda name: 0)  # frame S0 is in flight: its stream is gone
-    assert flush_cameras(node.cameras, node._pipeline.cameras) == ([], {})
+    assert flush_cameras(node.cameras, pipeline) == {}
+    assert pipeline.stop(10) and len(rounds) == 1  # nothing of the old stream delivered

@@ -9,6 +9,7 @@ import pytest
 from builtin_interfaces.msg import Time
 from rclpy.parameter import Parameter
 
+from lingbot_map_ros.engine.lane_worker import LaneWorker
 from lingbot_map_ros.ros.diagnostics import (
     CauseLog,
     CauseThrottle,
@@ -17,7 +18,6 @@ from lingbot_map_ros.ros.diagnostics import (
     diagnostic_values,
 )
 from lingbot_map_ros.ros.params import PARAMETERS, SPECS, NodeParams, apply_update, check_update, field_name
-from lingbot_map_ros.ros.worker import InferenceWorker
 
 
 def test_worker_processes_in_order_and_drops_oldest_when_slow() -> None:
@@ -28,7 +28,7 @@ def test_worker_processes_in_order_and_drops_oldest_when_slow() -> None:
         gate.wait(5)
         seen.append(item)
 
-    worker = InferenceWorker(process, queue_size=3, on_error=lambda item, exc: None)
+    worker = LaneWorker(process, queue_size=3, on_error=lambda item, exc: None)
     try:
         assert worker.submit(0)
         deadline = time.monotonic() + 5
@@ -53,9 +53,7 @@ def test_worker_survives_failures_and_clear_discards_queue() -> None:
         if item == 1:
             raise RuntimeError("boom")
 
-    worker = InferenceWorker(
-        process, queue_size=100, on_error=lambda item, exc: errors.append((item, str(exc)))
-    )
+    worker = LaneWorker(process, queue_size=100, on_error=lambda item, exc: errors.append((item, str(exc))))
     try:
         for i in range(4):
             worker.submit(i)
@@ -68,13 +66,13 @@ def test_worker_survives_failures_and_clear_discards_queue() -> None:
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit(5)
     with pytest.raises(ValueError, match="queue_size"):
-        InferenceWorker(process, queue_size=0, on_error=lambda item, exc: None)
+        LaneWorker(process, queue_size=0, on_error=lambda item, exc: None)
 
 
 def test_blocking_submit_applies_back_pressure_instead_of_dropping() -> None:
     gate = threading.Event()
     seen: list[int] = []
-    worker = InferenceWorker(lambda item: (gate.wait(5), seen.append(item)), queue_size=2, on_error=print)
+    worker = LaneWorker(lambda item: (gate.wait(5), seen.append(item)), queue_size=2, on_error=print)
     try:
         done = threading.Event()
 
@@ -98,7 +96,7 @@ def test_blocking_submit_applies_back_pressure_instead_of_dropping() -> None:
 
 def test_blocked_submit_is_released_by_stop() -> None:
     gate = threading.Event()
-    worker = InferenceWorker(lambda item: gate.wait(5), queue_size=1, on_error=print)
+    worker = LaneWorker(lambda item: gate.wait(5), queue_size=1, on_error=print)
     errors: list[Exception] = []
 
     def producer() -> None:

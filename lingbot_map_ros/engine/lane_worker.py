@@ -1,9 +1,9 @@
-"""Bounded frame queue and the inference thread.
+"""`LaneWorker`: a bounded queue (`Lane`, engine/lanes.py) feeding one thread.
 
-The image callback only calls `InferenceWorker.submit` (O(1), never blocks the executor). When the model is
-slower than the camera the queue keeps the newest `queue_size` frames and drops the oldest, counting each
-drop. One thread takes frames in arrival order and calls `process(frame)`, which runs inference and publishes
-the results; output order is therefore input order.
+Its users: the node's inference queue callbacks only call `submit` (O(1), never blocks the executor; a full
+queue drops its oldest item, counted), the camera pipeline's pose stage (engine/camera_pipeline.py: blocking
+`submit` = back-pressure, nothing dropped) and each camera's map thread (ros/map_worker.py). One thread takes
+the items in arrival order and calls `process(item)`; output order is therefore input order.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ Item = TypeVar("Item")
 
 
 class WorkerStopped(RuntimeError):
-    """`InferenceWorker.submit` on a stopped worker (e.g. a frame converted while the node deactivates)."""
+    """`LaneWorker.submit` on a stopped worker (e.g. a frame converted while the node deactivates)."""
 
 
-class InferenceWorker(Generic[Item]):
+class LaneWorker(Generic[Item]):
     """Drop-oldest bounded queue feeding one processing thread.
 
     Args:
@@ -60,7 +60,7 @@ class InferenceWorker(Generic[Item]):
             while block and self._lane.full and not self._stopping:
                 self._cond.wait()
             if self._stopping:
-                raise WorkerStopped("InferenceWorker is stopped")
+                raise WorkerStopped("LaneWorker is stopped")
             kept = self._lane.push(item)
             self._cond.notify_all()
         return kept

@@ -1,0 +1,148 @@
+"""`CameraPipeline`: an image's way to its odometry, one engine call per round (docs/architecture.md).
+
+`step(frames)` runs ONE model round over the cameras that have a frame (`MultiStreamSession.run_round`: a set
+of one runs `push`, or with `overlap` the one-deep `push_overlapped` pipeline, whose results are those of the
+frame before; several cameras one batched round) and hands each camera's results to the pipeline's pose
+stage: one thread with a `LaneWorker` (engine/lane_worker.py) of `POSE_QUEUE_ROUNDS` rounds, blocking
+hand-over = back-pressure, nothing dropped. So a robot TF lookup, which may wait up to `tf.timeout` for
+odometry newer than the image, never stalls the model. `flush(name)` collects an overlapped frame left in
+flight the same way.
+
+The pose stage takes one camera's results of one round at a time, in round order, and opens that camera's
+`PoseSink.pose_round(stream)`: the sink holds its outputs for the round and gives the camera's
+`CameraTracker` (engine/tracker.py), or None when the results are stale (a reset or a loaded session came
+after the round: the old stream's results are never delivered). Each result then goes through
+`CameraTracker.track` (TF-mode policy, the robot TF through `RobotTfSource`, depth through `DepthSource`,
+`Mapper.locate`, `map -> odom`) and comes back ONCE: `PoseSink.tracked(result, frame)` (convert, publish,
+hand the map work to the camera's map thread), or `PoseSink.untracked(result, exc)` when a transform the TF
+mode needs is missing. A failure of one round's delivery is `on_error(camera, exc)`'s; the next round goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .lane_worker import LaneWorker
+from .result import FrameResult
+from .robot_tf import TransformUnavailable
+from .stream.multi_stream import MultiStreamSession, RoundResults
+from .tracker import CameraTracker, TrackedFrame
+
+#: Rounds whose results may wait for the pose stage before `step` waits (back-pressure).
+POSE_QUEUE_ROUNDS = 2
+
+
+class PoseSink(Protocol):
+    """What the pipeline needs of one camera's outputs (the node's `CameraStream`)."""
+
+    def pose_round(self, stream: object) -> AbstractContextManager[CameraTracker | None]:
+        """Hold the outputs for one round's results stepped in `stream`; the camera's tracker, or None when
+        they must not be delivered (stale: another stream since; or nothing can be published)."""
+
+    def where(self, result: FrameResult) -> tuple[str, float]:
+        """(the optical frame of the result's image, its stamp in s)."""
+
+    def tracked(self, result: FrameResult, frame: TrackedFrame) -> None:
+        """Convert and publish one tracked frame (its map work to the map thread)."""
+
+    def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
+        """A frame dropped: a transform its TF mode needs is missing after `tf.timeout`."""
+
+
+@dataclass(frozen=True)
+class RoundOutput:
+    """One camera's results of one round, on their way to the pose stage.
+
+    Attributes:
+        camera: the camera's name in the set.
+        stream: the stream the results' frame was stepped in (`stream_of` its meta), for the stale check.
+        results: `FrameResult`s in input order (the S0 anchor frames at once, else one).
+    """
+
+    camera: str
+    stream: object
+    results: list[FrameResult]
+
+
+class CameraPipeline:
+    """The engine side of the node's cameras: the model round and the pose stage (module doc).
+
+    Args:
+        cameras: the set of cameras (`build_engine`'s `MultiStreamSession`).
+        sinks: each camera's `PoseSink`, by name.
+        stream_of: the stream a frame's meta (the `meta` given to `step`) was stepped in.
+        on_error: `(camera, exception)` of a round whose delivery raised (pose-stage thread).
+    """
+
+    def __init__(
+        self,
+        cameras: MultiStreamSession,
+        sinks: Mapping[str, PoseSink],
+        stream_of: Callable[[Any], object],
+        on_error: Callable[[str, Exception], None],
+    ) -> None:
+        self.cameras = cameras
+        self._sinks = sinks
+        self._stream_of = stream_of
+        self._on_error = on_error
+        self._poses: LaneWorker[RoundOutput] = LaneWorker(
+            self._deliver,
+            POSE_QUEUE_ROUNDS,
+            lambda item, exc: on_error(item.camera, exc),
+            name="lingbot_map_pose",
+        )
+
+    def step(self, frames: dict[str, tuple[Any, Any]], overlap: bool, depth: set[str]) -> RoundResults:
+        """ONE model round over `frames` (camera -> (rgb [H, W, 3] uint8, meta)), its results handed to the
+        pose stage (blocks while `POSE_QUEUE_ROUNDS` rounds wait there). `overlap`: a set of one runs
+        `push_overlapped`; `depth`: the cameras whose depth head runs. Returns the round (results, each
+        failed camera's exception).
+
+        Raises:
+            WorkerStopped: `stop` was called (also while the hand-over waited).
+        """
+        round_ = self.cameras.run_round(frames, overlap=overlap, depth=depth)
+        for name in frames:
+            results = round_.results.get(name, [])
+            if name not in round_.errors and results:
+                self._hand_over(name, results)
+        return round_
+
+    def flush(self, name: str) -> list[FrameResult]:
+        """The results of camera `name`'s overlapped frame still in flight, handed to the pose stage; [] when
+        none. Raises what `MultiStreamSession.flush` raises (the session recovered as in `push`)."""
+        results = self.cameras.flush(name)
+        if results:
+            self._hand_over(name, results)
+        return results
+
+    def wait_delivered(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until every round handed over is delivered; False on timeout."""
+        return self._poses.wait_idle(timeout)
+
+    def stop(self, timeout: float) -> bool:
+        """Deliver what was handed over (at most `timeout` s), then end the pose stage; False when its thread
+        did not end in time."""
+        self._poses.wait_idle(timeout)
+        return self._poses.stop(timeout)
+
+    def _hand_over(self, name: str, results: list[FrameResult]) -> None:
+        self._poses.submit(RoundOutput(name, self._stream_of(results[-1].meta), results), block=True)
+
+    def _deliver(self, output: RoundOutput) -> None:
+        """Pose-stage thread: one camera's results of one round, tracked and delivered once each."""
+        sink = self._sinks[output.camera]
+        with sink.pose_round(output.stream) as tracker:
+            if tracker is None:
+                return  # stale: the stream changed after the round
+            for result in output.results:
+                optical, stamp_s = sink.where(result)
+                try:
+                    frame = tracker.track(result, optical, stamp_s)
+                except TransformUnavailable as exc:
+                    sink.untracked(result, exc)
+                    continue
+                sink.tracked(result, frame)
