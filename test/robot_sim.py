@@ -5,7 +5,10 @@
 over the scene until killed;
 `--gap` publishes only `camera_link -> camera_optical` (a URDF without `base_link -> camera_link`);
 `--map-frame-every N` gives every N-th image the frame_id `map` (a misconfigured camera); `--second-camera`
-also publishes each image on `/robot/camera2/image_raw` as `camera2_optical` (mounted like `camera_optical`).
+also publishes each image on `/robot/camera2/image_raw` as `camera2_optical` (mounted like `camera_optical`);
+`--tf-subscribers N`: publish nothing on /tf before N readers of it matched (the node's listener and each of
+the test's recorders: /tf is volatile, a reader that DDS discovery matches late never gets what was published
+before; under load discovery of the test's reader can lag the node's image reader by seconds).
 
 Publishes the static extrinsics `base_link -> camera_link -> camera_optical` on /tf_static (transient local),
 `odom -> base_link` on /tf along the loop of test/robot_scene.py with 5 mm noise (one sample at each image
@@ -67,6 +70,7 @@ def main() -> int:
     parser.add_argument("--gap", action="store_true", help="no base_link -> camera_link (a URDF gap)")
     parser.add_argument("--map-frame-every", type=int, default=0)
     parser.add_argument("--second-camera", action="store_true")
+    parser.add_argument("--tf-subscribers", type=int, default=0, help="wait for N matched /tf readers")
     args = parser.parse_args()
     scene = make_scene(args.frames, 64, 48)
     rclpy.init()
@@ -83,8 +87,10 @@ def main() -> int:
         if args.second_camera:
             static.append(transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera2_optical"))
         static_pub.publish(TFMessage(transforms=static))
-    while image_pub.get_subscription_count() < 1 or (
-        args.second_camera and second_pub.get_subscription_count() < 1
+    while (
+        image_pub.get_subscription_count() < 1
+        or (args.second_camera and second_pub.get_subscription_count() < 1)
+        or tf_pub.get_subscription_count() < args.tf_subscribers
     ):
         time.sleep(0.05)
     time.sleep(0.5)

@@ -217,6 +217,8 @@ def test_two_cameras_on_a_robot_share_the_map_and_one_map_to_odom(
                 "--frames",
                 str(ROBOT_FRAMES),
                 "--second-camera",
+                "--tf-subscribers",  # the node's listener and this client's (`tf`): none published before
+                str(1 + sum(s.topic_name == "/tf" for s in ros_client.node.subscriptions)),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -95,6 +95,8 @@ class Run:
                 str(self.truth),
                 "--frames",
                 str(FRAMES),
+                "--tf-subscribers",  # the node's listener and `self.tf`: nothing published before both match
+                "2",
                 *robot_args,
             ],
             stdout=log,
@@ -187,7 +189,10 @@ def test_map_to_odom_keeps_one_tree_and_composes_to_the_camera_pose(
         assert values[-1]["scale_source"] == "odometry" and values[-1]["rejected_total"] == "0"
         assert values[-1]["scale_converged"] == "true" and int(values[-1]["scale_samples"]) >= 3
         assert float(values[-1]["scale"]) > 0 and float(values[-1]["scale_age_s"]) >= 0
-        grid = run.grid.wait_for(1, timeout=30)[-1]  # ~/grid, latched, in the map frame
+        # ~/grid, latched, in the map frame: the first one may be the empty grid of before the scale
+        # converged (nothing mapped yet); the mapped one follows at `grid.rate` once the map thread integrated
+        msgs = run.grid.wait_for(lambda ms: any(len(m.data) > 0 for m in ms), timeout=30)
+        grid = [m for m in msgs if len(m.data) > 0][-1]
         assert grid.header.frame_id == "map" and grid.info.resolution == pytest.approx(0.05)
         assert len(grid.data) == grid.info.width * grid.info.height > 0
     finally:

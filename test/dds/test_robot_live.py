@@ -63,6 +63,7 @@ class Consumer:
     def __init__(self, client: RosClient, kind: str) -> None:
         self.kind = kind
         self.node = client.node
+        self.tf_readers = 2 if kind == "tf2_ros" else 1  # its /tf readers (+ the TransformListener's)
         self.edges: list[tuple[float, str, str, float]] = []
         self._lock = threading.Lock()
         self._subs = []
@@ -146,10 +147,18 @@ class Consumer:
 
 
 class LiveRun:
-    """The node (namespace `ns`) and a live robot process."""
+    """The node (namespace `ns`) and a live robot process that publishes nothing on /tf before the node's
+    listener and the consumer's `tf_readers` matched (/tf is volatile: a reader matched late misses the first
+    odometry, and with it the lookup at the first posed frame's stamp)."""
 
     def __init__(
-        self, client: RosClient, tmp: Path, ns: str, robot_args: list[str], params: dict | None = None
+        self,
+        client: RosClient,
+        tmp: Path,
+        ns: str,
+        robot_args: list[str],
+        tf_readers: int,
+        params: dict | None = None,
     ) -> None:
         self.ns = ns
         self.poses = client.collect(PoseStamped, f"/{ns}/lingbot_map/camera_pose", RELIABLE)
@@ -175,6 +184,8 @@ class LiveRun:
                 "24",
                 "--period",
                 "0.1",
+                "--tf-subscribers",
+                str(1 + tf_readers),
                 *robot_args,
             ],
             stdout=log,
@@ -223,7 +234,12 @@ def test_odometry_one_second_after_the_camera_switches_to_map_to_odom(
 ) -> None:
     # two anchor frames: the stream (and its TF mode) starts well before the odometry does
     run = LiveRun(
-        client, tmp_path, f"late_odom_{consumer.kind}", ["--odom-delay", "1.0"], {"kv_cache.scale_frames": 2}
+        client,
+        tmp_path,
+        f"late_odom_{consumer.kind}",
+        ["--odom-delay", "1.0"],
+        consumer.tf_readers,
+        {"kv_cache.scale_frames": 2},
     )
     try:
         odom_start = run.started()["odom_start"]
@@ -249,7 +265,9 @@ def test_odometry_one_second_after_the_camera_switches_to_map_to_odom(
 def test_a_urdf_gap_and_a_camera_named_map_keep_one_parent_per_frame(
     client: RosClient, consumer: Consumer, tmp_path: Path
 ) -> None:
-    run = LiveRun(client, tmp_path, f"gap_{consumer.kind}", ["--gap", "--map-frame-every", "3"])
+    run = LiveRun(
+        client, tmp_path, f"gap_{consumer.kind}", ["--gap", "--map-frame-every", "3"], consumer.tf_readers
+    )
     try:
         run.started()
         consumer.first("map", "camera_link", timeout=30)
@@ -275,7 +293,7 @@ def test_a_urdf_gap_and_a_camera_named_map_keep_one_parent_per_frame(
 def test_odometry_first_map_to_odom_is_fresh_for_a_consumer(
     client: RosClient, consumer: Consumer, tmp_path: Path
 ) -> None:
-    run = LiveRun(client, tmp_path, f"fresh_{consumer.kind}", ["--odom-delay", "-0.5"])
+    run = LiveRun(client, tmp_path, f"fresh_{consumer.kind}", ["--odom-delay", "-0.5"], consumer.tf_readers)
     try:
         run.started()
         consumer.first("map", "odom", timeout=30)
