@@ -1,7 +1,7 @@
 """The loop closure's keyframe map and pose graph in a session folder (``loop.npz`` and
 ``state["loop_closure"]``; engine/persistence/store.py owns the folder, docs/session.md the format).
 
-`export_loop` flattens a `LoopCloser` into the arrays of `session_npz.SCHEMA["loop.npz"]` and a small JSON
+`export_loop` flattens a `LoopCloser` into the arrays of `npz_input.SCHEMA["loop.npz"]` and a small JSON
 state; `check_loop` validates what a session holds as untrusted input and builds the keyframes and edges
 without touching any closer (so a load stays a transaction); `LoopCloser.restore` then swaps them in. The
 descriptors are saved, so a loaded map relocalises by place recognition, and the verification images, so a
@@ -110,7 +110,7 @@ def check_loop(arrays: dict[str, np.ndarray], state: Any, depth_stride: int) -> 
     """Validate a saved keyframe map and graph (untrusted) and build it; None when the session holds none.
 
     Args:
-        arrays: ``loop.npz`` (dtypes and ranks checked by session_npz); state: ``state["loop_closure"]``.
+        arrays: ``loop.npz`` (dtypes and ranks checked by npz_input); state: ``state["loop_closure"]``.
         depth_stride: the loading closer's `LoopClosureConfig.depth_stride` (the saved depths' decimation).
     Raises:
         SessionError: naming the first inconsistent array or field.
