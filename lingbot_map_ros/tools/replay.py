@@ -170,13 +170,23 @@ def main_args(args: argparse.Namespace) -> int:
         ack_timeout_s=args.ack_timeout,
     )
     client = ClientNode("lingbot_map_replay")
+    stats = None
     try:
         stats = replay(client, config)
     except KeyboardInterrupt:
+        pass
+    except Exception:
+        if client.running():
+            raise
+        # else rclpy's SIGINT handler shut the context down under a publish: an interrupt, not a failure
+    finally:
+        # Ctrl-C reaches replay either as KeyboardInterrupt or as rclpy's context shutdown (the spin returns,
+        # then replay returns early): both are an interrupt (exit 130), whichever thread the signal met.
+        interrupted = stats is None or not client.running()
+        client.close()
+    if interrupted:
         print("replay interrupted", file=sys.stderr)
         return 130
-    finally:
-        client.close()
     total = sum(stats.published.values())
     print(
         f"published {total} messages in {stats.wall_s:.1f} s "

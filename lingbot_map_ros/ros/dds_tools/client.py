@@ -98,6 +98,10 @@ class ClientNode:
         finally:
             self.node.destroy_client(client)
 
+    def running(self) -> bool:
+        """Whether this client's rclpy context is still up (False once SIGINT or `close` shut it down)."""
+        return not self._closed and rclpy.ok(context=self.context)
+
     def close(self) -> None:
         """Stop the executor, destroy the node, shut rclpy's context down. Idempotent."""
         if self._closed:
