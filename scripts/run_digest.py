@@ -20,10 +20,13 @@ import tempfile
 from pathlib import Path
 
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
-LOOP = Path(__file__).resolve().parents[2] / "shared" / "data" / "loop"
+REPO = Path(__file__).resolve().parents[1]
+LOOP = REPO.parent / "shared" / "data" / "loop"
+sys.path.insert(0, str(REPO / "test"))
+from run_bags import write_two_camera_bag  # noqa: E402 - the tests' two-camera bag (test/run_bags.py)
+
 START_NS = 1_700_000_000_000_000_000
 #: The runs: name -> (bag, extra flags). Files compared: every trajectory.tum and map.ply they write.
 RUNS = {
@@ -43,17 +46,7 @@ def write_bags(folder: Path) -> dict[str, Path]:
         iter(images),
         total=len(images),
     )
-    two = folder / "two"
-    with BagWriter(two, storage="sqlite3") as writer:
-        ts = writer.typestore
-        for i in range(16):
-            stamp = START_NS + i * 100_000_000
-            writer.write("/front/image", IMAGE, image_message(ts, images[i], stamp, "front_optical"), stamp)
-            if i % 2 == 0:
-                rear = stamp + 1_000_000
-                writer.write(
-                    "/rear/image", IMAGE, image_message(ts, images[23 - i // 2], rear, "rear_optical"), rear
-                )
+    two = write_two_camera_bag(folder / "two", images, START_NS)
     return {"one": one, "two": two}
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_bags import write_two_camera_bag
 
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.tools import cli
@@ -119,20 +120,8 @@ def test_load_refuses_a_session_of_another_width(
 @pytest.fixture(scope="module")
 def two_camera_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`/front/image` at 10 Hz (16 frames) and `/rear/image` at 5 Hz (8 frames), interleaved by log time."""
-    from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
-
     images = list(read_images(image_files(LOOP)[:24], 160))
-    path = tmp_path_factory.mktemp("run_cameras") / "two"
-    with BagWriter(path, storage="sqlite3") as writer:
-        ts = writer.typestore
-        for i in range(16):
-            stamp = START_NS + i * 100_000_000
-            writer.write("/front/image", IMAGE, image_message(ts, images[i], stamp, "front_optical"), stamp)
-            if i % 2 == 0:
-                rear = stamp + 1_000_000
-                msg = image_message(ts, images[23 - i // 2], rear, "rear_optical")
-                writer.write("/rear/image", IMAGE, msg, rear)
-    return path
+    return write_two_camera_bag(tmp_path_factory.mktemp("run_cameras") / "two", images, START_NS)
 
 
 def test_run_maps_several_camera_topics_as_separate_single_runs(two_camera_bag: Path, tmp_path: Path) -> None:
