@@ -28,11 +28,15 @@ class RecordingSink:
                 yield None
                 return
             self.rounds.append((self.camera.name, []))
-            yield self  # the tracker the pipeline sees (`track`)
+            yield self  # the camera's engine as the pipeline sees it (`track`, `posed`)
 
     def track(self, result, optical: str, stamp_s: float):
         self.rounds[-1][1].append(result)
-        return self.camera.outputs.tracker.track(result, optical, stamp_s) if self.publish else None
+        return self.camera.outputs.state.track(result, optical, stamp_s) if self.publish else None
+
+    def posed(self, result, frame, stamp_s: float) -> None:
+        if self.publish:
+            self.camera.outputs.state.posed(result, frame, stamp_s)
 
     def where(self, result) -> tuple[str, float]:
         return self.camera.where(result)

@@ -9,13 +9,15 @@ odometry newer than the image, never stalls the model. `flush(name)` collects an
 flight the same way.
 
 The pose stage takes one camera's results of one round at a time, in round order, and opens that camera's
-`PoseSink.pose_round(stream)`: the sink holds its outputs for the round and gives the camera's
-`CameraTracker` (engine/tracker.py), or None when the results are stale (a reset or a loaded session came
+`PoseSink.pose_round(stream)`: the sink holds its outputs for the round and gives the camera's engine
+`CameraState` (engine/camera_state.py), or None when the results are stale (a reset or a loaded session came
 after the round: the old stream's results are never delivered). Each result then goes through
-`CameraTracker.track` (TF-mode policy, the robot TF through `RobotTfSource`, depth through `DepthSource`,
-`Mapper.locate`, `map -> odom`) and comes back ONCE: `PoseSink.tracked(result, frame)` (convert, publish,
-hand the map work to the camera's map thread), or `PoseSink.untracked(result, exc)` when a transform the TF
-mode needs is missing. A failure of one round's delivery is `on_error(camera, exc)`'s; the next round goes on.
+`CameraState.track` (the `CameraTracker`, engine/tracker.py: TF-mode policy, the robot TF through
+`RobotTfSource`, depth through `DepthSource`, `Mapper.locate`, `map -> odom`) and comes back ONCE:
+`PoseSink.tracked(result, frame)` (convert, publish, hand the map work to the camera's map thread), then
+`CameraState.posed` (a keyframe to the camera's loop closer), or `PoseSink.untracked(result, exc)` when a
+transform the TF mode needs is missing. A failure of one round's delivery is `on_error(camera, exc)`'s;
+the next round goes on.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .camera_state import CameraState
 from .lane_worker import LaneWorker
 from .result import FrameResult
 from .robot_tf import TransformUnavailable
 from .stream.multi_stream import MultiStreamSession, RoundResults
-from .tracker import CameraTracker, TrackedFrame
+from .tracker import TrackedFrame
 
 #: Rounds whose results may wait for the pose stage before `step` waits (back-pressure).
 POSE_QUEUE_ROUNDS = 2
@@ -38,8 +41,8 @@ POSE_QUEUE_ROUNDS = 2
 class PoseSink(Protocol):
     """What the pipeline needs of one camera's outputs (the node's `CameraStream`)."""
 
-    def pose_round(self, stream: object) -> AbstractContextManager[CameraTracker | None]:
-        """Hold the outputs for one round's results stepped in `stream`; the camera's tracker, or None when
+    def pose_round(self, stream: object) -> AbstractContextManager[CameraState | None]:
+        """Hold the outputs for one round's results stepped in `stream`; the camera's engine, or None when
         they must not be delivered (stale: another stream since; or nothing can be published)."""
 
     def where(self, result: FrameResult) -> tuple[str, float]:
@@ -135,14 +138,15 @@ class CameraPipeline:
     def _deliver(self, output: RoundOutput) -> None:
         """Pose-stage thread: one camera's results of one round, tracked and delivered once each."""
         sink = self._sinks[output.camera]
-        with sink.pose_round(output.stream) as tracker:
-            if tracker is None:
+        with sink.pose_round(output.stream) as state:
+            if state is None:
                 return  # stale: the stream changed after the round
             for result in output.results:
                 optical, stamp_s = sink.where(result)
                 try:
-                    frame = tracker.track(result, optical, stamp_s)
+                    frame = state.track(result, optical, stamp_s)
                 except TransformUnavailable as exc:
                     sink.untracked(result, exc)
                     continue
                 sink.tracked(result, frame)
+                state.posed(result, frame, stamp_s)

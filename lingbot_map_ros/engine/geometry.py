@@ -151,6 +151,19 @@ class Sim3:
     def identity() -> Sim3:
         return Sim3(np.eye(3), np.zeros(3), 1.0)
 
+    def __matmul__(self, other: Sim3) -> Sim3:
+        """``self ∘ other`` (apply `other`, then `self`): the group product."""
+        return Sim3(
+            self.rotation @ other.rotation,
+            self.scale * (self.rotation @ other.translation) + self.translation,
+            self.scale * other.scale,
+        )
+
+    def inverse(self) -> Sim3:
+        """``self⁻¹``: ``x ↦ (Rᵀ x - Rᵀ t) / s``."""
+        rot = self.rotation.T
+        return Sim3(rot, -(rot @ self.translation) / self.scale, 1.0 / self.scale)
+
     def apply_points(self, xyz: np.ndarray) -> np.ndarray:
         """[N, 3] points → [N, 3] (same dtype as the input)."""
         out = self.scale * (np.asarray(xyz, dtype=np.float64) @ self.rotation.T) + self.translation

@@ -26,6 +26,7 @@ from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
+from ..engine.camera_state import CameraState
 from ..engine.contracts import SessionStats
 from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
@@ -34,7 +35,7 @@ from ..engine.result import FrameResult
 from ..engine.robot_tf import TransformUnavailable
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
-from ..engine.tracker import CameraTracker, TrackedFrame
+from ..engine.tracker import TrackedFrame
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
@@ -236,8 +237,8 @@ class CameraStream:
 
     # --------------------------------------------------- the pose stage's `PoseSink` (camera_pipeline.py)
     @contextmanager
-    def pose_round(self, stream: object) -> Iterator[CameraTracker | None]:
-        """Hold `publish_lock` for one round's results stepped in generation `stream`: the camera's tracker,
+    def pose_round(self, stream: object) -> Iterator[CameraState | None]:
+        """Hold `publish_lock` for one round's results stepped in generation `stream`: the camera's engine,
         None when a reset came in between, the outputs are gone or the node is shutting down."""
         with self.publish_lock:
             if stream != self.generation or self.outputs is None or not self._host.node.context.ok():
@@ -245,7 +246,7 @@ class CameraStream:
                 return
             self._sync_outputs(stream)
             self._round_last = None
-            yield self.outputs.tracker
+            yield self.outputs.state
             info, last = self.intake.camera_info, self._round_last  # once per round, for /diagnostics
             if info is not None and last is not None:
                 self.intrinsics = intrinsics_report(info, last.intrinsics, last.image_hw)

@@ -1,7 +1,9 @@
 """Publishers of the node's outputs: conversion and publishing only; the geometry is the engine's.
 
-`MappingOutputs.publish` (on the camera pipeline's pose stage, engine/camera_pipeline.py) takes a
-`FrameResult` with the `TrackedFrame` the camera's engine `CameraTracker` made of it (engine/tracker.py: the
+Each camera's engine is its `CameraState` (engine/camera_state.py: tracker, map side, loop closer, the one
+correction rule), made here with the node's TF lookup, depth topic and logger. `MappingOutputs.publish`
+(on the camera pipeline's pose stage, engine/camera_pipeline.py) takes a
+`FrameResult` with the `TrackedFrame` the camera's `CameraTracker` made of it (engine/tracker.py: the
 TF mode of each stream and the `auto` switch, the robot's TF at the image stamp read through the node's
 `TfLookup`, `Mapper.locate`: frame chain, metric scale, trajectory, twist, the `map -> odom` estimate) and
 publishes its pose outputs at once: the TF mode's single edge (`map -> odom`, `map -> base_frame` or
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -33,16 +35,15 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
 from ..engine import persistence
-from ..engine.geometry import Sim3
+from ..engine.camera_state import CameraState
 from ..engine.mapping.grid import write_nav2_map
-from ..engine.mapping.map_side import MapSide
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.mapping.voxel_map import write_ply, write_tum
 from ..engine.persistence.store import SessionSnapshot
 from ..engine.result import FrameResult
 from ..engine.robot_tf import RobotTfConfig
 from ..engine.stream.session import StreamingSession
-from ..engine.tracker import CameraTracker, TrackedFrame
+from ..engine.tracker import TrackedFrame
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
@@ -101,7 +102,7 @@ class MappingOutputs:
     ) -> None:
         self._node = node
         self.config = config
-        self.tracker = CameraTracker(
+        self.state = CameraState(  # the camera's engine: tracker, map side, loop closer, corrections
             config.mapper_config(),
             RobotTfConfig(
                 config.tf_mode,
@@ -116,8 +117,9 @@ class MappingOutputs:
             robot_map,
             partial(log_notice, node.get_logger()),
         )
+        self.tracker = self.state.tracker
         self.lock = self.tracker.lock  # the pose side: mapper pose state, path
-        self.mapper = self.tracker.mapper
+        self.mapper = self.state.mapper
         self.tf = CameraTf(node, config, self.tracker, tf_guard, topic_prefix.strip("~/") or "camera")
         topics = {
             "odometry": Odometry,
@@ -134,12 +136,12 @@ class MappingOutputs:
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
         self.mapper.mapping_enabled = config.mapping_enabled
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
-        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
+        self.map_side = self.state.map_side  # the map's one owner (engine/mapping/map_side.py)
         self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
         self.path = PathOutput(self._pubs["path"], self.mapper.trajectory)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
-        self.loop: LoopOutputs | None = None  # loop closure (loop_outputs.py), attached at activate
+        self.loop: LoopOutputs | None = None  # loop closure's publishers (loop_outputs.py), at activate
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""
@@ -171,7 +173,6 @@ class MappingOutputs:
         """Publish one `FrameResult` whose image had `header`, as the camera pipeline's pose stage tracked it
         (`tracked`, engine/camera_pipeline.py); its map work to the map thread."""
         camera = self.camera_frame(header)
-        stamp_s = stamp_seconds(header.stamp)
         frame, work = tracked.frame, tracked.work
         with self.lock:
             if frame.new_epoch:
@@ -182,8 +183,7 @@ class MappingOutputs:
             self.path.append(map_header)  # the mapper's trajectory holds the pose
             frame_cloud = self.config.publish_frame_cloud
         self._publish_frame(tracked, body, header, camera)
-        if self.loop is not None and result.is_keyframe:  # a queue put: the closer has its own thread
-            self.loop.submit(result, stamp_s, frame.new_epoch)
+        # (the keyframe goes to the loop closer after this: `CameraState.posed`, the camera pipeline)
         # else it has nothing to do on the map thread (no depth: the step skipped the depth head)
         if work.depth is not None and (work.is_keyframe or frame_cloud or frame.new_epoch):
             self.map.submit(MapItem(work, map_header, frame_cloud))
@@ -221,15 +221,6 @@ class MappingOutputs:
     def depth_wanted(self) -> bool:
         """Whether ~/depth is published and has a subscriber (the step then runs the depth head)."""
         return self.config.publish_depth and self._pubs["depth"].get_subscription_count() > 0
-
-    def correct(self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
-        """Loop closure (loop_outputs.py): `Mapper.correct` (the trajectory: `~/path` at the next path timer,
-        `~/save_map`'s TUM), then the `map -> odom` estimate by the last body's jump, at once."""
-        with self.path.send_lock, self.lock:
-            jump = self.mapper.correct(correction, move)
-            self.path.corrected(Header(stamp=self.last_stamp or Time(), frame_id=self.map_frame))
-            if jump is not None:
-                self.tracker.jump(lambda map_odom: jump @ map_odom)
 
     def publish_map(self, stamp: Time, force: bool = False) -> int:
         """Publish ~/map_cloud if the map changed since the last call (or `force`); returns its size."""
@@ -328,8 +319,8 @@ class MappingOutputs:
         self.publish_grid(force=True)
 
     def held_closer(self) -> AbstractContextManager[LoopCloser | None]:
-        """This camera's loop closer under its lock (loop_outputs.py), or None without loop closure."""
-        return self.loop.held() if self.loop is not None else nullcontext(None)
+        """This camera's loop closer under its lock, or None without loop closure."""
+        return self.state.held_closer()
 
     def robot_map_odom(self) -> np.ndarray | None:
         """The last T_map_odom [4, 4] published (None before one, or when this camera publishes none)."""
@@ -354,8 +345,7 @@ class MappingOutputs:
         stats.update(self.tf.stats())
         out.update(stats)
         out.update(self.map.stats())
-        if self.loop is not None:
-            out.update(self.loop.stats())
+        out.update({f"loop_closure.{k}": round(v, 3) for k, v in self.state.loop_stats().items()})
         return out
 
     def clear(self) -> None:
@@ -366,16 +356,14 @@ class MappingOutputs:
             self.tracker.clear()  # the mapper's stream and map; a new stream logs its TF mode again
             self.tf.release()
             self.map_side.mark_changed()
-            if self.loop is not None:
-                self.loop.clear()
+            self.state.clear_loop()
             self.last_stamp = None
 
     def destroy(self) -> None:
         """End the map thread (and the loop closer's) and release the publishers (cleanup; no-ops through the
         node's `NodeFacade`)."""
         self.map.stop()
-        if self.loop is not None:
-            self.loop.stop()
+        self.state.stop()
         self.tf.destroy()
         for pub in self._pubs.values():
             self._node.destroy_publisher(pub)

@@ -129,8 +129,8 @@ class SessionFiles:
         frames = {"map_frame": p.map_frame, "odom_frame": p.odom_frame, "base_frame": p.base_frame}
         with stream_change:
             check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
-            if outputs.loop is not None:  # the keyframe map too, before anything changes (a transaction)
-                stride = outputs.loop.worker.closer.config.depth_stride
+            if (closer := outputs.state.closer) is not None:  # the keyframe map too, before any change
+                stride = closer.config.depth_stride
                 check_loop(snapshot.loop, snapshot.state.get(LOOP_STATE_KEY), stride)
             camera.restore(snapshot, clear_queue)
         poses, keyframes = len(snapshot.trajectory_stamps_ns), len(snapshot.loop.get("kf_keys", ()))

@@ -1,8 +1,8 @@
 """`CameraPipeline` (engine/camera_pipeline.py) on the tiny preset (CPU, fp32), no ROS: ONE `step` call per
 round runs the model round and hands the results to the pose stage, whose thread tracks each frame
-(`CameraTracker.track`, robot TF through a `RobotTfSource` that makes it wait) and delivers it once to the
-camera's `PoseSink`; a round stepped in a stream the sink has left (a reset) is not delivered; a TF lookup
-that waits does not hold up the next rounds."""
+(`CameraState.track`: its `CameraTracker`, robot TF through a `RobotTfSource` that makes it wait) and
+delivers it once to the camera's `PoseSink`; a round stepped in a stream the sink has left (a reset) is not
+delivered; a TF lookup that waits does not hold up the next rounds."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from robot_scene import BASE_CAM
 from tiny_stream import pan_frames, tiny_model
 
 from lingbot_map_ros.engine.camera_pipeline import POSE_QUEUE_ROUNDS, CameraPipeline
+from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.mapping.mapper import MapperConfig
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.robot_tf import RobotTfConfig, TransformUnavailable
 from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
-from lingbot_map_ros.engine.tracker import CameraTracker, TrackedFrame
+from lingbot_map_ros.engine.tracker import TrackedFrame
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 2
@@ -44,16 +45,16 @@ class GatedTf:
 
 
 class Sink:
-    """A camera's `PoseSink`: its tracker, its current stream (a reset moves it on), what was delivered."""
+    """A camera's `PoseSink`: its engine, its current stream (a reset moves it on), what was delivered."""
 
-    def __init__(self, tracker: CameraTracker) -> None:
-        self.tracker = tracker
+    def __init__(self, state: CameraState) -> None:
+        self.state = state
         self.stream = 0
         self.delivered: list[tuple[int, TrackedFrame]] = []  # (frame number, tracked frame)
 
     @contextmanager
-    def pose_round(self, stream: object) -> Iterator[CameraTracker | None]:
-        yield self.tracker if stream == self.stream else None
+    def pose_round(self, stream: object) -> Iterator[CameraState | None]:
+        yield self.state if stream == self.stream else None
 
     def where(self, result) -> tuple[str, float]:
         return "cam", 100.0 + result.meta[1]
@@ -74,7 +75,7 @@ def model() -> LingBotMap:
 def pipeline(model: LingBotMap) -> Iterator[tuple[CameraPipeline, Sink, GatedTf]]:
     tf = GatedTf()
     mapper = MapperConfig(scale=ScaleConfig(source="fixed", factor=1.0))
-    sink = Sink(CameraTracker(mapper, RobotTfConfig("map_to_base"), tf))
+    sink = Sink(CameraState(mapper, RobotTfConfig("map_to_base"), tf))
     errors: list[tuple[str, Exception]] = []
     cameras = MultiStreamSession(model, SessionConfig(**PARAMS), ["cam"])
     pipeline = CameraPipeline(

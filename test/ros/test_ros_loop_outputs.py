@@ -1,6 +1,7 @@
-"""A loop closure correction in the robot mode (`map -> odom`), without DDS: `MappingOutputs.correct` moves
-the `map -> odom` estimate and the trajectory (`~/path` and `~/save_map`'s TUM) exactly to where the mapper
-puts the same frames once the correction is in (ros/loop_outputs.py, engine `Mapper.correct`); `odom -> base`
+"""A loop closure correction in the robot mode (`map -> odom`), without DDS: the camera's engine
+(`CameraState.move_trajectory`, engine/camera_state.py) moves the `map -> odom` estimate and the trajectory
+(`~/path` and `~/save_map`'s TUM) exactly to where the mapper puts the same frames once the correction is in
+(engine `Mapper.correct`, `FrameChain.sim3`); `odom -> base`
 is the robot's and is not touched.
 In-process node (not spinning), TF from a plain buffer."""
 
@@ -15,9 +16,7 @@ from ros_helpers import BufferLookup
 from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.geometry import Sim3, rigid
-from lingbot_map_ros.engine.loop.similarity import compose, inverse
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
-from lingbot_map_ros.ros.loop_outputs import chain_sim3
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import MappingOutputs
 from lingbot_map_ros.ros.params import declare_parameters, read_parameters
@@ -84,15 +83,15 @@ def test_correction_jumps_map_to_odom_and_moves_the_path_like_the_mapper(
         publish(reference, i)
     assert live.mapper.mode == "map_to_odom"
     chain = live.mapper.chain
-    g = chain_sim3(chain)
+    g = chain.sim3()
     np.testing.assert_allclose(
         g.apply_pose(result(5).pose_c2w), chain.camera_pose(result(5).pose_c2w), atol=1e-12
     )
     before = live.tracker.estimate().copy()
     tum_before = live.mapper.trajectory.full_history()[1].copy()
-    fix = compose(compose(g, correction), inverse(g))
+    fix = g @ correction @ g.inverse()
 
-    live.correct(correction, lambda stamps, poses: fix.apply_pose(poses))
+    live.state.move_trajectory(correction, lambda stamps, poses: fix.apply_pose(poses))
 
     after = live.tracker.estimate()
     assert np.linalg.norm(after[:3, 3] - before[:3, 3]) > 0.05  # the jump

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..geometry import OPTICAL_TO_BODY, invert_rigid, rigid
+from ..geometry import OPTICAL_TO_BODY, Sim3, invert_rigid, rigid
 
 #: TF modes (REP-105): which single edge the node publishes (docs/robot.md). The one definition of the mode
 #: names: the node's `tf.mode` choices, the mapper, the fusion and the node's TF policy import them.
@@ -76,6 +76,13 @@ class FrameChain:
         rel = self._cam0_world @ np.asarray(pose_c2w, np.float64)
         rel[:3, 3] *= self.scale
         return self.map_cam0 @ rel
+
+    def sim3(self) -> Sim3:
+        """The chain as a Sim(3) G: model world -> map (``camera_pose(p)`` = ``G.apply_pose(p)``; loop closure
+        moves map poses by ``G ∘ C ∘ G⁻¹`` for a correction C of the model world)."""
+        r_map, t_map = self.map_cam0[:3, :3], self.map_cam0[:3, 3]
+        rotation = r_map @ self._cam0_world[:3, :3]
+        return Sim3(rotation, self.scale * (r_map @ self._cam0_world[:3, 3]) + t_map, float(self.scale))
 
     def world_points(self, xyz: np.ndarray) -> np.ndarray:
         """[N, 3] model-world points -> [N, 3] float32 map points (metres)."""

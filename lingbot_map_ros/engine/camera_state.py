@@ -1,0 +1,246 @@
+"""`CameraState`: one camera's engine: its tracker (pose side), its map side, its loop closer and the one
+correction rule. The node (one per camera, ros/outputs.py), `run`, `batch` and `evaluate` (tools/) all map
+and close loops through it (docs/architecture.md "image -> odometry", "loop -> corrected map -> odom").
+
+Per frame: `track` (the `CameraTracker`: TF mode, robot TF, `Mapper.locate`), the map work through
+`map_side` (inline in tools/, on the node's map thread), then `posed`: a new epoch clears the loop closer and
+a keyframe result goes to it. The closer runs inline (tools/: deterministic, a correction before the next
+frame) or on its own thread (`LoopClosureWorker`, the node: never on the pose path). A verified loop, or a
+forced pass (`optimize`), is applied by `apply_correction` (engine/correction.py): the mapper's T_map_stream
+for the following frames, the trajectory moved (`Mapper.correct`), the `map -> odom` estimate jumped, the map
+rebuilt from the keyframes; its `CorrectionOutputs` (the node's publishers; none in tools/) hold the
+trajectory while it moves and publish what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+
+from .correction import Corrections, LoopCorrection, plan_correction
+from .geometry import Sim3
+from .lock_order import OrderedLock
+from .loop import LoopCloser, LoopClosureConfig, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
+from .loop.descriptor import Describe
+from .mapping.map_side import MapSide
+from .mapping.mapper import MapperConfig
+from .result import FrameResult
+from .robot_tf import NoRobotTf, RobotTfConfig, RobotTfSource
+from .tracker import CameraTracker, DepthSource, Notice, TrackedFrame
+
+
+class CorrectionOutputs(Protocol):
+    """Where a camera's corrections go besides its engine state (the node's publishers)."""
+
+    def moving_trajectory(self) -> AbstractContextManager[object]:
+        """Held while the trajectory moves (taken before the pose lock: the node's `~/path` send lock)."""
+
+    def trajectory_moved(self) -> None:
+        """The trajectory moved (pose lock held): `~/path` goes out again."""
+
+    def settle_map(self) -> None:
+        """Before the map is rebuilt: the map works queued so far are integrated."""
+
+    def corrected(self, correction: LoopCorrection) -> None:
+        """After a correction (the loop edges, `~/loop_closures`)."""
+
+
+class NoOutputs:
+    """`CorrectionOutputs` of a camera without publishers (tools/)."""
+
+    def moving_trajectory(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def trajectory_moved(self) -> None:
+        pass
+
+    def settle_map(self) -> None:
+        pass
+
+    def corrected(self, correction: LoopCorrection) -> None:
+        pass
+
+
+class CameraState:
+    """One camera's engine (module doc). The tracker's arguments are `CameraTracker`'s (engine/tracker.py)."""
+
+    def __init__(
+        self,
+        mapper_config: MapperConfig,
+        tf_config: RobotTfConfig | None = None,
+        tf: RobotTfSource | None = None,
+        tf_graph: Callable[[], dict[str, str]] | None = None,
+        depth: DepthSource | None = None,
+        robot_map: Callable[[], np.ndarray | None] | None = None,
+        on_notice: Notice | None = None,
+    ) -> None:
+        self.tracker = CameraTracker(
+            mapper_config,
+            tf_config or RobotTfConfig(mode="map_to_camera"),
+            tf or NoRobotTf(),
+            tf_graph,
+            depth,
+            robot_map,
+            on_notice,
+        )
+        self.mapper = self.tracker.mapper
+        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
+        self.outputs: CorrectionOutputs = NoOutputs()
+        self.closer: LoopCloser | None = None
+        self._worker: LoopClosureWorker | None = None
+        self._applied = Corrections()
+        self._apply_lock = OrderedLock("loop.apply_lock")
+        self.corrections: list[tuple[float, float, float]] = []  # the size of each correction applied
+
+    # ------------------------------------------------------------------------------------------ frames
+    def track(self, result: FrameResult, camera: str, stamp_s: float) -> TrackedFrame:
+        """`CameraTracker.track`: the pose side of one frame. Raises `TransformUnavailable`."""
+        return self.tracker.track(result, camera, stamp_s)
+
+    def posed(self, result: FrameResult, tracked: TrackedFrame, stamp_s: float) -> LoopCorrection | None:
+        """After a frame was posed (and published): a new epoch clears the closer, a keyframe goes to it.
+        Inline, the correction its loop caused (already applied); on the closer's thread, None."""
+        if self.closer is None:
+            return None
+        if tracked.frame.new_epoch:
+            self.clear_loop()
+        if not result.is_keyframe:
+            return None
+        if self._worker is not None:
+            self._worker.submit(result, stamp_s)  # a queue put: never blocks
+            return None
+        event = self.closer.add(result, stamp_s)
+        return self.apply_correction() if event is not None else None
+
+    # ------------------------------------------------------------------------------------------ loop closure
+    def attach_loop(self, closer: LoopCloser, threaded: bool) -> None:
+        """Close this camera's loops with `closer`: on its own thread (`threaded`, the node) or inline."""
+        self.closer = closer
+        self._worker = LoopClosureWorker(closer, self._on_event) if threaded else None
+
+    def apply_correction(self) -> LoopCorrection | None:
+        """THE correction rule (module doc; engine/correction.py): the closer's keyframe poses now applied to
+        the mapper, the trajectory, the `map -> odom` estimate and the map; None when there is nothing to
+        correct (no keyframe, or no frame chain yet). One at a time (the closer's thread, `~/optimize`)."""
+        with self._apply_lock:
+            chain = self.mapper.chain
+            if self.closer is None or chain is None:
+                return None
+            with self.held_closer():
+                plan = plan_correction(self.closer, chain, self._applied)
+            if plan is None:
+                return None
+            jump = self.move_trajectory(plan.correction, plan.move)
+            self._applied = plan.corrections
+            self.corrections.append(plan.size)
+            applied = replace(plan, jump=jump, map_rebuilt=self._rebuild_map(plan))
+            self.outputs.corrected(applied)
+            return applied
+
+    def move_trajectory(
+        self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray | None:
+        """The pose side of a correction: `correction` (T_map_stream) for every following stream pose, the
+        trajectory's camera poses moved by `move(stamps, poses)` (`Mapper.correct`), then the `map -> odom`
+        estimate by the last body's jump, at once. Returns that jump [4, 4] (None before a frame)."""
+        with self.outputs.moving_trajectory(), self.tracker.lock:
+            jump = self.mapper.correct(correction, move)
+            self.outputs.trajectory_moved()
+            if jump is not None:
+                self.tracker.jump(lambda map_odom: jump @ map_odom)
+        return jump
+
+    def optimize(self, timeout_s: float) -> LoopCorrection | None:
+        """A forced pose-graph pass after the keyframes queued so far (at most `timeout_s` s on the closer's
+        thread), then its correction applied; None without a closer or a keyframe."""
+        if self._worker is not None:
+            self._worker.request_optimize()
+            self._worker.join_idle(timeout_s)
+        elif self.closer is not None:
+            self.closer.optimize()
+        return self.apply_correction()
+
+    def join_loop(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s` s) until the closer's thread handled what was queued (and applied its
+        corrections); at once inline."""
+        if self._worker is not None:
+            self._worker.join_idle(timeout_s)
+
+    def clear_loop(self) -> None:
+        """A new stream: forget keyframes, graph and corrections (on the thread: queued behind its work)."""
+        self._applied = Corrections()
+        if self._worker is not None:
+            self._worker.clear()
+        elif self.closer is not None:
+            self.closer.clear()
+
+    @contextmanager
+    def held_closer(self) -> Iterator[LoopCloser | None]:
+        """The closer under its lock (None without loop closure): sessions save and restore its keyframe map
+        and graph with the map (engine/persistence/save_load.py). Taken after the pose and map locks."""
+        if self._worker is None:
+            yield self.closer
+            return
+        with self._worker.lock:
+            yield self.closer
+
+    def loop_stats(self) -> dict[str, float]:
+        """The closer's counters (`LoopStats`), corrections applied and keyframe results dropped from the
+        thread's queue; {} without loop closure."""
+        if self.closer is None:
+            return {}
+        values = dict(self.closer.stats.as_dict())
+        values["corrections"] = len(self.corrections)
+        values["dropped"] = self._worker.dropped if self._worker is not None else 0
+        return values
+
+    def loop_summary(self) -> dict[str, object]:
+        """What a tool's summary.json reports of loop closure: loops accepted and rejected, keyframes, the
+        size of each correction."""
+        closer = self.closer
+        if closer is None:
+            return {"enabled": False}
+        stats = closer.stats
+        return {
+            "enabled": True,
+            "loops_accepted": len(closer.accepted),
+            "loops_rejected": int(stats.rejected + stats.graph_outliers),
+            "loop_edges": len(closer.loops),
+            "keyframes": int(stats.keyframes),
+            "submaps": int(stats.submaps),
+            "corrections": [
+                {"translation": round(m, 6), "rotation_deg": round(deg, 6), "scale": round(scale, 6)}
+                for m, deg, scale in self.corrections
+            ],
+        }
+
+    def stop(self) -> None:
+        """End the closer's thread (the node's cleanup)."""
+        if self._worker is not None:
+            self._worker.stop()
+
+    # ------------------------------------------------------------------------------------------------
+    def _on_event(self, event: LoopEvent) -> None:
+        self.apply_correction()
+
+    def _rebuild_map(self, plan: LoopCorrection) -> bool:
+        """Map cloud and grid from the keyframes at their optimised poses (after the queued map works)."""
+        if not self.mapper.mapping_enabled or not self.mapper.scale.converged:
+            return False
+        self.outputs.settle_map()
+        self.map_side.rebuild(plan.map_clouds())
+        return True
+
+
+def loop_closer(
+    config: LoopClosureConfig, image_width: int, model: object, describe: Describe | None = None
+) -> LoopCloser:
+    """A camera's loop closer: descriptors from the model's encoder tokens unless `describe` is given (a
+    test's oracle), verification by the model's two-frame pass (docs/loop_closure.md)."""
+    return LoopCloser(
+        config, image_width, describe or ModelDescriptor(model), PairVerifier(model, config.verify)
+    )
