@@ -8,6 +8,10 @@ written earlier by `--write FILE`) it exits 1 when any digest differs.
 
     .venv/bin/python scripts/run_digest.py --write /tmp/before.json    # on the old commit
     .venv/bin/python scripts/run_digest.py --expect /tmp/before.json   # on the new one: 0 = byte-identical
+
+`--flag` (repeatable) adds a flag to every run, e.g. `--flag=--no-loop-closure` (issue 28: with loop closure
+off, `run` writes what it wrote before loops were closed). `--shared DIR` reads the images from DIR/data/loop
+(default: ../shared next to the repository).
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from lingbot_map_ros.tools import cli
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
 REPO = Path(__file__).resolve().parents[1]
-LOOP = REPO.parent / "shared" / "data" / "loop"
 sys.path.insert(0, str(REPO / "test"))
 from run_bags import write_two_camera_bag  # noqa: E402 - the tests' two-camera bag (test/run_bags.py)
 
@@ -37,9 +40,10 @@ RUNS = {
 OUTPUTS = ("trajectory.tum", "map.ply")
 
 
-def write_bags(folder: Path) -> dict[str, Path]:
-    """The one-camera bag (30 frames at 10 Hz) and the two-camera bag (front 10 Hz, rear 5 Hz)."""
-    images = list(read_images(image_files(LOOP)[:30], 160))
+def write_bags(folder: Path, loop: Path) -> dict[str, Path]:
+    """The one-camera bag (30 frames at 10 Hz) and the two-camera bag (front 10 Hz, rear 5 Hz) of the images
+    in `loop`."""
+    images = list(read_images(image_files(loop)[:30], 160))
     one = folder / "one"
     write_camera_bag(
         MakeBagConfig(output=one, storage="sqlite3", rate_hz=10.0, start_time_ns=START_NS, compressed="png"),
@@ -50,13 +54,13 @@ def write_bags(folder: Path) -> dict[str, Path]:
     return {"one": one, "two": two}
 
 
-def digests(folder: Path) -> dict[str, str]:
-    """{run/relative file: sha256} for every run in `RUNS`."""
-    bags = write_bags(folder)
+def digests(folder: Path, loop: Path, flags: list[str]) -> dict[str, str]:
+    """{run/relative file: sha256} for every run in `RUNS` (each with `flags` added)."""
+    bags = write_bags(folder, loop)
     out: dict[str, str] = {}
     for name, (bag, extra) in RUNS.items():
         target = folder / name
-        argv = ["run", str(bags[bag]), "-o", str(target), "--width", "112", *extra]
+        argv = ["run", str(bags[bag]), "-o", str(target), "--width", "112", *extra, *flags]
         if cli.main(argv) != 0:
             raise SystemExit(f"run {name} failed: {' '.join(argv)}")
         for path in sorted(p for p in target.rglob("*") if p.name in OUTPUTS):
@@ -70,9 +74,11 @@ def main() -> int:
     parser.add_argument(
         "--expect", type=Path, help="compare with digests written earlier; exit 1 if any differ"
     )
+    parser.add_argument("--flag", action="append", default=[], help="a flag added to every run (repeatable)")
+    parser.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="the shared data folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        found = digests(Path(tmp))
+        found = digests(Path(tmp), args.shared / "data" / "loop", args.flag)
     expected = json.loads(args.expect.read_text()) if args.expect else {}
     print(f"{'file':34} {'sha256':16} {'same' if expected else ''}")
     for key, digest in found.items():

@@ -19,10 +19,10 @@ engine/robot_tf.py) and an optional metric depth source (`DepthSource`):
   timer (`estimate`).
 
 Threads: `track` runs on one thread (the camera pipeline's pose stage, engine/camera_pipeline.py; `run` calls
-it inline); its TF lookups (which may wait up to `tf.timeout`) run outside `lock`, which guards the pose side
-(the mapper's chain, scale and trajectory) for `locate`: the node's readers take it, never waiting for a TF
-lookup. Notices (the TF mode of a
-stream, the switch, stamps going back) go to `on_notice(level, text, throttle_s)`.
+it inline; both through the camera's `CameraState`, engine/camera_state.py); its TF lookups (which may wait
+up to `tf.timeout`) run outside `lock`, which guards the pose side (the mapper's chain, scale and
+trajectory) for `locate`: the node's readers take it, never waiting for a TF lookup. Notices (the TF mode of
+a stream, the switch, stamps going back) go to `on_notice(level, text, throttle_s)`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .lock_order import OrderedLock
 from .mapping.mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
 from .mapping.tf_tree import subtree_root
 from .result import FrameResult
-from .robot_tf import NoRobotTf, RobotFrames, RobotTfConfig, RobotTfSource, TransformUnavailable
+from .robot_tf import RobotFrames, RobotTfConfig, RobotTfSource, TransformUnavailable
 
 #: `on_notice(level, text, throttle_s)`: level "info" or "warning"; throttle_s: at most one such notice per
 #: that many seconds (None: every one; only warnings are throttled).
@@ -242,9 +242,3 @@ class CameraTracker:
         stream's first)."""
         with self._estimate_lock:
             self._map_odom, self._sent = map_odom, False
-
-
-def bare_camera(mapper_config: MapperConfig) -> CameraTracker:
-    """The tracker of a camera without a robot (`map_to_camera`, no TF): `run` and `run --topics` map a bag
-    with it, exactly as the node maps a bare camera."""
-    return CameraTracker(mapper_config, RobotTfConfig(mode="map_to_camera"), NoRobotTf())

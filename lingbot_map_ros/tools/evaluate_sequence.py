@@ -1,13 +1,15 @@
 """`lingbot-map-ros evaluate BAG REFERENCE -o OUT`: ATE of a user's sequence with and without loop closure.
 
 The bag's camera frames go through the engine (the preset's model: a checkpoint with ``--checkpoint``, else
-seeded synthetic weights, which make the numbers meaningless) and, beside it, through a `LoopCloser` fed each
-posed frame (it picks its keyframes; descriptors from the model's own encoder tokens, verification by its
-two-frame pass: docs/loop_closure.md). Written to OUT: ``trajectory_stream.tum`` (the stream's poses, no loop
-closure), ``trajectory_loop_closed.tum`` (each frame through its keyframe's optimised pose) and
-``evaluate.json``: ``ate_without`` / ``ate_with`` (RMSE of camera centres against REFERENCE, a TUM file or
-recorded bag, after ``--align``), the matched poses, the loop closer's counters. Both trajectories are in the
-stream's optical frame: compare them with each other (Sim(3) alignment takes out the frame and unit).
+seeded synthetic weights, which make the numbers meaningless) and each result through two engines of a camera
+(`CameraState`, engine/camera_state.py, as `run` and the node map with): one without loop closure and one
+closing loops (descriptors from the model's own encoder tokens, verification by its two-frame pass:
+docs/loop_closure.md; the node's one correction rule, engine/correction.py; `--no-loop-closure`: none).
+Written to OUT: ``trajectory_stream.tum`` (no loop closure), ``trajectory_loop_closed.tum`` (loop-corrected,
+as `run` writes it) and ``evaluate.json``: ``ate_without`` / ``ate_with`` (RMSE of camera centres against
+REFERENCE, a TUM file or recorded bag, after ``--align``), the matched poses, the loop closer's counters and
+``loops`` (accepted, rejected, keyframes, correction sizes). Both trajectories are in the `map` frame of `run`
+(REP-103).
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, ModelDescriptor, PairVerifier
+from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
+from lingbot_map_ros.engine.loop import LoopClosureConfig
 from lingbot_map_ros.engine.mapping.writers import write_tum
 from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.evaluate import load_trajectory
-from lingbot_map_ros.tools.loop_eval import corrected
-from lingbot_map_ros.tools.run_bag import bag_camera_topic, build_session
+from lingbot_map_ros.tools.run_bag import PosedFrames, bag_camera_topic, build_session, track_frame
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
 from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, matched_ate
 
@@ -35,33 +37,28 @@ def evaluate_sequence(
     alignment: str = "sim3",
     max_diff_s: float = 0.02,
 ) -> dict[str, object]:
-    """Run the bag of `config` with a loop closer (module doc); write the two trajectories and the JSON to
-    ``config.output_dir``; return the JSON's content."""
+    """Run the bag of `config` without and with loop closure (module doc); write the two trajectories and the
+    JSON to ``config.output_dir``; return the JSON's content."""
     topic, _ = bag_camera_topic(config)
     session = build_session(config)
-    closer = LoopCloser(
-        loop_config or LoopClosureConfig(),
-        config.image_width,
-        ModelDescriptor(session.model),
-        PairVerifier(session.model),
-    )
-    stamps_ns, indices, poses = [], [], []
+    stream, closing = CameraState(config.mapper_config()), CameraState(config.mapper_config())
+    if config.loop_closure:
+        closer = loop_closer(loop_config or LoopClosureConfig(), config.image_width, session.model)
+        closing.attach_loop(closer, threaded=False)
+    without, with_loops, stamps_ns = PosedFrames(), PosedFrames(), []
     for frame in iter_frames(config.bag, topic, config.max_frames):
         for result in session.push(frame.rgb, meta=frame.stamp_ns):
             stamps_ns.append(int(result.meta))
-            indices.append(int(result.index))
-            poses.append(result.pose_c2w)
-            closer.add(result, result.meta * 1e-9)
-    if len(poses) < 3:
-        raise ValueError(f"topic {topic} of bag {config.bag}: {len(poses)} posed frames, need >= 3")
-    stream = np.array(poses, np.float64)
-    closed = corrected(closer, stream, np.array(indices))
+            track_frame(stream, result, without)
+            track_frame(closing, result, with_loops)
+    if len(stamps_ns) < 3:
+        raise ValueError(f"topic {topic} of bag {config.bag}: {len(stamps_ns)} posed frames, need >= 3")
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     stamps = np.array(stamps_ns, np.int64)
     files = {
-        "without": write_tum(out / "trajectory_stream.tum", stamps, stream),
-        "with": write_tum(out / "trajectory_loop_closed.tum", stamps, closed),
+        "without": write_tum(out / "trajectory_stream.tum", stamps, np.array(without.poses)),
+        "with": write_tum(out / "trajectory_loop_closed.tum", stamps, np.array(with_loops.poses)),
     }
     ref_stamps, ref_rows = load_trajectory(reference)
     ates = {}
@@ -74,11 +71,12 @@ def evaluate_sequence(
         "reference": str(reference),
         "weights": "synthetic" if config.checkpoint is None else str(config.checkpoint),
         "alignment": alignment,
-        "posed": len(poses),
+        "posed": len(stamps_ns),
         "matched": ates["without"].matched,
         "ate_without": ates["without"].rmse,
         "ate_with": ates["with"].rmse,
-        "loop_closure": closer.stats.as_dict(),
+        "loop_closure": closing.loop_stats(),
+        "loops": closing.loop_summary(),
         "files": {name: path.name for name, path in files.items()},
     }
     (out / "evaluate.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -106,7 +104,7 @@ def main_args(args: argparse.Namespace) -> int:
     """Run `evaluate` from parsed arguments."""
     config = run_config(args, args.bag, args.output)
     summary = evaluate_sequence(config, args.reference, alignment=args.align, max_diff_s=args.max_diff)
-    stats = summary["loop_closure"]
+    stats = summary["loop_closure"] or {"verified": 0, "rejected": 0}
     print(
         f"{summary['posed']} posed frames, {summary['matched']} matched ({args.align}): ATE without loop "
         f"closure {summary['ate_without']:.6g}, with {summary['ate_with']:.6g} (units of the reference); "

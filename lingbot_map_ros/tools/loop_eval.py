@@ -2,12 +2,13 @@
 
 The synthetic room is rendered along `--laps` laps (plus a quarter lap back through the start), the oracle
 stands in for the model (true depth and poses with `--drift-scale` per metre of scale drift and
-`--drift-yaw-deg-per-m` of heading drift), the frames go through the engine's `StreamingSession` and the loop
-closer (engine/loop/: oracle descriptors, the real verification pass through the oracle model). Printed and
+`--drift-yaw-deg-per-m` of heading drift), the frames go through the engine's `StreamingSession` and a
+camera's engine closing loops (`CameraState`, engine/camera_state.py, as `run` and the node: oracle
+descriptors, the real verification pass through the oracle model, the one correction rule). Printed and
 written (`--json`):
 
 * ``ate_without`` / ``ate_with``: RMSE of camera centres (metres) after Sim(3) alignment (evo) of the stream's
-  trajectory / the loop-closed one to the truth;
+  trajectory / the loop-closed one (as `run` writes it) to the truth;
 * ``loops_accepted`` / ``loops_rejected`` (by verification or as graph outliers) and ``false_accepts``
   (accepted loop edges whose keyframes' true views overlap less than 5 %);
 * ``duplicate_surface_fraction_without`` / ``_with``: of the revisit's points (keyframes after the first lap)
@@ -28,8 +29,11 @@ from evo.core import metrics
 from evo.core.trajectory import PosePath3D
 from scipy.spatial import cKDTree
 
+from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
-from lingbot_map_ros.engine.loop.similarity import between, compose, from_pose
+from lingbot_map_ros.engine.loop.similarity import from_pose
+from lingbot_map_ros.engine.mapping.mapper import MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.tools.loop_oracle import (
     DriftConfig,
     DriftingOracle,
@@ -37,10 +41,13 @@ from lingbot_map_ros.tools.loop_oracle import (
     image_descriptor,
     oracle_session,
 )
+from lingbot_map_ros.tools.run_bag import PosedFrames, track_frame
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 from lingbot_map_ros.tools.trajectory_eval import umeyama_sim3
 
 OVERSHOOT_TURNS = 0.25
+#: Stamp step of the scene's frames (ns: 10 Hz).
+FRAME_NS = 100_000_000
 DUPLICATE_DISTANCE_M = 0.05
 FALSE_ACCEPT_OVERLAP = 0.05
 
@@ -83,14 +90,15 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
         image_descriptor,
         PairVerifier(oracle),
     )
-    stream = np.zeros((config.frames, 4, 4))
+    closing = CameraState(MapperConfig(scale=ScaleConfig("none")))
+    closing.attach_loop(closer, threaded=False)
+    stream, closed = np.zeros((config.frames, 4, 4)), PosedFrames()
     for i, image in enumerate(scene.images):
-        for result in session.push(image, meta=i):
-            stream[result.meta] = result.pose_c2w
-            closer.add(result, float(result.meta))
-    closed = corrected(closer, stream)
+        for result in session.push(image, meta=i * FRAME_NS):
+            stream[result.meta // FRAME_NS] = result.pose_c2w
+            track_frame(closing, result, closed)
     ate_without, track_without = ate(stream, scene.poses)
-    ate_with, track_with = ate(closed, scene.poses)
+    ate_with, track_with = ate(np.array(closed.poses), scene.poses)
     accepted = closer.accepted
     false = sum(scene.overlap(a, b) < FALSE_ACCEPT_OVERLAP for a, b in accepted)
     out = {
@@ -105,20 +113,6 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
         "submaps": closer.map.submaps,
     }
     return out, {"truth": scene.poses[:, :3, 3], "without": track_without, "with": track_with}
-
-
-def corrected(closer: LoopCloser, stream: np.ndarray, indices: np.ndarray | None = None) -> np.ndarray:
-    """Every frame [N, 4, 4] (stream frame) in the loop-closed map: its latest keyframe's optimised pose ∘
-    the stream's step since. `indices` [N]: frame indices (keyframe keys; default 0..N-1)."""
-    keys = sorted(closer.map.keyframes)
-    indices = np.arange(len(stream)) if indices is None else indices
-    out = stream.copy()
-    for i, index in enumerate(indices):
-        ref = keys[max(0, np.searchsorted(keys, index, side="right") - 1)]
-        keyframe = closer.map.keyframes[ref]
-        pose = compose(keyframe.pose, between(keyframe.stream_pose, from_pose(stream[i])))
-        out[i, :3, :3], out[i, :3, 3] = pose.rotation, pose.translation
-    return out
 
 
 def _duplicates(

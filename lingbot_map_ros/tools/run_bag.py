@@ -1,14 +1,16 @@
 """`lingbot-map-ros run BAG -o OUT`: the mapping engine directly on a bag, without DDS.
 
 Deterministic (fixed seed for synthetic weights, fixed thread count, frames in bag order, none dropped
-for lack of time) and as fast as the model allows. The results go through the node's pose side, one call a
-frame (`engine.tracker.CameraTracker.track`, then `Mapper.integrate` inline; TF mode `map_to_camera`: a bag
-has no robot TF here; scale `none` or `--scale-factor`), so a
-run and the node give the same trajectory and map for the same frames. Writes into OUT, in the node's `map`
-frame (REP-103: the first camera's position, x forward, y left, z up; as the node's `~/save_map`):
-`trajectory.tum` (one line per posed frame, header stamps), `map.ply` (voxel map, xyz + rgb),
-`summary.json` (frames, keyframes, drops, FPS, latency, session and cache statistics) and `run.png`
-(trajectory from above + per-frame latency).
+for lack of time) and as fast as the model allows. The results go through the node's engine of a camera, one
+call a frame (`engine.camera_state.CameraState`: `track`, the map side inline, `posed`; TF mode
+`map_to_camera`: a bag has no robot TF here; scale `none` or `--scale-factor`), so a run and the node give
+the same trajectory and map for the same frames. Loops are closed as in the node (`--no-loop-closure`: not),
+inline: a loop's correction (the one rule, engine/correction.py) moves the trajectory and rebuilds the map
+before the next frame. Writes into OUT, in the node's `map` frame (REP-103: the first camera's position, x
+forward, y left, z up; as the node's `~/save_map`): `trajectory.tum` (one line per posed frame, header
+stamps; loop-corrected), `map.ply` (voxel map, xyz + rgb), `summary.json` (frames, keyframes, drops, FPS,
+latency, session and cache statistics, `loop_closure`: loops accepted and rejected, loop keyframes, the size
+of each correction) and `run.png` (trajectory from above + per-frame latency).
 
 A frame is "dropped" when it never got a pose: it could not be decoded, or the bag ended while it waited
 for the anchor phase to fill.
@@ -37,9 +39,11 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
+from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
+from lingbot_map_ros.engine.loop import LoopClosureConfig
+from lingbot_map_ros.engine.loop.descriptor import Describe
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
 from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
-from lingbot_map_ros.engine.tracker import bare_camera
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
@@ -62,6 +66,7 @@ class RunResult:
     wall_s: float
     map_points: int
     session_stats: dict[str, object]
+    loop_closure: dict[str, object] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -88,6 +93,42 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
     ).only
 
 
+def camera_state(
+    config: RunConfig,
+    model: object,
+    describe: Describe | None = None,
+    loop_config: LoopClosureConfig | None = None,
+) -> CameraState:
+    """A bare camera's engine for `config` (`CameraState`: TF mode map_to_camera), closing loops inline unless
+    `config.loop_closure` is off: descriptors from `model`'s tokens (or `describe`), verification by it,
+    `loop_config` (None: the node's `loop_closure.*` defaults)."""
+    state = CameraState(config.mapper_config())
+    if config.loop_closure:
+        closer = loop_closer(loop_config or LoopClosureConfig(), config.image_width, model, describe)
+        state.attach_loop(closer, threaded=False)
+    return state
+
+
+def track_frame(state: CameraState, result: object, posed: PosedFrames) -> None:
+    """One result through a camera's engine as the node does it (`track`, the map work, `posed`), its pose
+    appended to `posed` and `posed` moved by the correction a loop caused."""
+    tracked = state.track(result, "", result.meta / 1e9)  # the node's pose side, once
+    state.map_side.integrate(tracked.work)  # its map side, inline
+    posed.stamps.append(tracked.frame.stamp_s)
+    posed.poses.append(tracked.frame.body_pose)
+    correction = state.posed(result, tracked, tracked.frame.stamp_s)
+    if correction is not None:  # the engine moved its trajectory: these poses are the same ones
+        posed.poses = list(correction.move(np.array(posed.stamps), np.array(posed.poses)))
+
+
+@dataclass
+class PosedFrames:
+    """A camera's posed frames of a run: stamps [N] s and poses [N, 4, 4] (optical frame -> its map)."""
+
+    stamps: list[float] = field(default_factory=list)
+    poses: list[np.ndarray] = field(default_factory=list)
+
+
 def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
     """The camera topic `config` maps in its bag and how many frames it holds (at most `max_frames`), read
     from the bag's metadata; BagError for a missing or unreadable bag or topic."""
@@ -101,7 +142,11 @@ def bag_camera_topic(config: RunConfig) -> tuple[str, int]:
 
 
 def run_bag(
-    config: RunConfig, model: StreamingModel | None = None, on_frame: Callable[[int], None] | None = None
+    config: RunConfig,
+    model: StreamingModel | None = None,
+    on_frame: Callable[[int], None] | None = None,
+    describe: Describe | None = None,
+    loop_config: LoopClosureConfig | None = None,
 ) -> RunResult:
     """Stream every frame of the bag's camera topic through the engine and write the outputs.
 
@@ -109,14 +154,16 @@ def run_bag(
         model: an already built model (a `batch` worker loads it once and maps bag after bag through this
             function); None builds the preset's model (checkpoint or seeded synthetic weights) first.
         on_frame: called with the number of frames pushed so far after every frame (progress reporting).
+        describe: the loop closer's place descriptor of a network image (None: the model's tokens).
+        loop_config: the loop closer's settings (None: the node's defaults).
     """
     topic, total = bag_camera_topic(config)
     session = build_session(config, model)
-    tracker = bare_camera(config.mapper_config())
-    mapper = tracker.mapper
+    state = camera_state(config, session.model, describe, loop_config)
+    mapper = state.mapper
     if config.load_session is not None:
-        persistence.load(config.load_session, session, mapper, config.compat())
-    stamps, poses, latency, keyframe = [], [], [], []
+        persistence.load(config.load_session, session, mapper, config.compat(), loop=state.closer)
+    posed, latency, keyframe = PosedFrames(), [], []
     frames = 0
     start = time.perf_counter()
     for frame in tqdm(
@@ -132,10 +179,7 @@ def run_bag(
         results = session.push(frame.rgb, meta=frame.stamp_ns)
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
-            tracked = tracker.track(result, "", result.meta / 1e9)  # the node's pose side, once
-            mapper.integrate(tracked.work)  # its map side, inline
-            stamps.append(tracked.frame.stamp_s)
-            poses.append(tracked.frame.body_pose)
+            track_frame(state, result, posed)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
         if on_frame is not None:
@@ -145,19 +189,21 @@ def run_bag(
         raise ValueError(f"topic {topic} of bag {config.bag} holds no frames")
     result = RunResult(
         frames=frames,
-        stamps_s=np.array(stamps),
-        poses=np.array(poses).reshape(-1, 4, 4),
+        stamps_s=np.array(posed.stamps),
+        poses=np.array(posed.poses).reshape(-1, 4, 4),
         latency_ms=np.array(latency),
         keyframe=np.array(keyframe, bool),
-        dropped=frames - len(stamps),
+        dropped=frames - len(posed.stamps),
         wall_s=wall_s,
         map_points=len(mapper.voxels),
         session_stats=session.stats().as_dict(),
+        loop_closure=state.loop_summary(),
     )
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved = persistence.save_session(
-            config.save_session, persistence.capture(session, mapper, config.compat(), int)
+            config.save_session,
+            persistence.capture(session, mapper, config.compat(), int, loop=state.closer),
         )
         result.files["session"] = saved
     return result
@@ -198,9 +244,20 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
         "map_points": result.map_points,
         "map": voxels.stats(),
         "session": result.session_stats,
+        "loop_closure": result.loop_closure,
         "files": {k: _relative_to(v, out) for k, v in result.files.items()},
     }
     result.files["summary"] = write_json(out / "summary.json", summary)
+
+
+def loop_line(summary: dict[str, object]) -> str:
+    """The loop closure part of a run's printed line ("" when off)."""
+    if not summary.get("enabled"):
+        return ""
+    return (
+        f"; loops {summary['loops_accepted']} accepted, {summary['loops_rejected']} rejected, "
+        f"{len(summary['corrections'])} corrections"
+    )
 
 
 def _relative_to(path: Path, folder: Path) -> str:
@@ -288,6 +345,7 @@ def _run_topics(args: argparse.Namespace, config: RunConfig) -> int:
     print(
         f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
         f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points"
+        + loop_line(result.loop_closure)
     )
     for name, path in result.files.items():
         print(f"  {name:10s} {path}")

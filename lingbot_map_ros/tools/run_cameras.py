@@ -3,12 +3,13 @@
 Like the node with `cameras` (docs/node.md, "Several cameras"), but one frame at a time: one model, one
 `StreamingSession` per camera topic (its own KV pool; no batched steps, so each camera's files are
 byte-identical to a run of its topic alone), each topic's frames pushed through its session in bag
-(log-time) order, each camera's results through its own `CameraTracker` (engine/tracker.py) and its mapper.
-A bag has no robot TF here, so every
+(log-time) order, each camera's results through its own engine (`CameraState`, engine/camera_state.py:
+tracker, map side and loop closer, as `run` of one topic). A bag has no robot TF here, so every
 camera is mapped in its own map frame (TF mode map_to_camera, as the node's `map_<name>`): there is no fused
 map. Writes per camera
 `OUT/<camera>/trajectory.tum`, `OUT/<camera>/map.ply` and `OUT/<camera>/run.png`, and `OUT/summary.json`
-(per camera: topic, frames, posed, keyframes, dropped, map points, session statistics; all: FPS). A camera's
+(per camera: topic, frames, posed, keyframes, dropped, map points, session statistics, loop closure; all:
+FPS). A camera's
 name is its topic without the image suffix (`/front/image` -> `front`, `/cam/left/image_raw` -> `cam_left`).
 """
 
@@ -22,11 +23,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
-from lingbot_map_ros.engine.tracker import CameraTracker, bare_camera
 from lingbot_map_ros.tools.bag_io import camera_connections, count_messages, iter_camera_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
-from lingbot_map_ros.tools.run_bag import RunConfig, build_session
+from lingbot_map_ros.tools.run_bag import PosedFrames, RunConfig, build_session, camera_state, track_frame
 
 #: Topic levels that name the image, not the camera.
 IMAGE_LEVELS = ("image", "image_raw", "image_rect", "image_color", "image_rect_color", "compressed")
@@ -46,16 +47,15 @@ def camera_names(topics: list[str]) -> list[str]:
 
 @dataclass
 class CameraRun:
-    """One camera of a run: its topic, session, tracker (its mapper) and per posed frame: stamps [N] s, poses
-    [N, 4, 4] (optical frame -> its map), step latency [N] ms, keyframe [N]."""
+    """One camera of a run: its topic, session, engine (`CameraState`: tracker, mapper, loop closer) and per
+    posed frame: stamps and poses (`posed`: optical frame -> its map), step latency [N] ms, keyframe [N]."""
 
     name: str
     topic: str
     session: object
-    tracker: CameraTracker
+    state: CameraState
     frames: int = 0
-    stamps: list[float] = field(default_factory=list)
-    poses: list[np.ndarray] = field(default_factory=list)
+    posed: PosedFrames = field(default_factory=PosedFrames)
     latency_ms: list[float] = field(default_factory=list)
     keyframe: list[bool] = field(default_factory=list)
 
@@ -85,7 +85,7 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
     cameras = {}
     for i, (name, topic) in enumerate(zip(camera_names(topics), topics, strict=True)):
         session = first if i == 0 else build_session(config, first.model)  # one model, a pool each
-        cameras[topic] = CameraRun(name, topic, session, bare_camera(config.mapper_config()))
+        cameras[topic] = CameraRun(name, topic, session, camera_state(config, session.model))
     start = time.perf_counter()
     for frame in tqdm(
         iter_camera_frames(config.bag, topics, config.max_frames),
@@ -101,10 +101,7 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
         results = camera.session.push(frame.rgb, meta=frame.stamp_ns)
         step_ms = 1e3 * (time.perf_counter() - step_start)
         for result in results:
-            tracked = camera.tracker.track(result, "", result.meta / 1e9)  # the node's pose side, once
-            camera.tracker.mapper.integrate(tracked.work)  # its map side, inline
-            camera.stamps.append(tracked.frame.stamp_s)
-            camera.poses.append(tracked.frame.body_pose)
+            track_frame(camera.state, result, camera.posed)
             camera.latency_ms.append(step_ms)
             camera.keyframe.append(result.is_keyframe)
     wall_s = time.perf_counter() - start
@@ -130,11 +127,11 @@ def _write_camera(config: RunConfig, camera: CameraRun) -> dict[str, object]:
     """`OUT/<camera>/`: trajectory.tum, map.ply, run.png; the camera's part of the summary."""
     out = config.output_dir / camera.name
     out.mkdir(parents=True, exist_ok=True)
-    poses = np.array(camera.poses).reshape(-1, 4, 4)
+    poses = np.array(camera.posed.poses).reshape(-1, 4, 4)
     latency, keyframe = np.array(camera.latency_ms), np.array(camera.keyframe, bool)
     files = {
-        "trajectory": write_tum(out / "trajectory.tum", np.array(camera.stamps), poses),
-        "map": write_ply(out / "map.ply", *camera.tracker.mapper.voxels.points()),
+        "trajectory": write_tum(out / "trajectory.tum", np.array(camera.posed.stamps), poses),
+        "map": write_ply(out / "map.ply", *camera.state.mapper.voxels.points()),
     }
     if len(poses):
         files["plot"] = plot_run(
@@ -153,7 +150,8 @@ def _write_camera(config: RunConfig, camera: CameraRun) -> dict[str, object]:
         "keyframes": int(keyframe.sum()),
         "dropped": camera.frames - len(poses),
         "latency_ms": latency_summary(latency),
-        "map_points": len(camera.tracker.mapper.voxels),
+        "map_points": len(camera.state.mapper.voxels),
         "session": camera.session.stats().as_dict(),
+        "loop_closure": camera.state.loop_summary(),
         "files": {k: str(v) for k, v in files.items()},
     }

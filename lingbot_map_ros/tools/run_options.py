@@ -70,6 +70,7 @@ class RunConfig:
     progress: bool = True
     load_session: Path | None = None
     save_session: Path | None = None
+    loop_closure: bool = True  # close loops (engine/camera_state.py), as the node's loop_closure.enabled
 
     @property
     def image_width(self) -> int:
@@ -117,6 +118,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="metres per model unit (node: scale.source fixed, scale.factor); default: none",
+    )
+    p.add_argument(
+        "--no-loop-closure",
+        dest="loop_closure",
+        action="store_false",
+        help="no loop closure (node: loop_closure.enabled false); default: loops are closed as in the node",
     )
 
 
@@ -174,4 +181,5 @@ def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
         scale_factor=args.scale_factor,
         load_session=getattr(args, "load", None),
         save_session=getattr(args, "save", None),
+        loop_closure=args.loop_closure,
     )
