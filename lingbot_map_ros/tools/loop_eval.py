@@ -29,8 +29,8 @@ from evo.core import metrics
 from evo.core.trajectory import PosePath3D
 from scipy.spatial import cKDTree
 
-from lingbot_map_ros.engine.camera_state import CameraState
-from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
+from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
+from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig
 from lingbot_map_ros.engine.loop.similarity import from_pose
 from lingbot_map_ros.engine.mapping.mapper import MapperConfig
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
@@ -84,11 +84,11 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     scene = LoopScene.render(scene_config, turns)
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     session, oracle = oracle_session(scene, drift, config.seed)
-    closer = LoopCloser(
+    closer = loop_closer(
         LoopClosureConfig(min_similarity=0.5, max_keyframes=config.max_keyframes, merge_size=5),
         config.width,
+        oracle,
         image_descriptor,
-        PairVerifier(oracle),
     )
     closing = CameraState(MapperConfig(scale=ScaleConfig("none")))
     closing.attach_loop(closer, threaded=False)

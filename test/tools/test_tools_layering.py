@@ -225,3 +225,43 @@ def test_the_private_member_rule_sees_reads_writes_and_imports(tmp_path: Path) -
         "torch.ops.aten._sdpa(q)\ny = obj.__dict__\n"
     )
     assert _private_uses(source) == ["bench.py:1 imports _hidden", "bench.py:2 ._path", "bench.py:3 ._pool"]
+
+
+# ------------------------------------------------------------------------------------ one correction rule
+#: A camera's engine objects: made by `engine.camera_state` (`CameraState`, `loop_closer`) only.
+CAMERA_ENGINE = {
+    "CameraTracker",
+    "MapSide",
+    "LoopCloser",
+    "LoopClosureWorker",
+    "ModelDescriptor",
+    "PairVerifier",
+}
+#: Sim(3) arithmetic of loop closure: engine/ only (the correction rule is engine/correction.py).
+SIM3_ARITHMETIC = {
+    "lingbot_map_ros.engine.loop.similarity.compose",
+    "lingbot_map_ros.engine.loop.similarity.inverse",
+    "lingbot_map_ros.engine.loop.similarity.between",
+    "lingbot_map_ros.engine.correction.Corrections",
+    "lingbot_map_ros.engine.correction.plan_correction",
+}
+
+
+@pytest.mark.parametrize("layer", ["ros", "tools"])
+def test_one_correction_rule_and_one_camera_engine(layer: str) -> None:
+    """ros/ and tools/ make no camera engine object of their own (they ask `engine.camera_state`) and do no
+    loop-closure Sim(3) arithmetic (`CameraState.apply_correction` is the one rule); ros/ has no Sim(3) at
+    all."""
+    offenders = []
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        label = _label(path)
+        modules = {m for _, m in imported_modules(path)}
+        offenders += [f"{label} imports {m}" for m in sorted(modules & SIM3_ARITHMETIC)]
+        if layer == "ros":
+            offenders += [f"{label} imports {m}" for m in sorted(modules) if m.endswith(".Sim3")]
+        offenders += [
+            f"{label}:{line} makes a {name} (use engine.camera_state)"
+            for line, name in _calls(path)
+            if name in CAMERA_ENGINE
+        ]
+    assert not offenders, "\n".join(offenders)
