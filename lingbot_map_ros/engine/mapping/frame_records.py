@@ -86,8 +86,10 @@ class MapWork:
 @dataclass
 class FrameCloud:
     """The map side of one frame (`integrate`): `points` [N, 3] float32 in the map frame (confident pixels,
-    `voxel.pixel_stride`), `colors` [N, 3] uint8, `map_changed` (the voxel map / grid changed)."""
+    `voxel.pixel_stride`), `colors` [N, 3] uint8, `map_changed` (the voxel map / grid changed), `map_cleared`
+    (the work was of a new epoch: the map of the old one was cleared first)."""
 
     points: np.ndarray
     colors: np.ndarray
     map_changed: bool
+    map_cleared: bool = False

@@ -8,7 +8,8 @@ through it, and every reader (the map and grid timers, the fused map of several 
 (the camera's outputs: reset, session save and load), which takes it before the pose lock.
 
 Change tracking: `take_points` / `take_grid` return the map or grid only when it changed since that reader's
-last take (or `force`): an integration that changed the map, a new epoch, `mark_changed`, a `rebuild`.
+last take (or `force`): an integration that changed the map, a new epoch (`FrameCloud.map_cleared`: the
+mapper's epoch serial is the one counter), `mark_changed`, a `rebuild`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ class MapSide:
     def __init__(self, mapper: Mapper) -> None:
         self.lock = OrderedLock("map.lock")
         self._mapper = mapper
-        self._serial: int | None = None  # serial of the last work integrated (another = a new epoch)
         self._changed = {"map": False, "grid": False}  # per reader: changed since its last take
 
     def integrate(self, work: MapWork, on_cloud: Callable[[FrameCloud], None] | None = None) -> FrameCloud:
@@ -40,9 +40,7 @@ class MapSide:
         the old stream goes out)."""
         with self.lock:
             cloud = self._mapper.integrate(work)
-            new_epoch = work.serial != self._serial
-            self._serial = work.serial
-            if cloud.map_changed or new_epoch:
+            if cloud.map_changed or cloud.map_cleared:  # a new epoch cleared the old one's map
                 self.mark_changed()
             if on_cloud is not None:
                 on_cloud(cloud)

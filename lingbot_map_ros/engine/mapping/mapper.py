@@ -202,18 +202,20 @@ class Mapper:
     def integrate(self, work: MapWork) -> FrameCloud:
         """The map side of a frame (`locate`'s work): the frame's points in the map frame; a keyframe enters
         the voxel map and the grid (or is held until the scale converged). A work of another epoch clears the
-        map first."""
-        if work.serial != self._map_serial:
+        map first (`map_cleared`)."""
+        cleared = work.serial != self._map_serial
+        if cleared:
             self._clear_map()
             self._map_serial = work.serial
         if work.depth is None:  # the step skipped the depth head (SessionConfig.depth_every_n): no points
-            return FrameCloud(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8), map_changed=False)
+            empty = np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8)
+            return FrameCloud(*empty, map_changed=False, map_cleared=cleared)
         mask = work.depth_conf > work.voxel.conf_threshold
         cam_xyz, flat = camera_points(work.depth, work.intrinsics, mask, work.voxel.pixel_stride)
         points = transform_points(work.camera_pose, cam_xyz)
         colors = work.rgb.reshape(-1, 3).take(flat, axis=0)
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
-        return FrameCloud(points=points, colors=colors, map_changed=map_changed)
+        return FrameCloud(points=points, colors=colors, map_changed=map_changed, map_cleared=cleared)
 
     def correct(
         self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]
