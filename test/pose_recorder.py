@@ -41,12 +41,11 @@ class RecordingSink:
     def where(self, result) -> tuple[str, float]:
         return self.camera.where(result)
 
-    def tracked(self, result, frame) -> None:
+    def delivered(self, posed) -> None:  # noqa: ANN001
+        missing = [item.missing for item in posed if item.missing is not None]
+        assert not missing, f"untracked: {missing}"
         if self.publish:
-            self.camera.tracked(result, frame)
-
-    def untracked(self, result, exc) -> None:
-        raise AssertionError(f"untracked: {exc}")
+            self.camera.delivered(posed)
 
 
 def recording_pipeline(node, publish: bool = False) -> tuple[CameraPipeline, list[tuple[str, list]]]:

@@ -13,10 +13,11 @@ The pose stage takes one camera's results of one round at a time, in round order
 `CameraState` (engine/camera_state.py), or None when the results are stale (a reset or a loaded session came
 after the round: the old stream's results are never delivered). Each result then goes through
 `CameraState.track` (the `CameraTracker`, engine/tracker.py: TF-mode policy, the robot TF through
-`RobotTfSource`, depth through `DepthSource`, `Mapper.locate`, `map -> odom`) and comes back ONCE:
-`PoseSink.tracked(result, frame)` (convert, publish, hand the map work to the camera's map thread), then
-`CameraState.posed` (a keyframe to the camera's loop closer), or `PoseSink.untracked(result, exc)` when a
-transform the TF mode needs is missing. A failure of one round's delivery is `on_error(camera, exc)`'s;
+`RobotTfSource`, depth through `DepthSource`, `Mapper.locate`, `map -> odom`), and the round comes back to
+the sink ONCE: `PoseSink.delivered(posed)`, a `PosedResult` per result in input order (its `TrackedFrame`:
+convert, publish, hand the map work to the camera's map thread; or the `TransformUnavailable` of a transform
+its TF mode needs that is missing: the frame is dropped), then each tracked one goes to the camera's loop
+closer (`CameraState.posed`). A failure of one round's delivery is `on_error(camera, exc)`'s;
 the next round goes on.
 """
 
@@ -48,11 +49,20 @@ class PoseSink(Protocol):
     def where(self, result: FrameResult) -> tuple[str, float]:
         """(the optical frame of the result's image, its stamp in s)."""
 
-    def tracked(self, result: FrameResult, frame: TrackedFrame) -> None:
-        """Convert and publish one tracked frame (its map work to the map thread)."""
+    def delivered(self, posed: list[PosedResult]) -> None:
+        """One round's results, once: convert and publish each tracked frame (its map work to the map
+        thread); a frame whose `missing` is set is dropped (a transform its TF mode needs is missing after
+        `tf.timeout`)."""
 
-    def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
-        """A frame dropped: a transform its TF mode needs is missing after `tf.timeout`."""
+
+@dataclass(frozen=True)
+class PosedResult:
+    """One result of a round as the pose stage made it: `frame` (tracked), or `missing` (not posed: the
+    transform its TF mode needs)."""
+
+    result: FrameResult
+    frame: TrackedFrame | None
+    missing: TransformUnavailable | None = None
 
 
 @dataclass(frozen=True)
@@ -141,12 +151,14 @@ class CameraPipeline:
         with sink.pose_round(output.stream) as state:
             if state is None:
                 return  # stale: the stream changed after the round
+            posed: list[PosedResult] = []
             for result in output.results:
                 optical, stamp_s = sink.where(result)
                 try:
-                    frame = state.track(result, optical, stamp_s)
+                    posed.append(PosedResult(result, state.track(result, optical, stamp_s)))
                 except TransformUnavailable as exc:
-                    sink.untracked(result, exc)
-                    continue
-                sink.tracked(result, frame)
-                state.posed(result, frame, stamp_s)
+                    posed.append(PosedResult(result, None, exc))
+            sink.delivered(posed)  # ros/ once per round
+            for item in posed:
+                if item.frame is not None:
+                    state.posed(item.result, item.frame, item.frame.frame.stamp_s)

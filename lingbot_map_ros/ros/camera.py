@@ -9,8 +9,8 @@ confirmed change of the image frame_id restarts the stream), its place in the no
 from the first activate after configure until cleanup, so deactivate/activate keeps the map), its counters
 (`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. The round runs on the node's
 inference thread (scheduler.py, camera_step.py: `prepare` and `finish` around `CameraPipeline.step`); the
-engine pipeline's pose stage hands the results back here (`pose_round`, `tracked`, `untracked`: the
-`PoseSink`), in round order. Nothing here raises into a callback.
+engine pipeline's pose stage hands the results back here (`pose_round`, `where`, `delivered` once per round:
+the `PoseSink`), in round order. Nothing here raises into a callback.
 """
 
 from __future__ import annotations
@@ -26,16 +26,15 @@ from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
+from ..engine.camera_pipeline import PosedResult
 from ..engine.camera_state import CameraState
 from ..engine.contracts import SessionStats
 from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.persistence.store import SessionError, SessionSnapshot
 from ..engine.result import FrameResult
-from ..engine.robot_tf import TransformUnavailable
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
-from ..engine.tracker import TrackedFrame
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade
@@ -256,14 +255,18 @@ class CameraStream:
         self._round_last, header = result, result.meta.header
         return self.outputs.camera_frame(header), stamp_seconds(header.stamp)
 
-    def tracked(self, result: FrameResult, frame: TrackedFrame) -> None:
-        """Publish one tracked frame (`publish_lock` held by `pose_round`)."""
-        self.outputs.publish(result, result.meta.header, frame)
-        self.stats.record_output(time.monotonic() - result.meta.received)
-
-    def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
-        """A frame dropped before anything was published: a transform its TF mode needs is missing."""
-        self.causes.rejected("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
+    def delivered(self, posed: list[PosedResult]) -> None:
+        """One round's frames (`publish_lock` held by `pose_round`): each tracked one published, each whose
+        transform is missing counted and dropped before anything of it was published."""
+        for item in posed:
+            result, exc = item.result, item.missing
+            if item.frame is None:
+                self.causes.rejected(
+                    "tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
+                )
+                continue
+            self.outputs.publish(result, result.meta.header, item.frame)
+            self.stats.record_output(time.monotonic() - result.meta.received)
 
     def inference_failed(self, exc: Exception) -> None:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""

@@ -12,7 +12,7 @@ frame in the robot modes, with covariances), `~/camera_pose`, `~/camera_info` an
 stamped with the image stamp. The frame's map work (points, voxel map, grid, `~/frame_cloud`) goes to the
 camera's map thread (map_worker.py) and never delays them; `~/path` (`path.publish_rate`), `~/map_cloud`
 and `~/grid` are published by the node's timers. (A frame whose transforms are missing never gets here: the
-pipeline hands it to `CameraStream.untracked`, `tf_unavailable`.) `lock` (the
+pipeline hands it to `CameraStream.delivered` as missing, `tf_unavailable`.) `lock` (the
 tracker's) guards the pose side (mapper pose state, path), the `MapSide`'s lock the map side
 (engine/mapping/map_side.py); where both are needed (`both_sides`), the map's is taken first.
 """

@@ -15,7 +15,7 @@ import pytest
 from robot_scene import BASE_CAM
 from tiny_stream import pan_frames, tiny_model
 
-from lingbot_map_ros.engine.camera_pipeline import POSE_QUEUE_ROUNDS, CameraPipeline
+from lingbot_map_ros.engine.camera_pipeline import POSE_QUEUE_ROUNDS, CameraPipeline, PosedResult
 from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.mapping.mapper import MapperConfig
@@ -50,7 +50,8 @@ class Sink:
     def __init__(self, state: CameraState) -> None:
         self.state = state
         self.stream = 0
-        self.delivered: list[tuple[int, TrackedFrame]] = []  # (frame number, tracked frame)
+        self.frames: list[tuple[int, TrackedFrame]] = []  # (frame number, tracked frame) delivered
+        self.rounds = 0  # `delivered` calls
 
     @contextmanager
     def pose_round(self, stream: object) -> Iterator[CameraState | None]:
@@ -59,11 +60,12 @@ class Sink:
     def where(self, result) -> tuple[str, float]:
         return "cam", 100.0 + result.meta[1]
 
-    def tracked(self, result, frame: TrackedFrame) -> None:
-        self.delivered.append((result.meta[1], frame))
-
-    def untracked(self, result, exc: TransformUnavailable) -> None:
-        raise AssertionError(f"frame {result.meta[1]} untracked: {exc}")
+    def delivered(self, posed: list[PosedResult]) -> None:
+        self.rounds += 1
+        for item in posed:
+            if item.frame is None:
+                raise AssertionError(f"frame {item.result.meta[1]} untracked: {item.missing}")
+            self.frames.append((item.result.meta[1], item.frame))
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +99,13 @@ def test_one_step_per_round_delivers_each_tracked_frame_once_while_tf_waits(pipe
     for i, rgb in enumerate(frames):  # rounds: the anchors (taken, waiting for TF), then 2 queued
         _step(pipeline, sink, rgb, i)
     # every step returned while the pose stage waited in its first TF lookup: nothing delivered yet
-    assert tf.waiting.is_set() and sink.delivered == []
+    assert tf.waiting.is_set() and sink.frames == []
     tf.gate.set()
     assert pipeline.wait_delivered(30)
-    assert [i for i, _ in sink.delivered] == list(range(len(frames)))  # each frame once, in order
-    assert all(frame.frame.mode == "map_to_base" for _, frame in sink.delivered)
-    assert sink.delivered[0][1].frame.new_epoch and not any(f.frame.new_epoch for _, f in sink.delivered[1:])
+    assert [i for i, _ in sink.frames] == list(range(len(frames)))  # each frame once, in order
+    assert sink.rounds == len(frames) - S0 + 1  # ros/ called once per round (the S0 anchors in one)
+    assert all(frame.frame.mode == "map_to_base" for _, frame in sink.frames)
+    assert sink.frames[0][1].frame.new_epoch and not any(f.frame.new_epoch for _, f in sink.frames[1:])
 
 
 def test_a_round_of_a_stream_left_before_its_delivery_is_dropped(pipeline) -> None:
@@ -118,4 +121,4 @@ def test_a_round_of_a_stream_left_before_its_delivery_is_dropped(pipeline) -> No
         _step(pipeline, sink, rgb, 10 + i)
     assert pipeline.wait_delivered(30)
     # the anchors in flight at the reset were delivered (they had passed the check), frame S0 was not
-    assert [i for i, _ in sink.delivered] == [*range(S0), 10, 11]
+    assert [i for i, _ in sink.frames] == [*range(S0), 10, 11]

@@ -66,11 +66,10 @@ class EngineSink:
     def where(self, result) -> tuple[str, float]:  # noqa: ANN001
         return "", result.meta / 1e9
 
-    def tracked(self, result, frame) -> None:  # noqa: ANN001
-        self.state.map_side.integrate(frame.work)
-
-    def untracked(self, result, exc) -> None:  # noqa: ANN001
-        raise AssertionError(f"untracked: {exc}")
+    def delivered(self, posed) -> None:  # noqa: ANN001
+        for item in posed:
+            assert item.frame is not None, f"untracked: {item.missing}"
+            self.state.map_side.integrate(item.frame.work)
 
 
 def node_path(
