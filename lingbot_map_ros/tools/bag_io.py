@@ -205,6 +205,12 @@ def open_bag(path: Path) -> Reader:
     path = Path(path)
     if not path.exists():
         raise BagError(f"bag {path} does not exist")
+    storage = sorted(f.name for f in path.glob("*") if f.suffix in (".mcap", ".db3")) if path.is_dir() else []
+    if storage and not (path / "metadata.yaml").is_file():
+        raise BagError(
+            f"bag {path} has {', '.join(storage)} but no metadata.yaml (a recording that was killed?): "
+            f"recover it with `ros2 bag reindex {path}`, then map it"
+        )
     try:
         reader = Reader(path)
         reader.open()

@@ -25,7 +25,8 @@ import numpy as np
 import psutil
 import pytest
 
-from lingbot_map_ros.tools import cli
+from lingbot_map_ros.tools import batch as batch_tool
+from lingbot_map_ros.tools import batch_summary, cli
 from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
 from lingbot_map_ros.tools.batch import find_bags, plan
 from lingbot_map_ros.tools.batch_pool import BatchConfig
@@ -237,3 +238,92 @@ def test_a_bag_without_the_camera_topic_fails_before_any_worker(bags: Path, tmp_
     rows, jobs = plan(BatchConfig(inputs=(bags,), output=tmp_path, options=options), [bags / "s0"])
     assert jobs == [] and rows[0].status == "failed" and rows[0].attempts == 0
     assert rows[0].error.startswith("BagError: topic /front/image not in bag"), rows[0].error
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about what `batch` refuses before it starts Ray: starting it fails the test."""
+
+    def refuse(config: BatchConfig) -> None:
+        raise AssertionError("batch started Ray")
+
+    monkeypatch.setattr(batch_tool, "start_ray", refuse)
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def test_an_output_folder_at_or_around_an_input_is_refused_and_the_bags_are_untouched(
+    bags: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_ray: None
+) -> None:
+    """Issue 30: `batch DATA -o DATA` removed every bag (each bag's output folder was the bag itself)."""
+    before = _files(bags)
+    listing = tmp_path / "bags.txt"
+    listing.write_text(f"{bags / 's1'}\n")
+    cases = [
+        ((bags,), bags, "is"),
+        ((bags,), bags / "s0", "lies inside"),
+        ((bags,), bags / "maps", "lies inside"),
+        ((bags,), bags.parent, "contains"),
+        ((listing,), bags / "s1", "is"),
+        ((listing,), tmp_path, "contains"),
+    ]
+    for inputs, out, relation in cases:
+        assert cli.main(["batch", *map(str, inputs), "-o", str(out), *OPTIONS]) == 2, (inputs, out)
+        assert f"{relation} the input" in capsys.readouterr().err, (inputs, out)
+    assert _files(bags) == before and not (bags / "maps").exists()
+
+
+def test_a_bag_without_metadata_gets_a_failed_row_naming_reindex(bags: Path, tmp_path: Path) -> None:
+    """Issue 30: an .mcap without metadata.yaml (a killed `ros2 bag record`) was skipped without a row."""
+    data = tmp_path / "data"
+    shutil.copytree(bags / "s0", data / "s0")
+    mcap = next((bags / "s1").glob("*.mcap"))
+    (data / "killed").mkdir()
+    shutil.copy(mcap, data / "killed" / mcap.name)
+    found = find_bags((data,))
+    assert [bag.name for bag in found] == ["killed", "s0"]
+    assert find_bags((data / "killed" / mcap.name,)) == [(data / "killed").resolve()]
+    options = RunConfig(bag=Path(), output_dir=Path())
+    rows, jobs = plan(BatchConfig(inputs=(data,), output=tmp_path / "out", options=options), found)
+    assert [job.name for job in jobs] == ["s0"] and rows[0].status == "failed", rows
+    assert "no metadata.yaml" in rows[0].error and "ros2 bag reindex" in rows[0].error, rows[0].error
+
+
+def test_resume_with_a_done_marker_of_the_wrong_shape_exits_2(
+    bags: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_ray: None
+) -> None:
+    out = tmp_path / "out"
+    (out / "s0").mkdir(parents=True)
+    for text in ("[]", '{"row": 1, "options": {}}', '{"options": {}}', '{"row": {"bag": 1}, "options": {}}'):
+        (out / "s0" / DONE_MARKER).write_text(text)
+        assert cli.main(["batch", str(bags / "s0"), "-o", str(out), "--resume", *OPTIONS]) == 2, text
+        assert "is not a done-marker of `batch`" in capsys.readouterr().err, text
+    assert (out / "s0" / DONE_MARKER).is_file()
+
+
+def test_batch_removes_only_folders_it_created(bags: Path, tmp_path: Path) -> None:
+    """An OUT/<name>/ not written by `batch` gets a failed row and is kept (the worker removed it before
+    its rename); OUT/.partial/ without batch's marker is refused, never emptied."""
+    out = tmp_path / "out"
+    (out / "s0").mkdir(parents=True)
+    (out / "s0" / "notes.txt").write_text("mine")
+    options = RunConfig(bag=Path(), output_dir=Path())
+    rows, jobs = plan(BatchConfig(inputs=(bags,), output=out, options=options), [bags / "s0", bags / "s1"])
+    assert [job.name for job in jobs] == ["s1"] and rows[0].status == "failed", rows
+    assert "was not written by `batch`" in rows[0].error, rows[0].error
+    batch_summary.claim_partial_dir(out)
+    partial = batch_summary.partial_folder(out, "s0")
+    partial.mkdir()
+    (partial / "trajectory.tum").write_text("0 0 0 0 0 0 0 1\n")
+    error = batch_summary.finish_bag(partial, out / "s0", {"row": {}, "options": {}})
+    assert error is not None and "was not written by this batch" in error, error
+    assert (out / "s0" / "notes.txt").read_text() == "mine" and not partial.exists()
+    foreign = tmp_path / "elsewhere" / batch_summary.PARTIAL_DIR
+    foreign.mkdir(parents=True)
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="was not created by `batch`"):
+        batch_summary.claim_partial_dir(foreign.parent)
+    batch_summary.remove_partial(foreign)
+    assert (foreign / "keep.txt").read_text() == "mine"
