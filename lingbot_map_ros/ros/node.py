@@ -99,7 +99,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             MutuallyExclusiveCallbackGroup(),
             self._service_group,
             CameraFrames(),
-            TfEdgeGuard(self._tf_lookup.parents),
+            TfEdgeGuard(self._tf_lookup.graph),
         )
         counters = (self.stats, self._causes)
         self.cameras = make_cameras(host, tuple(self.params.cameras), counters, self._robot_map_odom)
