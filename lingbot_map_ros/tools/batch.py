@@ -24,12 +24,16 @@ its bag retried once. At the end: OUT/summary.json, OUT/summary.csv, OUT/summary
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -189,6 +193,23 @@ def start_ray(config: BatchConfig) -> Path | None:
     return temp
 
 
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[Callable[[], bool]]:
+    """SIGINT inside the block is remembered, not raised there; the block's value says whether one came.
+    Around Ray's start-up: a KeyboardInterrupt inside `ray.init` was swallowed (the job ran to its end) or
+    cut the start-up half-way (its agents outlived the job by 60-100 s); deferred, the start-up completes and
+    the caller stops the job and Ray cleanly. Off the main thread (no signal handlers there): nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield lambda: bool(received)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_batch(config: BatchConfig) -> list[BagRow]:
     """Map every bag of `config` (module doc); returns the rows in input order and writes the summaries."""
     bags = find_bags(config.inputs)
@@ -200,8 +221,11 @@ def run_batch(config: BatchConfig) -> list[BagRow]:
     if jobs:
         import ray
 
-        temp = start_ray(config)
+        with sigint_deferred() as interrupted:
+            temp = start_ray(config)
         try:
+            if interrupted():
+                raise KeyboardInterrupt  # Ctrl-C during the start-up: stop now (exit 130), Ray shut down
             rows.update(WorkerPool(config, len(bags)).run(jobs, len(rows)))
         finally:
             ray.shutdown()
