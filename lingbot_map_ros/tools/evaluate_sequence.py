@@ -25,7 +25,7 @@ from lingbot_map_ros.tools.evaluate import load_trajectory
 from lingbot_map_ros.tools.loop_eval import corrected
 from lingbot_map_ros.tools.run_bag import bag_camera_topic, build_session
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
-from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, matched_ate
+from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, check_trajectory, matched_ate
 
 
 def evaluate_sequence(
@@ -37,6 +37,8 @@ def evaluate_sequence(
 ) -> dict[str, object]:
     """Run the bag of `config` with a loop closer (module doc); write the two trajectories and the JSON to
     ``config.output_dir``; return the JSON's content."""
+    ref_stamps, ref_rows = load_trajectory(reference)  # checked before the sequence runs
+    check_trajectory(ref_stamps, ref_rows, f"reference {reference}")
     topic, _ = bag_camera_topic(config)
     session = build_session(config)
     closer = LoopCloser(
@@ -63,7 +65,6 @@ def evaluate_sequence(
         "without": write_tum(out / "trajectory_stream.tum", stamps, stream),
         "with": write_tum(out / "trajectory_loop_closed.tum", stamps, closed),
     }
-    ref_stamps, ref_rows = load_trajectory(reference)
     ates = {}
     for name, path in files.items():
         est_stamps, est_rows = load_trajectory(path)

@@ -1,7 +1,7 @@
 """`batch` on a local Ray instance (tiny preset, synthetic weights, CPU, 2 workers), issue 24.
 
 One module fixture does the expensive part once: four bags (three synthetic scenes with ground truth, one
-whose third message is corrupt) go through `lingbot-map-ros batch` in a subprocess that is SIGKILLed (with
+whose every message is corrupt) go through `lingbot-map-ros batch` in a subprocess that is SIGKILLed (with
 its Ray processes) as soon as the first bag is complete; then `batch --resume` runs in this process while a
 thread SIGKILLs one busy worker once. The tests check what that left against `lingbot-map-ros run` on each
 bag, the resume and the retry. Two Ray start-ups in all.
@@ -27,12 +27,12 @@ import pytest
 
 from lingbot_map_ros.tools import batch as batch_tool
 from lingbot_map_ros.tools import batch_summary, cli
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
+from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter
 from lingbot_map_ros.tools.batch import find_bags, plan
 from lingbot_map_ros.tools.batch_pool import BatchConfig
 from lingbot_map_ros.tools.batch_summary import DONE_MARKER
 from lingbot_map_ros.tools.run_options import RunConfig
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render, write_scene_bag
+from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}
 OPTIONS = ["--width", "56", "--scale-frames", "4"]
@@ -47,16 +47,9 @@ def bags(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i, (name, frames) in enumerate(FRAMES.items()):
         scene = SceneConfig(width=64, height=48, frames=frames, seed=i)
         write_scene_bag(scene, folder / name, folder / f"{name}.gt.tum", start_time_ns=START_NS + i * 10**9)
-    rgb = render(SceneConfig(width=64, height=48, frames=2), np.eye(4))[0]
-    with BagWriter(folder / "corrupt") as writer:
+    with BagWriter(folder / "corrupt") as writer:  # no frame decodes (one corrupt frame is skipped by run)
         for i in range(4):
-            stamp = START_NS + i * 100_000_000
-            if i == 2:
-                writer.write_raw("/camera/image_raw", IMAGE, b"\x00\x01\x00\x00garbage", stamp)
-            else:
-                writer.write(
-                    "/camera/image_raw", IMAGE, image_message(writer.typestore, rgb, stamp, "cam"), stamp
-                )
+            writer.write_raw("/camera/image_raw", IMAGE, b"\x00\x01\x00\x00garbage", START_NS + i * 10**8)
     return folder
 
 
@@ -154,7 +147,7 @@ def test_each_bag_equals_run_and_the_corrupt_one_has_a_failed_row(batch: BatchRu
     assert batch.exit_code == 1 and list(rows) == ["corrupt", "s0", "s1", "s2"]
     assert (batch.summary["ok"], batch.summary["failed"]) == (3, 1)
     corrupt = rows["corrupt"]
-    assert corrupt["status"] == "failed" and corrupt["frames"] == 2 and corrupt["ate"] is None
+    assert corrupt["status"] == "failed" and corrupt["frames"] == 0 and corrupt["ate"] is None
     assert "deserializ" in corrupt["error"].lower() or "cdr" in corrupt["error"].lower(), corrupt["error"]
     assert not (batch.out / "corrupt").exists() and not (batch.out / ".partial").exists()
     for name, frames in FRAMES.items():
@@ -327,3 +320,27 @@ def test_batch_removes_only_folders_it_created(bags: Path, tmp_path: Path) -> No
         batch_summary.claim_partial_dir(foreign.parent)
     batch_summary.remove_partial(foreign)
     assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def test_ctrl_c_during_the_ray_start_up_stops_the_job_with_130(
+    bags: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: Ctrl-C while Ray started was lost (the job ran to its end, exit 0). The stand-in start-up
+    swallows a KeyboardInterrupt raised inside it, as Ray's did; the job must stop anyway, before a worker."""
+    started: list[BatchConfig] = []
+    handler = signal.getsignal(signal.SIGINT)
+
+    def start_up(config: BatchConfig) -> None:
+        started.append(config)
+        with contextlib.suppress(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+
+    def no_pool(*args: object) -> None:
+        raise AssertionError("the workers started after Ctrl-C")
+
+    monkeypatch.setattr(batch_tool, "start_ray", start_up)
+    monkeypatch.setattr(batch_tool.WorkerPool, "run", no_pool)
+    assert cli.main(["batch", str(bags / "s0"), "-o", str(tmp_path / "out"), *OPTIONS]) == 130
+    assert len(started) == 1 and "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
