@@ -383,7 +383,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
                 outputs = camera.outputs
                 if outputs is not None:
                     outputs.update_config(camera.output_config(self.params, primary=i == 0))
-            self.publish_diagnostics()
+            self._periodic.diagnostics_soon()
         except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
             self._causes.callback_failed("apply_parameters", exc)
 
