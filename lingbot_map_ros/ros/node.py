@@ -99,7 +99,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             MutuallyExclusiveCallbackGroup(),
             self._service_group,
             CameraFrames(),
-            TfEdgeGuard(self._tf_lookup.parents),
+            TfEdgeGuard(self._tf_lookup.graph),
         )
         counters = (self.stats, self._causes)
         self.cameras = make_cameras(host, tuple(self.params.cameras), counters, self._robot_map_odom)
@@ -383,7 +383,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
                 outputs = camera.outputs
                 if outputs is not None:
                     outputs.update_config(camera.output_config(self.params, primary=i == 0))
-            self.publish_diagnostics()
+            self._periodic.diagnostics_soon()
         except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
             self._causes.callback_failed("apply_parameters", exc)
 

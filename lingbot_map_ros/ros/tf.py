@@ -15,6 +15,7 @@ from geometry_msgs.msg import TransformStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
+from ..engine.mapping.tf_graph import TfGraph
 from ..engine.mapping.tf_tree import TfEdgeGuard
 
 try:
@@ -55,7 +56,7 @@ class TfBroadcaster:
         on_refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self._node = node
-        self.guard = guard if guard is not None else TfEdgeGuard(dict)
+        self.guard = guard if guard is not None else TfEdgeGuard(TfGraph())
         self.name = name
         self._on_refused = on_refused or (lambda edge, reason: None)
         self.refused = 0  # edges not sent (the guard's refusals)

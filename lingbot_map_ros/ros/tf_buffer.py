@@ -8,6 +8,10 @@ around t (linear translation, slerp rotation, as tf2), and fails rather than ext
 `tolerance_s` of the newest or oldest sample). Static edges hold at every time. `lookup(target, source, t)`
 returns `T_target_source` along the tree: up from both frames to their common ancestor. `t = 0` means
 "latest common time" as in tf2 (each dynamic edge's newest sample).
+
+Bounded (issue 30): every sample passes the buffer's `TfGraph` (engine/mapping/tf_graph.py) first, which caps
+the edges (the least recently sampled dynamic edge is evicted past `max_dynamic_edges`, new static edges past
+`max_static_edges` are refused; counted), and an edge keeps at most `MAX_SAMPLES_PER_EDGE` samples.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.geometry import interpolate_pose, invert_rigid, pose_from_quat
+from ..engine.mapping.tf_graph import TfGraph
 from ..engine.robot_tf import TransformUnavailable
 from .tf_wire import TfSample
 
 __all__ = ["TfBuffer", "TransformUnavailable"]  # TransformUnavailable: the engine's, raised here
+
+#: Samples kept per dynamic edge at most (the oldest half goes past it): `cache_s` of a 1 kHz edge.
+MAX_SAMPLES_PER_EDGE = 10_000
 
 
 @dataclass
@@ -42,9 +50,10 @@ def _matrix(value: np.ndarray | TfSample) -> np.ndarray:
 class TfBuffer:
     """Thread-safe store of TF edges with interpolation and chains (module doc)."""
 
-    def __init__(self, cache_s: float = 10.0, tolerance_s: float = 0.0) -> None:
+    def __init__(self, cache_s: float = 10.0, tolerance_s: float = 0.0, graph: TfGraph | None = None) -> None:
         self.cache_s = cache_s
         self.tolerance_s = tolerance_s
+        self.graph = graph if graph is not None else TfGraph()  # the edges' bound and the guard's view
         self._edges: dict[str, _Edge] = {}  # by child frame
         self._lock = threading.Lock()
 
@@ -60,6 +69,11 @@ class TfBuffer:
         self, parent: str, child: str, stamp_s: float, pose: np.ndarray | TfSample, static: bool
     ) -> None:
         with self._lock:
+            stored, evicted = self.graph.admit(parent, child, static)
+            if not stored:
+                return
+            if evicted is not None:
+                del self._edges[evicted]
             edge = self._edges.get(child)
             if edge is None or edge.parent != parent or edge.static != static:
                 edge = self._edges[child] = _Edge(parent, static)
@@ -79,6 +93,9 @@ class TfBuffer:
                     edge.poses.insert(i, pose)
             if stamps[0] < stamps[-1] - 2.0 * self.cache_s:  # trim in batches: amortised O(1) per sample
                 cut = bisect.bisect_left(stamps, stamps[-1] - self.cache_s)
+                del stamps[:cut], edge.poses[:cut]
+            if len(stamps) > MAX_SAMPLES_PER_EDGE:
+                cut = len(stamps) // 2
                 del stamps[:cut], edge.poses[:cut]
 
     def frames(self) -> dict[str, str]:

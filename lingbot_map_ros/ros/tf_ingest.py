@@ -13,7 +13,10 @@ messages serialized every `period_s` (`take_message(raw=True)`, ~25 µs each), r
 `BufferCore`): O(1) Python work per transform, no logging per message, one short lock per batch that the
 lookups never wait on for long.
 
-`SampleCheck` rejects, and counts per edge (/diagnostics `tf.rejected.<parent> -> <child>`, one WARN an edge):
+`SampleCheck` rejects, and counts per edge (/diagnostics `tf.rejected.<parent> -> <child>` for the
+`TOP_REJECTED_EDGES` edges with the most rejections, the rest summed in `tf.rejected_other`; one WARN an edge
+for the first `WARNED_EDGES` edges, then one summary line: 20,000 bad edges give neither 20,001 keys nor
+20,000 lines, issue 30):
 empty or equal frame ids, a non-finite translation or rotation, a quaternion whose norm is not within
 `NORM_TOLERANCE` of 1 (those within are normalised), and a dynamic sample stamped more than `tf.max_future_s`
 after the node's clock (it would hide every newer sample: tf2 refuses to look up before the newest stamp).
@@ -21,6 +24,7 @@ after the node's clock (it would hide every newer sample: tf2 refuses to look up
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections.abc import Callable
@@ -33,6 +37,12 @@ from .tf_wire import TfSample, parse_tf_message
 #: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
 #: rejected (a zero quaternion is no rotation; tf2's C++ core raises on one).
 NORM_TOLERANCE = 1e-3
+#: Rejected edges listed one by one in /diagnostics (those with the most rejections); the rest are summed.
+TOP_REJECTED_EDGES = 20
+#: Distinct rejected edges counted one by one (later ones only in `tf.rejected_other`).
+TRACKED_EDGES = 1000
+#: Distinct rejected edges warned about one by one; then one line says later ones are not.
+WARNED_EDGES = 20
 #: How often the listener thread takes what arrived (s); the DDS history below holds what arrives meanwhile,
 #: and a lookup that waits for data takes it at once (`TfLookup.lookup`). Each wake-up hands the GIL over.
 TAKE_PERIOD_S = 0.05
@@ -51,7 +61,14 @@ TF_STATIC_QOS = QoSProfile(
     durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
 
-__all__ = ["ManualTakeGroup", "NORM_TOLERANCE", "SampleCheck", "TfIngest", "check_sample"]
+__all__ = [
+    "ManualTakeGroup",
+    "NORM_TOLERANCE",
+    "TOP_REJECTED_EDGES",
+    "SampleCheck",
+    "TfIngest",
+    "check_sample",
+]
 
 
 class ManualTakeGroup(CallbackGroup):
@@ -97,7 +114,8 @@ def check_sample(sample: TfSample, static: bool, now_s: float | None, max_future
 
 
 class SampleCheck:
-    """`check_sample` with per-edge rejection counts and one WARN per edge.
+    """`check_sample` with per-edge rejection counts (at most `TRACKED_EDGES` edges; later edges' samples
+    counted in `untracked`) and one WARN per edge for the first `WARNED_EDGES` edges.
 
     Args:
         warn: logs one line (the node logger's `warning`).
@@ -106,6 +124,7 @@ class SampleCheck:
     def __init__(self, warn: Callable[[str], None]) -> None:
         self.warn = warn
         self.rejected: dict[str, int] = {}  # edge -> count (written by the listener thread only)
+        self.untracked = 0  # rejected samples on edges past TRACKED_EDGES
         self.accepted = 0
         self.malformed = 0
 
@@ -116,24 +135,38 @@ class SampleCheck:
             return True
         edge = sample.edge
         count = self.rejected.get(edge, 0) + 1
+        if count == 1 and len(self.rejected) >= TRACKED_EDGES:
+            self.untracked += 1
+            return False
         self.rejected[edge] = count
-        if count == 1:
+        if count == 1 and len(self.rejected) <= WARNED_EDGES:
             kind = "/tf_static" if static else "/tf"
             self.warn(
                 f"TF sample rejected on {edge} ({kind}): {reason}; not stored, later ones on this edge "
                 f"are counted in /diagnostics (tf.rejected.{edge})"
             )
+            if len(self.rejected) == WARNED_EDGES:
+                self.warn(
+                    f"TF samples rejected on {WARNED_EDGES} edges: rejections on further edges are not "
+                    "logged, only counted in /diagnostics (tf.rejected_total, tf.rejected_other)"
+                )
         return False
 
     def stats(self) -> dict[str, int]:
-        """/diagnostics keys: `tf.samples`, `tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`."""
+        """/diagnostics keys: `tf.samples`, `tf.rejected_total`, `tf.malformed`, `tf.rejected_edges`
+        (distinct edges counted), `tf.rejected.<edge>` for the `TOP_REJECTED_EDGES` edges with the most
+        rejections and `tf.rejected_other` (the rejections not listed)."""
         rejected = dict(self.rejected)
+        top = heapq.nlargest(TOP_REJECTED_EDGES, rejected.items(), key=lambda item: item[1])
+        total = sum(rejected.values()) + self.untracked
         out = {
             "tf.samples": self.accepted,
-            "tf.rejected_total": sum(rejected.values()) + self.malformed,
+            "tf.rejected_total": total + self.malformed,
             "tf.malformed": self.malformed,
+            "tf.rejected_edges": len(rejected),
+            "tf.rejected_other": total - sum(n for _, n in top),
         }
-        out.update({f"tf.rejected.{edge}": n for edge, n in sorted(rejected.items())})
+        out.update({f"tf.rejected.{edge}": n for edge, n in sorted(top)})
         return out
 
 

@@ -5,7 +5,12 @@ on every robot, else the package's `TfBuffer` (tf_buffer.py); both fed by `TfIng
 `TfLookup.lookup(target, source, stamp_s, timeout_s)` returns `T_target_source` [4, 4] or raises
 `TransformUnavailable` naming the missing edge, after waiting up to `timeout_s` for the data (the caller's
 thread polls; the listener thread stores). `stats()` gives the /diagnostics keys (`tf.backend`, `tf.samples`,
-`tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`).
+`tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`, and the graph's `tf.edges`, `tf.edges_evicted`,
+`tf.static_refused`).
+
+`graph` (engine/mapping/tf_graph.py `TfGraph`) is the stored edges' child -> parent map that every sample
+passes first, bounded; the one-parent guard reads it incrementally. With tf2's C++ core an evicted edge stays
+in tf2 (it has no call to drop one frame) but leaves the graph, so the node's own per-edge work stays bounded.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-import yaml
 from geometry_msgs.msg import Quaternion, Transform, Vector3
 from rclpy.node import Node
 
 from ..engine.geometry import pose_from_quat
+from ..engine.mapping.tf_graph import TfGraph
 from .tf_buffer import TfBuffer, TransformUnavailable
 from .tf_ingest import TF_STATIC_QOS, TfIngest
 from .tf_wire import TfSample
@@ -36,8 +41,6 @@ except ImportError:
     tf2_ros = None
 
 POLL_S = 0.005
-#: How long `parents` reuses tf2's frame listing (it is text to parse).
-GRAPH_REFRESH_S = 0.1
 #: Default of `tf.max_future_s` for a `TfLookup` made without it (the parameter table's is the node's).
 MAX_FUTURE_S = 5.0
 
@@ -54,8 +57,9 @@ class _Tf2Store:  # pragma: no cover - only on a real ROS install
     """Checked samples into tf2's C++ core. tf2_py reads a TransformStamped by attribute and insists only on
     the types of translation and rotation, so one reusable stand-in carries each sample (no message built)."""
 
-    def __init__(self, buffer: object) -> None:
+    def __init__(self, buffer: object, graph: TfGraph) -> None:
         self._buffer = buffer
+        self._graph = graph
         self._stamp = SimpleNamespace(sec=0, nanosec=0)
         self._header = SimpleNamespace(stamp=self._stamp, frame_id="")
         self._t, self._q = Vector3(), Quaternion()
@@ -66,6 +70,8 @@ class _Tf2Store:  # pragma: no cover - only on a real ROS install
         )
 
     def __call__(self, sample: TfSample, static: bool) -> None:
+        if not self._graph.admit(sample.parent, sample.child, static)[0]:
+            return
         ns = round(sample.stamp_s * 1e9)
         self._stamp.sec, self._stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
         self._header.frame_id, self._msg.child_frame_id = sample.parent, sample.child
@@ -92,16 +98,17 @@ class TfLookup:
         self, node: Node, use_tf2_ros: bool = True, cache_s: float = 10.0, max_future_s: float = MAX_FUTURE_S
     ) -> None:
         self._tf2 = None
-        self._graph: tuple[float, dict[str, str]] = (-GRAPH_REFRESH_S, {})
         self.buffer: TfBuffer | None = None
         self._ingest: TfIngest | None = None
         logger = node.get_logger()
         if use_tf2_ros and tf2_ros is not None:  # pragma: no cover - only on a real ROS install
             self._tf2 = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
-            store = _Tf2Store(self._tf2)
+            self.graph = TfGraph()
+            store = _Tf2Store(self._tf2, self.graph)
             self.backend = "tf2_ros BufferCore (C++)"
         else:
             self.buffer = TfBuffer(cache_s)
+            self.graph = self.buffer.graph
             store = self.buffer.add_sample
             self.backend = "lingbot_map_ros TfBuffer"
         if TFMessage is None:
@@ -136,7 +143,7 @@ class TfLookup:
 
     def stats(self) -> dict[str, object]:
         """/diagnostics keys of the listener (module doc)."""
-        values: dict[str, object] = {"tf.backend": self.backend}
+        values: dict[str, object] = {"tf.backend": self.backend, **self.graph.stats()}
         if self._ingest is not None:
             values.update(self._ingest.check.stats())
         return values
@@ -177,24 +184,6 @@ class TfLookup:
         ) as exc:
             raise TransformUnavailable(str(exc), f"{target} -> {source}") from exc
         return transform_to_matrix(tf.transform)
-
-    def parents(self) -> dict[str, str]:
-        """The TF graph now, child -> parent (for the one-parent check, engine/mapping/tf_tree.py): tf2's
-        `all_frames_as_yaml` (re-read at most every `GRAPH_REFRESH_S`), else the buffer's edges."""
-        if self._tf2 is None:
-            return self.buffer.frames()
-        now = time.monotonic()  # pragma: no cover - only on a real ROS install
-        if now - self._graph[0] >= GRAPH_REFRESH_S:
-            frames = yaml.safe_load(self._tf2.all_frames_as_yaml()) or {}
-            self._graph = (
-                now,
-                {
-                    str(c): str(f["parent"])
-                    for c, f in frames.items()
-                    if isinstance(f, dict) and f.get("parent")
-                },
-            )
-        return self._graph[1]
 
     def destroy(self) -> None:
         """Stop the listener thread (the subscriptions are the node's: kept until it is destroyed)."""

@@ -205,6 +205,12 @@ def open_bag(path: Path) -> Reader:
     path = Path(path)
     if not path.exists():
         raise BagError(f"bag {path} does not exist")
+    storage = sorted(f.name for f in path.glob("*") if f.suffix in (".mcap", ".db3")) if path.is_dir() else []
+    if storage and not (path / "metadata.yaml").is_file():
+        raise BagError(
+            f"bag {path} has {', '.join(storage)} but no metadata.yaml (a recording that was killed?): "
+            f"recover it with `ros2 bag reindex {path}`, then map it"
+        )
     try:
         reader = Reader(path)
         reader.open()
@@ -253,11 +259,14 @@ def count_messages(reader: Reader, topic: str) -> int:
     return sum(c.msgcount for c in reader.connections if c.topic == topic)
 
 
-def iter_frames(path: Path, topic: str | None = None, max_frames: int | None = None) -> Iterator[BagFrame]:
-    """Decoded camera frames of one topic in log-time order."""
+def iter_frames(
+    path: Path, topic: str | None = None, max_frames: int | None = None, skipped: list[str] | None = None
+) -> Iterator[BagFrame]:
+    """Decoded camera frames of one topic in log-time order. `skipped`: a frame that cannot be decoded is
+    left out and its reason appended there (without it, the error is raised)."""
     reader = open_bag(path)
     try:
-        yield from _decoded(reader, [camera_connection(reader, topic)], max_frames)
+        yield from _decoded(reader, [camera_connection(reader, topic)], max_frames, skipped)
     finally:
         reader.close()
 
@@ -271,19 +280,31 @@ def iter_camera_frames(path: Path, topics: list[str], max_frames: int | None = N
         reader.close()
 
 
-def _decoded(reader: Reader, connections: list[Connection], max_frames: int | None) -> Iterator[BagFrame]:
-    """The frames of `connections` in log-time order, decoded (`index` counts all of them)."""
+def _decoded(
+    reader: Reader, connections: list[Connection], max_frames: int | None, skipped: list[str] | None = None
+) -> Iterator[BagFrame]:
+    """The frames of `connections` in log-time order, decoded (`index` counts all of them). A message that
+    cannot be decoded raises, or with `skipped` is left out and its reason appended there."""
     ts = ros2_typestore()
     for index, (conn, log_time, raw) in enumerate(reader.messages(connections=connections)):
         if max_frames is not None and index >= max_frames:
             break
-        msg = ts.deserialize_cdr(raw, conn.msgtype)
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        yield BagFrame(
-            index=index,
-            topic=conn.topic,
-            stamp_ns=stamp,
-            log_time_ns=log_time,
-            frame_id=msg.header.frame_id,
-            rgb=decode_image(msg),
-        )
+        try:
+            msg = ts.deserialize_cdr(raw, conn.msgtype)
+            stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            frame = BagFrame(
+                index=index,
+                topic=conn.topic,
+                stamp_ns=stamp,
+                log_time_ns=log_time,
+                frame_id=msg.header.frame_id,
+                rgb=decode_image(msg),
+            )
+        except Exception as err:  # noqa: BLE001 - any undecodable message (bad CDR, bad image) is one frame
+            if skipped is None:
+                raise
+            skipped.append(
+                f"message {index} of {conn.topic} (log time {log_time} ns): {type(err).__name__}: {err}"
+            )
+            continue
+        yield frame

@@ -1,12 +1,17 @@
 """`lingbot-map-ros batch INPUTS... -o OUT`: many bags through a pool of model replicas on Ray, resumable.
 
-INPUTS are bags (rosbag2 folders), folders of bags (every bag below, found by its metadata.yaml) or text
-files of such paths (one a line, `#` comments, relative to the file). Each bag is mapped as `lingbot-map-ros
-run BAG -o OUT/<bag folder name>` with the same options would map it (tools/run_bag.py, the same function),
-by one of `--workers` Ray actors (tools/batch_worker.py) that each load the model once (bags handed out
-one at a time, longest first). Without `--address` a local Ray instance is started for the job and stopped
-at its end; with it the job runs on that cluster (`ray start --head` / `ray start --address HEAD:6379`; bag
-and output paths must be the same on every machine: a shared file system).
+INPUTS are bags (rosbag2 folders), folders of bags (every bag below, found by its metadata.yaml, .mcap or
+.db3; one without metadata.yaml gets a failed row naming `ros2 bag reindex`) or text files of such paths
+(one a line, `#` comments, relative to the file). OUT must lie apart from every input (not equal, inside
+or around one: refused before anything starts), and `batch` removes only what it created (OUT/.partial/
+carries its marker; an OUT/<name>/ it did not write gets a failed row and is left as it is).
+
+Each bag is mapped as `lingbot-map-ros run BAG -o OUT/<bag folder name>` with the same options would map it
+(tools/run_bag.py, the same function), by one of `--workers` Ray actors (tools/batch_worker.py) that each
+load the model once (bags handed out one at a time, longest first). Without `--address` a local Ray instance
+is started for the job and stopped at its end; with it the job runs on that cluster (`ray start --head` /
+`ray start --address HEAD:6379`; bag and output paths must be the same on every machine: a shared file
+system).
 
 A bag's folder OUT/<name>/ appears only complete (written under OUT/.partial/ and renamed, with the
 done-marker batch_done.json). `--resume` keeps complete bags and maps the rest again (partial or failed);
@@ -19,30 +24,49 @@ its bag retried once. At the end: OUT/summary.json, OUT/summary.csv, OUT/summary
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from lingbot_map_ros.tools.bag_io import BagError
 from lingbot_map_ros.tools.batch_pool import BagJob, BatchConfig, WorkerPool
-from lingbot_map_ros.tools.batch_summary import PARTIAL_DIR, BagRow, read_done, run_options, write_summary
+from lingbot_map_ros.tools.batch_summary import (
+    PARTIAL_DIR,
+    BagRow,
+    claim_partial_dir,
+    read_done,
+    remove_partial,
+    run_options,
+    write_summary,
+)
 from lingbot_map_ros.tools.run_bag import bag_camera_topic
 from lingbot_map_ros.tools.run_options import add_run_options, run_config
 
+#: Files of a rosbag2 storage plugin (mcap, sqlite3).
+STORAGE_SUFFIXES = (".mcap", ".db3")
 #: Ray's shared-memory object store for a local instance: the job passes only configs and rows through it.
 LOCAL_OBJECT_STORE_BYTES = 100 * 2**20
 
 
 def find_bags(inputs: tuple[Path, ...]) -> list[Path]:
-    """Every bag named by `inputs` (bags, folders of bags, text files of paths), in order, each once."""
+    """Every bag named by `inputs` (bags, folders of bags, text files of paths), in order, each once. A bag
+    is a folder with a metadata.yaml, or with a .mcap/.db3 file but no metadata.yaml (what a killed `ros2
+    bag record` leaves: it gets a failed row naming `ros2 bag reindex`, never skipped); a .mcap or .db3
+    file given as an input stands for its folder."""
     bags: list[Path] = []
     for path in map(Path, inputs):
-        if path.is_file():
+        if path.suffix in STORAGE_SUFFIXES:
+            bags.append(path.parent)
+        elif path.is_file():
             lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
             listed = [path.parent / line for line in lines if line]
             bags += [bag for entry in listed for bag in _bags_at(entry)]
@@ -62,14 +86,42 @@ def find_bags(inputs: tuple[Path, ...]) -> list[Path]:
 
 
 def _bags_at(path: Path) -> list[Path]:
-    if (path / "metadata.yaml").is_file():
+    if _is_bag(path):
         return [path]
     if not path.is_dir():
         raise BagError(f"input {path} is neither a bag, a folder of bags nor a text file of paths")
-    found = sorted(meta.parent for meta in path.rglob("metadata.yaml"))
+    found = sorted({file.parent for file in path.rglob("*") if _bag_file(file)})
     if not found:
-        raise BagError(f"no bags (folders with a metadata.yaml) below {path}")
+        raise BagError(f"no bags (folders with a metadata.yaml, .mcap or .db3) below {path}")
     return found
+
+
+def _bag_file(path: Path) -> bool:
+    return (path.name == "metadata.yaml" or path.suffix in STORAGE_SUFFIXES) and path.is_file()
+
+
+def _is_bag(path: Path) -> bool:
+    return path.is_dir() and any(_bag_file(file) for file in path.iterdir())
+
+
+def refuse_overlap(output: Path, inputs: tuple[Path, ...], bags: list[Path]) -> None:
+    """ValueError when `output` equals, contains or lies inside an input or a bag (a bag's folder would be
+    its own output, and the inputs are never written to): checked before anything is created or started."""
+    out = Path(output).resolve()
+    for path in [*map(Path, inputs), *bags]:
+        where = path.resolve()
+        if out == where:
+            relation = "is"
+        elif where in out.parents:
+            relation = "lies inside"
+        elif out in where.parents:
+            relation = "contains"
+        else:
+            continue
+        raise ValueError(
+            f"output folder {output} {relation} the input {path}: `batch` never writes into or around "
+            "its inputs; choose an output folder apart from them"
+        )
 
 
 def plan(config: BatchConfig, bags: list[Path]) -> tuple[dict[int, BagRow], list[BagJob]]:
@@ -79,6 +131,10 @@ def plan(config: BatchConfig, bags: list[Path]) -> tuple[dict[int, BagRow], list
     jobs: list[BagJob] = []
     for index, bag in enumerate(bags):
         done = read_done(config.output / bag.name)
+        if done is None and (config.output / bag.name).exists():
+            error = f"{config.output / bag.name} exists and was not written by `batch`; move it away"
+            rows[index] = BagRow(str(bag), bag.name, "failed", error=error, attempts=0)
+            continue
         if done is not None:
             if not config.resume:
                 raise ValueError(
@@ -137,23 +193,45 @@ def start_ray(config: BatchConfig) -> Path | None:
     return temp
 
 
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[Callable[[], bool]]:
+    """SIGINT inside the block is remembered, not raised there; the block's value says whether one came.
+    Around Ray's start-up: a KeyboardInterrupt inside `ray.init` was swallowed (the job ran to its end) or
+    cut the start-up half-way (its agents outlived the job by 60-100 s); deferred, the start-up completes and
+    the caller stops the job and Ray cleanly. Off the main thread (no signal handlers there): nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield lambda: bool(received)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_batch(config: BatchConfig) -> list[BagRow]:
     """Map every bag of `config` (module doc); returns the rows in input order and writes the summaries."""
     bags = find_bags(config.inputs)
+    refuse_overlap(config.output, config.inputs, bags)
     config.output.mkdir(parents=True, exist_ok=True)
     rows, jobs = plan(config, bags)
+    claim_partial_dir(config.output)
     start = time.perf_counter()
     if jobs:
         import ray
 
-        temp = start_ray(config)
+        with sigint_deferred() as interrupted:
+            temp = start_ray(config)
         try:
+            if interrupted():
+                raise KeyboardInterrupt  # Ctrl-C during the start-up: stop now (exit 130), Ray shut down
             rows.update(WorkerPool(config, len(bags)).run(jobs, len(rows)))
         finally:
             ray.shutdown()
             if temp is not None:
                 shutil.rmtree(temp, ignore_errors=True)
-    shutil.rmtree(config.output / PARTIAL_DIR, ignore_errors=True)
+    remove_partial(config.output / PARTIAL_DIR)
     ordered = [rows[i] for i in range(len(bags))]
     wall_s = time.perf_counter() - start
     mapped = sum(r.frames for r in ordered if r.status == "ok" and r.attempts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error
 DONE_MARKER = "batch_done.json"
 #: Where bags are mapped before their folder is renamed into place (same file system as OUT).
 PARTIAL_DIR = ".partial"
+#: The file that marks OUT/.partial/ as created by `batch` (only such a folder is ever removed).
+OWNED_MARKER = ".lingbot_map_ros_batch"
 #: RunConfig fields that differ per bag or do not change the outputs (not compared on --resume).
 PER_BAG_FIELDS = ("bag", "output_dir", "progress")
 
@@ -37,12 +40,59 @@ def partial_folder(out: Path, name: str) -> Path:
     return out / PARTIAL_DIR / name
 
 
-def read_done(folder: Path) -> dict[str, object] | None:
-    """The done-marker of a complete bag folder, or None (not there, or unreadable: not complete)."""
+def claim_partial_dir(out: Path) -> Path:
+    """OUT/.partial/ with its ownership marker (created here when absent). ValueError when OUT/.partial
+    exists without the marker: a folder this tool did not create is never emptied or removed."""
+    partial = out / PARTIAL_DIR
+    if partial.exists() and not (partial / OWNED_MARKER).is_file():
+        raise ValueError(f"{partial} exists and was not created by `batch` (no {OWNED_MARKER}); move it away")
+    partial.mkdir(parents=True, exist_ok=True)
+    (partial / OWNED_MARKER).touch()
+    return partial
+
+
+def remove_partial(path: Path) -> None:
+    """Remove `path` (OUT/.partial or a folder below it) only when OUT/.partial carries the marker."""
+    owner = path if path.name == PARTIAL_DIR else path.parent
+    if owner.name == PARTIAL_DIR and (owner / OWNED_MARKER).is_file():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def finish_bag(partial: Path, final: Path, marker: dict[str, object]) -> str | None:
+    """Write the done-marker into `partial` and rename it to `final`; never removes `final`. Returns None,
+    or why it could not (`final` exists: a folder not written by this job; `partial` is then removed)."""
+    (partial / DONE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     try:
-        return json.loads((folder / DONE_MARKER).read_text())
+        if final.exists():
+            raise FileExistsError(final)
+        partial.rename(final)
+    except OSError as err:
+        remove_partial(partial)
+        return f"{final} exists and was not written by this batch ({type(err).__name__}); move it away"
+    return None
+
+
+def read_done(folder: Path) -> dict[str, object] | None:
+    """The done-marker of a complete bag folder, or None (not there, or unreadable: not complete).
+    ValueError when it is JSON of the wrong shape (no `row` of BagRow's fields, no `options` mapping)."""
+    try:
+        done = json.loads((folder / DONE_MARKER).read_text())
     except (OSError, ValueError):
         return None
+    row_fields = {f.name for f in fields(BagRow)}
+    shaped = (
+        isinstance(done, dict)
+        and isinstance(done.get("options"), dict)
+        and isinstance(done.get("row"), dict)
+        and set(done["row"]) == row_fields
+    )
+    if not shaped:
+        raise ValueError(
+            f"{folder / DONE_MARKER} is not a done-marker of `batch` (expected a JSON object with 'row': "
+            f"{{{', '.join(sorted(row_fields))}}} and 'options': {{...}}); remove it or choose another "
+            "output folder"
+        )
+    return done
 
 
 #: Suffix of the ground-truth file beside a bag folder (`BAG` -> `BAG.gt.tum`).

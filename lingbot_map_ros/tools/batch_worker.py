@@ -14,9 +14,7 @@ first frame arrives); before every bag it restores that state, so no bag sees wh
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import threading
 from dataclasses import asdict, dataclass, replace
 
@@ -24,10 +22,11 @@ import numpy as np
 import ray
 
 from lingbot_map_ros.tools.batch_summary import (
-    DONE_MARKER,
     BagRow,
+    finish_bag,
     ground_truth_ate,
     partial_folder,
+    remove_partial,
     run_options,
 )
 from lingbot_map_ros.tools.run_bag import build_session, run_bag
@@ -102,21 +101,20 @@ class BagWorker:
         self._state.restore()
         final = config.output_dir
         partial = partial_folder(final.parent, name)
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_partial(partial)  # a bag left half-mapped by an earlier (killed) batch
         row = BagRow(str(config.bag), name, "ok", attempts=attempts)
         try:
             result = run_bag(replace(config, output_dir=partial, progress=False), self._model, self._count)
         except Exception as err:  # noqa: BLE001 - any failure of one bag becomes its row; the batch goes on
-            shutil.rmtree(partial, ignore_errors=True)
+            remove_partial(partial)
             _release_device_memory()
             row.status, row.frames, row.error = "failed", self._frames, f"{type(err).__name__}: {err}"
             return row
         row.frames, row.posed, row.fps = result.frames, len(result.stamps_s), round(result.fps, 3)
         row.ate, row.error = ground_truth_ate(config.bag, result.files["trajectory"])
-        marker = {"row": asdict(row), "options": run_options(config)}
-        (partial / DONE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        shutil.rmtree(final, ignore_errors=True)  # an incomplete folder left by hand or an older tool
-        partial.rename(final)
+        refused = finish_bag(partial, final, {"row": asdict(row), "options": run_options(config)})
+        if refused is not None:
+            row.status, row.error = "failed", refused
         return row
 
 

@@ -27,7 +27,7 @@ from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.evaluate import load_trajectory
 from lingbot_map_ros.tools.run_bag import PosedFrames, bag_camera_topic, build_session, track_frame
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
-from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, matched_ate
+from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, check_trajectory, matched_ate
 
 
 def evaluate_sequence(
@@ -39,6 +39,8 @@ def evaluate_sequence(
 ) -> dict[str, object]:
     """Run the bag of `config` without and with loop closure (module doc); write the two trajectories and the
     JSON to ``config.output_dir``; return the JSON's content."""
+    ref_stamps, ref_rows = load_trajectory(reference)  # checked before the sequence runs
+    check_trajectory(ref_stamps, ref_rows, f"reference {reference}")
     topic, _ = bag_camera_topic(config)
     session = build_session(config)
     stream, closing = CameraState(config.mapper_config()), CameraState(config.mapper_config())
@@ -60,7 +62,6 @@ def evaluate_sequence(
         "without": write_tum(out / "trajectory_stream.tum", stamps, np.array(without.poses)),
         "with": write_tum(out / "trajectory_loop_closed.tum", stamps, np.array(with_loops.poses)),
     }
-    ref_stamps, ref_rows = load_trajectory(reference)
     ates = {}
     for name, path in files.items():
         est_stamps, est_rows = load_trajectory(path)

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 @dataclass
 class RunResult:
     """What a run produced. Arrays: `stamps_s` [N] float64, `poses` [N, 4, 4] float64 (camera optical
-    frame -> `map`, REP-103), `latency_ms` [N], `keyframe` [N] bool, for the N posed frames in order."""
+    frame -> `map`, REP-103), `latency_ms` [N], `keyframe` [N] bool, for the N posed frames in order;
+    `skipped`: why each undecodable frame of the bag was left out (not counted in `frames`)."""
 
     frames: int
     stamps_s: np.ndarray
@@ -67,6 +68,7 @@ class RunResult:
     map_points: int
     session_stats: dict[str, object]
     loop_closure: dict[str, object] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -164,10 +166,11 @@ def run_bag(
     if config.load_session is not None:
         persistence.load(config.load_session, session, mapper, config.compat(), loop=state.closer)
     posed, latency, keyframe = PosedFrames(), [], []
+    skipped: list[str] = []  # undecodable frames, left out (summary.json `skipped_frames`)
     frames = 0
     start = time.perf_counter()
     for frame in tqdm(
-        iter_frames(config.bag, topic, config.max_frames),
+        iter_frames(config.bag, topic, config.max_frames, skipped),
         total=total,
         desc="run",
         unit="frame",
@@ -186,7 +189,8 @@ def run_bag(
             on_frame(frames)
     wall_s = time.perf_counter() - start
     if frames == 0:
-        raise ValueError(f"topic {topic} of bag {config.bag} holds no frames")
+        why = f" ({len(skipped)} undecodable, the first: {skipped[0]})" if skipped else ""
+        raise ValueError(f"topic {topic} of bag {config.bag} holds no frames{why}")
     result = RunResult(
         frames=frames,
         stamps_s=np.array(posed.stamps),
@@ -198,6 +202,7 @@ def run_bag(
         map_points=len(mapper.voxels),
         session_stats=session.stats().as_dict(),
         loop_closure=state.loop_summary(),
+        skipped=skipped,
     )
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
@@ -238,6 +243,8 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
         "posed": len(result.stamps_s),
         "keyframes": int(result.keyframe.sum()),
         "dropped": result.dropped,
+        "skipped_frames": len(result.skipped),
+        "skipped": result.skipped[:10],
         "wall_s": round(result.wall_s, 3),
         "fps": round(result.fps, 3),
         "latency_ms": latency_summary(result.latency_ms),

@@ -75,6 +75,22 @@ def ate(estimate: np.ndarray, reference: np.ndarray, alignment: str = "sim3") ->
     )
 
 
+def check_trajectory(stamps: np.ndarray, rows: np.ndarray, what: str) -> None:
+    """ValueError naming what is wrong with a trajectory (stamps [N] s, TUM rows [N, 7]) before any maths:
+    no poses, or a non-finite stamp or value (NaN would end in "SVD did not converge")."""
+    if len(stamps) == 0:
+        raise ValueError(f"the {what} holds no poses")
+    bad = ~(
+        np.isfinite(np.asarray(stamps, np.float64)) & np.isfinite(np.asarray(rows, np.float64)).all(axis=1)
+    )
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"the {what} has {int(bad.sum())} pose(s) with a non-finite stamp or value (NaN or inf), "
+            f"the first at row {first}"
+        )
+
+
 def matched_ate(
     stamps_e: np.ndarray,
     rows_e: np.ndarray,
@@ -83,7 +99,10 @@ def matched_ate(
     max_diff_s: float = 0.02,
     alignment: str = "sim3",
 ) -> AteResult:
-    """ATE of trajectory e against reference r (stamps [N] s, TUM rows [N, 7]) on stamp-matched poses."""
+    """ATE of trajectory e against reference r (stamps [N] s, TUM rows [N, 7]) on stamp-matched poses.
+    ValueError when either is empty or holds a non-finite value (`check_trajectory`)."""
+    check_trajectory(stamps_e, rows_e, "estimate")
+    check_trajectory(stamps_r, rows_r, "reference")
     pairs = associate(stamps_e, stamps_r, max_diff_s)
     if len(pairs) < 3:
         raise ValueError(

@@ -60,3 +60,30 @@ def test_old_samples_leave_the_cache() -> None:
     with pytest.raises(TransformUnavailable):
         buf.lookup("odom", "base", 2.0)
     np.testing.assert_allclose(buf.lookup("odom", "base", 4.45)[0, 3], 4.45)
+
+
+def test_300000_distinct_edges_through_check_and_store_keep_the_buffer_bounded_and_the_live_tree() -> None:
+    """Issue 30: `robot_part_N -> sensor_N`, each edge new; the robot's tree (static camera mount, odometry
+    sampled meanwhile) stays and looks up; the store holds at most the graph's caps."""
+    from lingbot_map_ros.ros.tf_ingest import SampleCheck
+    from lingbot_map_ros.ros.tf_wire import TfSample
+
+    buf = TfBuffer(cache_s=10.0)
+    check = SampleCheck(lambda line: None)
+    buf.add_sample(TfSample("base_link", "camera", 0.0, (0.1, 0.0, 1.2), (0.0, 0.0, 0.0, 1.0)), static=True)
+    for i in range(300_000):
+        stamp = 1.0 + i * 1e-5
+        sample = TfSample(f"robot_part_{i}", f"sensor_{i}", stamp, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+        if check(sample, False, None, 5.0):
+            buf.add_sample(sample, static=False)
+        if i % 1000 == 0:
+            odom = TfSample("odom", "base_link", stamp, (i * 1e-3, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+            buf.add_sample(odom, static=False)
+    assert check.accepted == 300_000 and not check.rejected
+    graph = buf.graph
+    assert len(buf.frames()) == len(graph) <= graph.max_dynamic_edges + graph.max_static_edges
+    assert graph.evicted == 300_001 - graph.max_dynamic_edges
+    np.testing.assert_allclose(buf.lookup("odom", "camera", 0.0)[:3, 3], [299.1, 0.0, 1.2])
+    with pytest.raises(TransformUnavailable):
+        buf.lookup("robot_part_0", "sensor_0", 0.0)  # evicted
+    buf.lookup("robot_part_299999", "sensor_299999", 0.0)

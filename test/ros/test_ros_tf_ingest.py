@@ -16,7 +16,7 @@ from tf2_msgs.msg import TFMessage
 from lingbot_map_ros.engine.geometry import pose_from_quat
 from lingbot_map_ros.ros.entities import _service_fallback, guard_callback
 from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
-from lingbot_map_ros.ros.tf_ingest import SampleCheck, check_sample
+from lingbot_map_ros.ros.tf_ingest import TOP_REJECTED_EDGES, SampleCheck, check_sample
 from lingbot_map_ros.ros.tf_wire import TfSample, WireError, parse_tf_message
 
 
@@ -113,10 +113,29 @@ def test_rejections_are_counted_per_edge_with_one_warning_an_edge() -> None:
         "tf.samples": 1,
         "tf.rejected_total": 4,
         "tf.malformed": 0,
+        "tf.rejected_edges": 2,
+        "tf.rejected_other": 0,
         "tf.rejected.odom -> base_link": 1,
         "tf.rejected.odom -> wheel": 3,
     }
     assert len(warnings) == 2 and "odom -> wheel" in warnings[0] and "in the future" in warnings[1]
+
+
+def test_20000_nan_edges_give_a_bounded_table_and_a_bounded_number_of_warnings() -> None:
+    """Issue 30: 20,000 NaN edges gave 20,001 /diagnostics keys (+26 MB) and 20,000 WARN lines."""
+    warnings: list[str] = []
+    check = SampleCheck(warnings.append)
+    for i in range(20_000):
+        assert not check(sample(t=(math.nan, 0.0, 0.0), child=f"sensor_{i}"), False, 100.0, 5.0)
+    for _ in range(5):  # the edge with the most rejections is listed
+        assert not check(sample(t=(math.nan, 0.0, 0.0), child="sensor_7"), False, 100.0, 5.0)
+    stats = check.stats()
+    per_edge = [key for key in stats if key.startswith("tf.rejected.")]
+    assert len(per_edge) == TOP_REJECTED_EDGES and stats["tf.rejected.odom -> sensor_7"] == 6
+    assert stats["tf.rejected_total"] == 20_005 and len(stats) == TOP_REJECTED_EDGES + 5
+    assert stats["tf.rejected_other"] == 20_005 - sum(stats[key] for key in per_edge)
+    assert len(check.rejected) <= 1000 and check.untracked == 20_000 - len(check.rejected)
+    assert len(warnings) == 21 and "not logged" in warnings[-1], warnings[-3:]
 
 
 def test_received_samples_interpolate_like_matrices_and_old_ones_are_trimmed() -> None:

@@ -14,6 +14,7 @@ from ros_helpers import BufferLookup
 from lingbot_map_ros.engine.geometry import invert_rigid, rigid
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
 from lingbot_map_ros.engine.mapping.tf_tree import TfEdgeGuard, subtree_root
 from lingbot_map_ros.engine.robot_tf import RobotFrames, RobotTfConfig
 from lingbot_map_ros.engine.tracker import CameraTracker
@@ -30,14 +31,12 @@ from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
 ROBOT = {"camera_link": "base_link", "camera_optical": "camera_link", "base_link": "odom"}
 
 
-class Graph:
-    """A TF graph as the node's listener sees it (child -> parent), changed by the test."""
-
-    def __init__(self, parents: dict[str, str]) -> None:
-        self.parents = dict(parents)
-
-    def __call__(self) -> dict[str, str]:
-        return self.parents
+def graph_of(parents: dict[str, str]) -> TfGraph:
+    """A TF graph as the node's listener stores it (child -> parent), changed by the test with `admit`."""
+    graph = TfGraph()
+    for child, parent in parents.items():
+        graph.admit(parent, child, static=False)
+    return graph
 
 
 # ----------------------------------------------------------------------------- one parent per frame
@@ -55,16 +54,16 @@ class Graph:
 def test_an_edge_to_a_frame_with_another_parent_is_refused(
     existing: dict[str, str], parent: str, child: str, words: str
 ) -> None:
-    guard = TfEdgeGuard(Graph(existing))
+    guard = TfEdgeGuard(graph_of(existing))
     problem = guard.check(parent, child, "front")
     assert problem is not None and words in problem, problem
 
 
 def test_the_nodes_own_edges_come_back_through_tf_and_stay_allowed() -> None:
-    graph = Graph({"base_link": "odom", "camera_link": "base_link"})
+    graph = graph_of({"base_link": "odom", "camera_link": "base_link"})
     guard = TfEdgeGuard(graph)
     assert guard.check("map", "odom", "front") is None  # odom has no parent: the node's edge
-    graph.parents["odom"] = "map"  # its own edge, heard back on /tf
+    graph.admit("map", "odom", static=False)  # its own edge, heard back on /tf
     for _ in range(3):  # republished: still one parent, still the node's
         assert guard.check("map", "odom", "front") is None
     assert guard.foreign_parents("odom") == set()
@@ -72,7 +71,7 @@ def test_the_nodes_own_edges_come_back_through_tf_and_stay_allowed() -> None:
 
 
 def test_another_camera_of_the_node_cannot_take_a_frame_until_released() -> None:
-    guard = TfEdgeGuard(Graph({}))
+    guard = TfEdgeGuard(graph_of({}))
     assert guard.check("map_front", "camera_optical_frame", "front") is None
     problem = guard.check("map_rear", "camera_optical_frame", "rear")  # the node's own other publisher
     assert problem is not None and "map_front -> camera_optical_frame" in problem and "front" in problem
@@ -84,12 +83,12 @@ def test_another_camera_of_the_node_cannot_take_a_frame_until_released() -> None
 def test_a_foreign_parent_seen_once_is_remembered() -> None:
     """tf2 reports the parent of a frame's LATEST sample: while the node and a robot both publish a parent of
     base_link, the graph may show the node's own; one sight of the robot's is enough."""
-    graph = Graph({})
+    graph = graph_of({})
     guard = TfEdgeGuard(graph)
     assert guard.check("map", "base_link", "cam") is None
-    graph.parents["base_link"] = "odom"  # the robot's odometry starts
+    graph.admit("odom", "base_link", static=False)  # the robot's odometry starts
     assert "already has the parent 'odom'" in guard.check("map", "base_link", "cam")
-    graph.parents["base_link"] = "map"  # the node's last sample is the newest again
+    graph.admit("map", "base_link", static=False)  # the node's last sample is the newest again
     assert "already has the parent 'odom'" in guard.check("map", "base_link", "cam")
     assert guard.check("map", "odom", "cam") is None  # map above odom is the way
 
@@ -122,7 +121,7 @@ def test_a_urdf_gap_attaches_map_above_the_cameras_subtree() -> None:
     buf.set_transform("camera_link", "camera_optical", 0.0, CAMLINK_OPTICAL, static=True)
     frames = RobotFrames(BufferLookup(buf), RobotTfConfig())
     assert frames.resolve_mode("camera_optical", 10.0)[0] == "map_to_camera"
-    guard = TfEdgeGuard(buf.frames)
+    guard = TfEdgeGuard(buf.graph)
     assert subtree_root("camera_optical", guard.foreign_graph()) == "camera_link"
     np.testing.assert_allclose(frames.root_pose("camera_link", "camera_optical", 10.0), CAMLINK_OPTICAL)
     assert guard.check("map", "camera_optical", "cam") is not None  # the old edge: two parents

@@ -1,7 +1,7 @@
 """`batch` on a local Ray instance (tiny preset, synthetic weights, CPU, 2 workers), issue 24.
 
 One module fixture does the expensive part once: four bags (three synthetic scenes with ground truth, one
-whose third message is corrupt) go through `lingbot-map-ros batch` in a subprocess that is SIGKILLed (with
+whose every message is corrupt) go through `lingbot-map-ros batch` in a subprocess that is SIGKILLed (with
 its Ray processes) as soon as the first bag is complete; then `batch --resume` runs in this process while a
 thread SIGKILLs one busy worker once. The tests check what that left against `lingbot-map-ros run` on each
 bag, the resume and the retry. Two Ray start-ups in all.
@@ -25,13 +25,14 @@ import numpy as np
 import psutil
 import pytest
 
-from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
+from lingbot_map_ros.tools import batch as batch_tool
+from lingbot_map_ros.tools import batch_summary, cli
+from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter
 from lingbot_map_ros.tools.batch import find_bags, plan
 from lingbot_map_ros.tools.batch_pool import BatchConfig
 from lingbot_map_ros.tools.batch_summary import DONE_MARKER
 from lingbot_map_ros.tools.run_options import RunConfig
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render, write_scene_bag
+from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}
 OPTIONS = ["--width", "56", "--scale-frames", "4"]
@@ -46,16 +47,9 @@ def bags(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i, (name, frames) in enumerate(FRAMES.items()):
         scene = SceneConfig(width=64, height=48, frames=frames, seed=i)
         write_scene_bag(scene, folder / name, folder / f"{name}.gt.tum", start_time_ns=START_NS + i * 10**9)
-    rgb = render(SceneConfig(width=64, height=48, frames=2), np.eye(4))[0]
-    with BagWriter(folder / "corrupt") as writer:
+    with BagWriter(folder / "corrupt") as writer:  # no frame decodes (one corrupt frame is skipped by run)
         for i in range(4):
-            stamp = START_NS + i * 100_000_000
-            if i == 2:
-                writer.write_raw("/camera/image_raw", IMAGE, b"\x00\x01\x00\x00garbage", stamp)
-            else:
-                writer.write(
-                    "/camera/image_raw", IMAGE, image_message(writer.typestore, rgb, stamp, "cam"), stamp
-                )
+            writer.write_raw("/camera/image_raw", IMAGE, b"\x00\x01\x00\x00garbage", START_NS + i * 10**8)
     return folder
 
 
@@ -153,7 +147,7 @@ def test_each_bag_equals_run_and_the_corrupt_one_has_a_failed_row(batch: BatchRu
     assert batch.exit_code == 1 and list(rows) == ["corrupt", "s0", "s1", "s2"]
     assert (batch.summary["ok"], batch.summary["failed"]) == (3, 1)
     corrupt = rows["corrupt"]
-    assert corrupt["status"] == "failed" and corrupt["frames"] == 2 and corrupt["ate"] is None
+    assert corrupt["status"] == "failed" and corrupt["frames"] == 0 and corrupt["ate"] is None
     assert "deserializ" in corrupt["error"].lower() or "cdr" in corrupt["error"].lower(), corrupt["error"]
     assert not (batch.out / "corrupt").exists() and not (batch.out / ".partial").exists()
     for name, frames in FRAMES.items():
@@ -237,3 +231,116 @@ def test_a_bag_without_the_camera_topic_fails_before_any_worker(bags: Path, tmp_
     rows, jobs = plan(BatchConfig(inputs=(bags,), output=tmp_path, options=options), [bags / "s0"])
     assert jobs == [] and rows[0].status == "failed" and rows[0].attempts == 0
     assert rows[0].error.startswith("BagError: topic /front/image not in bag"), rows[0].error
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about what `batch` refuses before it starts Ray: starting it fails the test."""
+
+    def refuse(config: BatchConfig) -> None:
+        raise AssertionError("batch started Ray")
+
+    monkeypatch.setattr(batch_tool, "start_ray", refuse)
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def test_an_output_folder_at_or_around_an_input_is_refused_and_the_bags_are_untouched(
+    bags: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_ray: None
+) -> None:
+    """Issue 30: `batch DATA -o DATA` removed every bag (each bag's output folder was the bag itself)."""
+    before = _files(bags)
+    listing = tmp_path / "bags.txt"
+    listing.write_text(f"{bags / 's1'}\n")
+    cases = [
+        ((bags,), bags, "is"),
+        ((bags,), bags / "s0", "lies inside"),
+        ((bags,), bags / "maps", "lies inside"),
+        ((bags,), bags.parent, "contains"),
+        ((listing,), bags / "s1", "is"),
+        ((listing,), tmp_path, "contains"),
+    ]
+    for inputs, out, relation in cases:
+        assert cli.main(["batch", *map(str, inputs), "-o", str(out), *OPTIONS]) == 2, (inputs, out)
+        assert f"{relation} the input" in capsys.readouterr().err, (inputs, out)
+    assert _files(bags) == before and not (bags / "maps").exists()
+
+
+def test_a_bag_without_metadata_gets_a_failed_row_naming_reindex(bags: Path, tmp_path: Path) -> None:
+    """Issue 30: an .mcap without metadata.yaml (a killed `ros2 bag record`) was skipped without a row."""
+    data = tmp_path / "data"
+    shutil.copytree(bags / "s0", data / "s0")
+    mcap = next((bags / "s1").glob("*.mcap"))
+    (data / "killed").mkdir()
+    shutil.copy(mcap, data / "killed" / mcap.name)
+    found = find_bags((data,))
+    assert [bag.name for bag in found] == ["killed", "s0"]
+    assert find_bags((data / "killed" / mcap.name,)) == [(data / "killed").resolve()]
+    options = RunConfig(bag=Path(), output_dir=Path())
+    rows, jobs = plan(BatchConfig(inputs=(data,), output=tmp_path / "out", options=options), found)
+    assert [job.name for job in jobs] == ["s0"] and rows[0].status == "failed", rows
+    assert "no metadata.yaml" in rows[0].error and "ros2 bag reindex" in rows[0].error, rows[0].error
+
+
+def test_resume_with_a_done_marker_of_the_wrong_shape_exits_2(
+    bags: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_ray: None
+) -> None:
+    out = tmp_path / "out"
+    (out / "s0").mkdir(parents=True)
+    for text in ("[]", '{"row": 1, "options": {}}', '{"options": {}}', '{"row": {"bag": 1}, "options": {}}'):
+        (out / "s0" / DONE_MARKER).write_text(text)
+        assert cli.main(["batch", str(bags / "s0"), "-o", str(out), "--resume", *OPTIONS]) == 2, text
+        assert "is not a done-marker of `batch`" in capsys.readouterr().err, text
+    assert (out / "s0" / DONE_MARKER).is_file()
+
+
+def test_batch_removes_only_folders_it_created(bags: Path, tmp_path: Path) -> None:
+    """An OUT/<name>/ not written by `batch` gets a failed row and is kept (the worker removed it before
+    its rename); OUT/.partial/ without batch's marker is refused, never emptied."""
+    out = tmp_path / "out"
+    (out / "s0").mkdir(parents=True)
+    (out / "s0" / "notes.txt").write_text("mine")
+    options = RunConfig(bag=Path(), output_dir=Path())
+    rows, jobs = plan(BatchConfig(inputs=(bags,), output=out, options=options), [bags / "s0", bags / "s1"])
+    assert [job.name for job in jobs] == ["s1"] and rows[0].status == "failed", rows
+    assert "was not written by `batch`" in rows[0].error, rows[0].error
+    batch_summary.claim_partial_dir(out)
+    partial = batch_summary.partial_folder(out, "s0")
+    partial.mkdir()
+    (partial / "trajectory.tum").write_text("0 0 0 0 0 0 0 1\n")
+    error = batch_summary.finish_bag(partial, out / "s0", {"row": {}, "options": {}})
+    assert error is not None and "was not written by this batch" in error, error
+    assert (out / "s0" / "notes.txt").read_text() == "mine" and not partial.exists()
+    foreign = tmp_path / "elsewhere" / batch_summary.PARTIAL_DIR
+    foreign.mkdir(parents=True)
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="was not created by `batch`"):
+        batch_summary.claim_partial_dir(foreign.parent)
+    batch_summary.remove_partial(foreign)
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def test_ctrl_c_during_the_ray_start_up_stops_the_job_with_130(
+    bags: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: Ctrl-C while Ray started was lost (the job ran to its end, exit 0). The stand-in start-up
+    swallows a KeyboardInterrupt raised inside it, as Ray's did; the job must stop anyway, before a worker."""
+    started: list[BatchConfig] = []
+    handler = signal.getsignal(signal.SIGINT)
+
+    def start_up(config: BatchConfig) -> None:
+        started.append(config)
+        with contextlib.suppress(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+
+    def no_pool(*args: object) -> None:
+        raise AssertionError("the workers started after Ctrl-C")
+
+    monkeypatch.setattr(batch_tool, "start_ray", start_up)
+    monkeypatch.setattr(batch_tool.WorkerPool, "run", no_pool)
+    assert cli.main(["batch", str(bags / "s0"), "-o", str(tmp_path / "out"), *OPTIONS]) == 130
+    assert len(started) == 1 and "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is handler  # restored

@@ -114,3 +114,24 @@ def test_rigid_and_no_alignment_modes(tmp_path: Path) -> None:
     assert ate(2.0 * moved, centres, "sim3").rmse < 1e-9
     with pytest.raises(ValueError, match="alignment must be one of"):
         ate(moved, centres, "affine")
+
+
+def test_ate_with_an_empty_or_nan_reference_is_a_clear_error_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: "SVD did not converge" (NaN) and "argmin of an empty sequence" (empty reference)."""
+    from lingbot_map_ros.tools import cli
+
+    poses = camera_path(SMALL)[:6]
+    write_tum(tmp_path / "est.tum", np.arange(6.0), poses)
+    (tmp_path / "empty.tum").write_text("# no poses\n")
+    nan = poses.copy()
+    nan[3, 0, 3] = np.nan
+    write_tum(tmp_path / "nan.tum", np.arange(6.0), nan)
+    cases = {"empty.tum": "the reference holds no poses", "nan.tum": "non-finite stamp or value"}
+    for name, words in cases.items():
+        assert cli.main(["ate", str(tmp_path / "est.tum"), str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+    assert cli.main(["ate", str(tmp_path / "nan.tum"), str(tmp_path / "est.tum")]) == 2
+    assert "the estimate has 1 pose(s)" in capsys.readouterr().err

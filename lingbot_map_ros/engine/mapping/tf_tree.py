@@ -14,12 +14,17 @@ EVERY edge the node publishes (ros/tf.py `TfBroadcaster.send`) and refuses an ed
 `subtree_root` is where `map` is attached in `map_to_camera` when the camera already has a parent in TF (a
 URDF gap: `camera_link -> camera_optical` without `base_link -> camera_link`): above the root of the camera's
 own subtree, never above the camera itself.
+
+The guard follows the TF store's graph incrementally (tf_graph.py `TfGraph.changes`): each check applies
+the edges that changed since the previous one, so its cost does not grow with the number of frames in TF.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Mapping
+
+from .tf_graph import TfGraph
 
 __all__ = ["TfEdgeGuard", "subtree_root"]
 
@@ -39,17 +44,18 @@ class TfEdgeGuard:
     publishers of TF (one per camera).
 
     Args:
-        graph: returns the TF graph as the node's listener sees it now, child -> parent (its own edges
-            included: they come back through /tf).
+        graph: the TF graph as the node's listener stores it, child -> parent (its own edges included:
+            they come back through /tf); read incrementally.
     """
 
-    def __init__(self, graph: Callable[[], Mapping[str, str]]) -> None:
+    def __init__(self, graph: TfGraph) -> None:
         self._graph = graph
+        self._cursor = -1  # journal position read so far (-1: nothing yet, the first check reads it all)
         self._lock = threading.Lock()
         self._ours: set[tuple[str, str]] = set()  # (parent, child) of every edge this node ever published
         self._claims: dict[str, tuple[str, Hashable]] = {}  # child -> (parent, publisher) publishing now
         self._foreign: dict[str, set[str]] = {}  # child -> parents seen in TF that this node never published
-        self._parents: dict[str, str] = {}  # the graph at the last check
+        self._parents: dict[str, str] = {}  # the graph as of the last check
 
     def check(self, parent: str, child: str, owner: Hashable) -> str | None:
         """Why `owner` must not publish `parent -> child` now, or None (then the edge counts as `owner`'s)."""
@@ -80,10 +86,22 @@ class TfEdgeGuard:
             self._claims = {c: claim for c, claim in self._claims.items() if claim[1] != owner}
 
     def _observe(self) -> None:
-        self._parents = dict(self._graph())
-        for child, parent in self._parents.items():
+        """Apply the graph's changes since the last call (all of it the first time, or when its journal
+        was dropped); O(changes)."""
+        cursor, changes = self._graph.changes(self._cursor)
+        if changes is None:
+            cursor, self._parents = self._graph.snapshot()
+            self._foreign = {c: seen for c, seen in self._foreign.items() if c in self._parents}
+            changes = list(self._parents.items())
+        for child, parent in changes:
+            if parent is None:  # evicted from the store: forgotten
+                self._parents.pop(child, None)
+                self._foreign.pop(child, None)
+                continue
+            self._parents[child] = parent
             if (parent, child) not in self._ours:
                 self._foreign.setdefault(child, set()).add(parent)
+        self._cursor = cursor
 
     def _problem(self, parent: str, child: str, owner: Hashable) -> str | None:
         edge = f"{parent} -> {child}"
@@ -102,18 +120,24 @@ class TfEdgeGuard:
         claim = self._claims.get(child)
         if claim is not None and claim[1] != owner:
             return f"this node already publishes {claim[0]} -> {child} for another camera ({claim[1]})"
-        links = {**self._parents, **{c: p for c, (p, _) in self._claims.items()}}
-        links.pop(child, None)  # the edge being checked replaces child's own link
-        if _above(child, parent, links):
+        if _above(child, parent, lambda frame: self._link(frame, child)):
             return f"{edge} would close a loop ('{child}' is above '{parent}' in TF)"
         return None
 
+    def _link(self, frame: str, checked: str) -> str | None:
+        """The parent of `frame` with this node's claims in force; none for `checked` (the edge being
+        checked replaces its own link)."""
+        if frame == checked:
+            return None
+        claim = self._claims.get(frame)
+        return claim[0] if claim is not None else self._parents.get(frame)
 
-def _above(frame: str, start: str, parents: Mapping[str, str]) -> bool:
+
+def _above(frame: str, start: str, parent_of: Callable[[str], str | None]) -> bool:
     """True when `frame` is on the chain from `start` up to its root."""
     seen = {start}
     node = start
-    while (node := parents.get(node)) is not None and node not in seen:
+    while (node := parent_of(node)) is not None and node not in seen:
         if node == frame:
             return True
         seen.add(node)
