@@ -120,6 +120,14 @@ class LoopOutputs:
             f"{stats.last_correction_deg:.2f} deg"
         )
 
+    def reject_last_loop(self, timeout_s: float = OPTIMIZE_WAIT_S) -> str:
+        """`~/reject_loop`: the closer undoes its last loop, then the restored correction is published."""
+        undone = self.worker.reject_last_loop(timeout_s)
+        self._apply()
+        stats = self.worker.closer.stats
+        head = "last loop removed" if undone else "no loop to remove"
+        return f"{head}: {len(self.worker.closer.loops)} loop edges, {stats.loops_undone} undone in all"
+
     def stop(self) -> None:
         self.worker.stop()
 
