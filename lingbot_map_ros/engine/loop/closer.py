@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
@@ -57,6 +57,7 @@ class _Checkpoint:
     loops: list[tuple[int, int]]
     last_loop_key: int | None
     restored_end: int | None
+    pair: tuple[int, int] = (-1, -1)  # the loop edge committed after this checkpoint (`reject_last_loop`)
 
 
 @dataclass
@@ -150,7 +151,8 @@ class LoopCloser:
             anchor, merged = self.map.merge_oldest(keep_newest=keep)
             self.graph.merge(anchor, merged)
             self.index.remove(set(merged))
-            self._before_last_loop = None  # its nodes may be gone: the last loop can no longer be undone
+            if self._before_last_loop is not None and set(self._before_last_loop.pair) & set(merged):
+                self._before_last_loop = None  # the last loop's edge was folded: it can no longer be undone
             self.stats.submaps, self.stats.keyframes = self.map.submaps, len(self.map)
         return event
 
@@ -168,20 +170,20 @@ class LoopCloser:
     def reject_last_loop(self) -> bool:
         """Remove the last accepted loop edge and put back the map and correction from before it (nodes
         added since follow their stream edges). False when there is none to undo (none yet, already undone,
-        or a merge folded its nodes)."""
+        or the keyframe budget folded one of its two keyframes into a submap)."""
         before = self._before_last_loop
         if before is None:
             return False
         self._before_last_loop = None
         newer = [k for k in self.graph.poses if k not in before.graph.poses]
-        edges = [e for e in self.graph.edges if not e.loop or (e.a, e.b) in before.loops]
+        edges = [e for e in self.graph.edges if not (e.loop and (e.a, e.b) == before.pair)]
         poses = {k: p for k, p in before.graph.poses.items() if k in self.graph.poses}
         for edge in edges:  # the newer nodes hang off their predecessors by their stream edges
             if edge.b in newer and edge.a in poses and not edge.loop:
                 poses[edge.b] = compose(poses[edge.a], edge.measured)
         self.graph.restore(GraphState(poses, edges, self.graph.fixed))
         self.map.move(poses)
-        self.loops = [pair for pair in self.loops if pair in before.loops]
+        self.loops = [pair for pair in self.loops if pair != before.pair]
         self.correction, self.last_loop_key = before.correction, before.last_loop_key
         if self._last is not None and self._last.key in poses:
             self.correction = compose(poses[self._last.key], inverse(self._last.stream_pose))
@@ -336,7 +338,7 @@ class LoopCloser:
             self._restored_end = None
         self.accepted.append((old.key, keyframe.key))
         self.last_loop_key = keyframe.key
-        self._before_last_loop = checkpoint
+        self._before_last_loop = replace(checkpoint, pair=(old.key, keyframe.key))
         return LoopEvent(verdict, optimization, self.correction, compose(self.correction, inverse(before)))
 
     def _optimize(self, new_edge: Edge | None = None) -> OptimizeResult | None:
