@@ -61,6 +61,8 @@ class LoopEvalConfig:
     height: int = 84
     max_keyframes: int = LoopClosureConfig.max_keyframes
     twin_rooms_m: float = 0.0
+    odometry: bool = False  # give the closer the true world pose of each frame as the robot's odometry
+    max_loop_chi2: float = LoopClosureConfig.max_loop_chi2
 
 
 def ate(estimate: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]:
@@ -88,7 +90,12 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     session, oracle = oracle_session(scene, drift, config.seed)
     closer = LoopCloser(
-        LoopClosureConfig(min_similarity=0.5, max_keyframes=config.max_keyframes, merge_size=5),
+        LoopClosureConfig(
+            min_similarity=0.5,
+            max_keyframes=config.max_keyframes,
+            merge_size=5,
+            max_loop_chi2=config.max_loop_chi2,
+        ),
         config.width,
         image_descriptor,
         PairVerifier(oracle),
@@ -98,7 +105,8 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     for i, image in enumerate(scene.images):
         for result in session.push(image, meta=i):
             stream[result.meta] = result.pose_c2w
-            event = closer.add(result, float(result.meta))
+            odometry = truth[result.meta] if config.odometry else None
+            event = closer.add(result, float(result.meta), odometry)
             if event is not None:  # the camera's jump: its keyframe before and after the loop
                 camera = closer.map.keyframes[event.verification.b].stream_pose
                 before = compose(inverse(event.jump), compose(event.correction, camera)).translation

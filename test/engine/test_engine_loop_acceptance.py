@@ -28,6 +28,26 @@ def test_twin_rooms_stay_apart_and_each_room_still_closes(apart_m: float) -> Non
     assert result["loops_accepted"] >= 2 and result["ate_with"] < 0.7 * result["ate_without"], result
 
 
+def test_robot_odometry_refuses_the_twin_room_even_without_the_chi_square_gate() -> None:
+    """Robot modes: with the odometry given per keyframe (here the truth) a loop into the look-alike room
+    contradicts it (4 m apart by odometry, ~0 by the loop) and is refused, also with the graph gate off;
+    loops within each room agree with it and still close."""
+    result, _ = evaluate(
+        LoopEvalConfig(
+            seed=11,
+            laps=1,
+            drift_scale=0.02,
+            drift_yaw_deg_per_m=1.0,
+            frames=80,
+            twin_rooms_m=4.0,
+            odometry=True,
+            max_loop_chi2=1e12,
+        )
+    )
+    assert result["cross_room_loops"] == 0 and result["rooms_apart_m"] >= 0.7 * 4.0, result
+    assert result["loops_accepted"] >= 2 and result["ate_with"] < 0.7 * result["ate_without"], result
+
+
 def test_loop_closure_alive_after_10000_keyframes_at_budget_300() -> None:
     """Before issue 30 merged submaps still counted, the newest keyframe was folded and every later one
     raised "edge N-1 -> N names a node not in the graph" (budget 300: from keyframe 2,920). Now the map, the

@@ -22,7 +22,7 @@ from ..result import FrameResult
 from ..stream.preprocess import preprocess_geometry, resize_uint8
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
-from .gate import innovation_chi2
+from .gate import OdometryScale, innovation_chi2, odometry_disagreement
 from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
 from .pose_graph import Edge, EdgeSigma, GraphState, OptimizeResult, PoseGraph
@@ -76,6 +76,7 @@ class LoopStats:
     last_correction_deg: float = 0.0
     last_correction_scale: float = 1.0
     rejected_inconsistent: int = 0  # verified, refused by the chi-square gate (gate.py)
+    rejected_odometry: int = 0  # verified, contradicts the robot's odometry between its keyframes
     rejected_correction: int = 0  # the optimised correction jumped more than max_correction_m: undone
     optimize_failures: int = 0  # gtsam raised: graph and closer left as they were
     loops_undone: int = 0  # reject_last_loop
@@ -111,6 +112,7 @@ class LoopCloser:
         self._key_offset = 0  # keys of a restored map's new epoch start past its keys
         self._restored_end: int | None = None  # a restored map's newest key until the first loop into it
         self._before_last_loop: _Checkpoint | None = None  # what `reject_last_loop` restores
+        self._odometry_scale = OdometryScale()
 
     def wants(self, stream_pose: np.ndarray) -> bool:
         """Whether a frame at `stream_pose` [4, 4] would become a loop keyframe (moved or turned enough)."""
@@ -122,12 +124,19 @@ class LoopCloser:
             or np.degrees(rotation_angle(delta.rotation)) >= self.config.keyframe_rotation_deg
         )
 
-    def add(self, result: FrameResult, stamp_s: float) -> LoopEvent | None:
+    def add(
+        self, result: FrameResult, stamp_s: float, odometry: np.ndarray | None = None
+    ) -> LoopEvent | None:
         """Take a keyframe result (stream frame: `pose_c2w`, `depth`, ...); returns the loop event it caused.
-        Frames that `wants` declines are ignored."""
+        Frames that `wants` declines are ignored. `odometry` [4, 4] (optional, robot modes): the robot's pose
+        in its odometry frame (metres) at this frame; a loop between two keyframes that have one must agree
+        with it (`gate.odometry_disagreement`)."""
         if not self.wants(result.pose_c2w):
             return None
         keyframe = self._keyframe(result, stamp_s)
+        if odometry is not None:
+            keyframe.odometry = np.asarray(odometry, np.float64)
+            self._odometry_scale.observe(previous_step=self._last, keyframe=keyframe)
         previous = self._last
         self.map.add(keyframe)
         self.graph.add_node(keyframe.key, keyframe.pose)
@@ -316,6 +325,11 @@ class LoopCloser:
             self._rollback(checkpoint)
             return None
         self.stats.last_loop_chi2 = chi2
+        disagreement = odometry_disagreement(old, keyframe, verdict.relative, self._odometry_scale, cfg)
+        if disagreement is not None:
+            self.stats.rejected_odometry += 1
+            _LOG.warning("loop %d -> %d refused: %s", old.key, keyframe.key, disagreement)
+            return None
         if chi2 > cfg.max_loop_chi2:
             self.stats.rejected_inconsistent += 1
             _LOG.info(

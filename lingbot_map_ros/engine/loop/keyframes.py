@@ -28,7 +28,8 @@ class Keyframe:
     """One keyframe (module doc). Shapes: points [N, 3] float32 and colors [N, 3] uint8 in the camera frame
     (optical axes, stream units); descriptor [D] float32 unit norm; image [h, w, 3] uint8 network input (None:
     none to verify with); depth / conf [h', w'] float32: the network grid, every `depth_stride`-th row and
-    column; `merged`: the keys of a submap (its own first), empty for a plain keyframe."""
+    column; `merged`: the keys of a submap (its own first), empty for a plain keyframe; `odometry`: the
+    robot's odometry pose [4, 4] float64 (odom frame, metres) at the keyframe when the caller has one."""
 
     key: int
     stamp_s: float
@@ -42,6 +43,7 @@ class Keyframe:
     conf: np.ndarray
     depth_stride: int
     merged: tuple[int, ...] = ()
+    odometry: np.ndarray | None = None  # [4, 4] the robot's odometry pose (metres) when given to `add`
 
     @cached_property
     def median_depth(self) -> float:  # the depth never changes once a keyframe exists
