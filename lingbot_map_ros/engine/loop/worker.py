@@ -6,6 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import numpy as np
+
 from ..lanes import Lane
 from ..lock_order import OrderedLock
 from ..result import FrameResult
@@ -33,9 +35,10 @@ class LoopClosureWorker:
         with self._ready:
             return self._lane.dropped
 
-    def submit(self, result: FrameResult, stamp_s: float) -> None:
-        """Queue a keyframe result (never blocks: the oldest waiting one is dropped when full)."""
-        self._put(("frame", result, stamp_s))
+    def submit(self, result: FrameResult, stamp_s: float, odometry: np.ndarray | None = None) -> None:
+        """Queue a keyframe result, with the robot's odometry pose [4, 4] when known (`LoopCloser.add`);
+        never blocks: the oldest waiting one is dropped when full."""
+        self._put(("frame", (result, odometry), stamp_s))
 
     def request_optimize(self) -> None:
         self._put(("optimize", None, 0.0))
@@ -77,7 +80,8 @@ class LoopClosureWorker:
                 event = None
                 with self.lock:
                     if kind == "frame":
-                        event = self.closer.add(payload, stamp_s)  # type: ignore[arg-type]
+                        result, odometry = payload  # type: ignore[misc]
+                        event = self.closer.add(result, stamp_s, odometry)
                     elif kind == "optimize":
                         self.closer.optimize()
                     elif kind == "clear":
