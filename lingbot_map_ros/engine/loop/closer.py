@@ -328,7 +328,7 @@ class LoopCloser:
         disagreement = odometry_disagreement(old, keyframe, verdict.relative, self._odometry_scale, cfg)
         if disagreement is not None:
             self.stats.rejected_odometry += 1
-            _LOG.warning("loop %d -> %d refused: %s", old.key, keyframe.key, disagreement)
+            _LOG.debug("loop %d -> %d refused: %s", old.key, keyframe.key, disagreement)
             return None
         if chi2 > cfg.max_loop_chi2:
             self.stats.rejected_inconsistent += 1
