@@ -332,7 +332,7 @@ class LoopCloser:
             return None
         if chi2 > cfg.max_loop_chi2:
             self.stats.rejected_inconsistent += 1
-            _LOG.info(
+            _LOG.debug(
                 "loop %d -> %d refused: chi2 %.1f > %.1f", old.key, keyframe.key, chi2, cfg.max_loop_chi2
             )
             return None
