@@ -144,7 +144,9 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     truth, drifted = np.vstack([truth, truth[-1:]]), np.vstack([drifted, drifted[-1:]])
     offset = np.array([np.linalg.norm(edges[i] - drifted[i]) for i in range(n + 1)])  # correction applied
     assert offset[:5].max() < 1e-3, offset  # before any loop: the stream's own poses
-    assert offset[n] - offset[n - 1] > 0.05, offset  # the jump (at least the forced pass's share of it)
+    # the jump of the loops processed after frame n-1 went out (the last loop's: ~0.065 in the engine; with
+    # issue 30's gate and stream sigmas earlier loops correct more and the last ones less than before, 0.076)
+    assert offset[n] - offset[n - 1] > 0.02, offset
     error = np.linalg.norm(np.stack([edges[i] for i in range(n + 1)]) - truth, axis=1)
     drift_error = np.linalg.norm(drifted - truth, axis=1)
     assert error[n] < 0.35 * drift_error[n], (error, drift_error)
