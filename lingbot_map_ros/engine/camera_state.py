@@ -101,19 +101,27 @@ class CameraState:
         """`CameraTracker.track`: the pose side of one frame. Raises `TransformUnavailable`."""
         return self.tracker.track(result, camera, stamp_s)
 
-    def posed(self, result: FrameResult, tracked: TrackedFrame, stamp_s: float) -> LoopCorrection | None:
-        """After a frame was posed (and published): a new epoch clears the closer, a keyframe goes to it.
-        Inline, the correction its loop caused (already applied); on the closer's thread, None."""
+    def posed(
+        self, result: FrameResult, tracked: TrackedFrame, stamp_s: float, odometry: np.ndarray | None = None
+    ) -> LoopCorrection | None:
+        """After a frame was posed (and published): a new epoch clears the closer, a keyframe goes to it with
+        the robot's odometry pose [4, 4] (T_odom_base, metres): `odometry`, else in `map_to_odom` the frame's
+        own T_map_odom⁻¹ · T_map_base (= the odometry sample it was posed with), so that a loop contradicting
+        the odometry is refused (engine/loop/gate.py). Inline, the correction its loop caused (already
+        applied); on the closer's thread, None."""
         if self.closer is None:
             return None
         if tracked.frame.new_epoch:
             self.clear_loop()
         if not result.is_keyframe:
             return None
+        frame = tracked.frame
+        if odometry is None and frame.map_odom is not None:
+            odometry = np.linalg.inv(frame.map_odom) @ frame.body_pose
         if self._worker is not None:
-            self._worker.submit(result, stamp_s)  # a queue put: never blocks
+            self._worker.submit(result, stamp_s, odometry)  # a queue put: never blocks
             return None
-        event = self.closer.add(result, stamp_s)
+        event = self.closer.add(result, stamp_s, odometry)
         return self.apply_correction() if event is not None else None
 
     # ------------------------------------------------------------------------------------------ loop closure
@@ -163,6 +171,18 @@ class CameraState:
         elif self.closer is not None:
             self.closer.optimize()
         return self.apply_correction()
+
+    def reject_last_loop(self, timeout_s: float) -> bool:
+        """Undo the closer's last accepted loop (`LoopCloser.reject_last_loop`, after what is queued) and
+        apply the restored correction by the same rule; False without a closer or a loop to undo."""
+        if self.closer is None:
+            return False
+        if self._worker is not None:
+            undone = self._worker.reject_last_loop(timeout_s)
+        else:
+            undone = self.closer.reject_last_loop()
+        self.apply_correction()
+        return undone
 
     def join_loop(self, timeout_s: float) -> None:
         """Wait (at most `timeout_s` s) until the closer's thread handled what was queued (and applied its

@@ -91,6 +91,14 @@ class LoopOutputs:
             f"{stats['last_correction_deg']:.2f} deg"
         )
 
+    def reject_last_loop(self, timeout_s: float = OPTIMIZE_WAIT_S) -> str:
+        """`~/reject_loop`: the closer undoes its last loop, then the restored correction is published."""
+        state = self._outputs.state
+        undone = state.reject_last_loop(timeout_s)
+        stats = state.loop_stats()
+        head = "last loop removed" if undone else "no loop to remove"
+        return f"{head}: {len(state.closer.loops)} loop edges, {stats['loops_undone']:.0f} undone in all"
+
 
 def attach_loop_closure(
     outputs: MappingOutputs, facade: NodeFacade, params: NodeParams, pipeline: Pipeline | None, prefix: str

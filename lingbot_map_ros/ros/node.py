@@ -47,7 +47,7 @@ from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .rounds import PUBLISH_DRAIN_S, NodeRounds
-from .services import MappingServices
+from .services import MappingServices, create_reject_loop_service
 from .session_files import SessionFiles
 from .shutdown import run_node
 from .streams import CameraFrames
@@ -121,6 +121,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         )
         self._triggers.create(self)
         create_optimize_service(self, self._service_group, self._loops, self._causes.callback_failed)
+        create_reject_loop_service(self, self._service_group, self._loops, self._causes.callback_failed)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
             self,

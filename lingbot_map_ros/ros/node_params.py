@@ -91,3 +91,4 @@ class NodeParams:
     loop_closure_max_keyframes: int
     loop_closure_merge_size: int
     loop_closure_max_time_ms: float
+    loop_closure_max_correction_m: float

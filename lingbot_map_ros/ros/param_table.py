@@ -243,4 +243,5 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec.of("loop_closure.max_keyframes", LoopClosureConfig, "max_keyframes"),
     ParamSpec.of("loop_closure.merge_size", LoopClosureConfig, "merge_size"),
     ParamSpec.of("loop_closure.max_time_ms", GraphConfig, "max_time_ms"),
+    ParamSpec.of("loop_closure.max_correction_m", LoopClosureConfig, "max_correction_m"),
 )

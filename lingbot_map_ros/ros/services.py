@@ -1,4 +1,5 @@
-"""The node's std_srvs/Trigger services: `~/reset`, `~/save_map`, `~/save_session`, `~/load_session`.
+"""The node's std_srvs/Trigger services: `~/reset`, `~/save_map`, `~/save_session`, `~/load_session`,
+`~/reject_loop` (`create_reject_loop_service`: each camera's loop closer undoes its last loop, issue 30).
 
 `~/reset` calls the node's `reset_stream` (stream generations, docs/node.md "Behaviour"); `~/save_map` writes
 the map (binary PLY) and the trajectory (TUM) through `MappingOutputs.save`, atomically (temp file + rename)
@@ -16,8 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -196,3 +198,34 @@ def _remove_save(out_dir: Path, tag: str) -> int:
         except OSError:
             pass
     return removed
+
+
+class LoopRejecter(Protocol):
+    """What `~/reject_loop` calls per camera (`LoopOutputs.reject_last_loop`: its report line)."""
+
+    def reject_last_loop(self) -> str: ...
+
+
+def create_reject_loop_service(
+    node: Node,
+    group: CallbackGroup,
+    loops: Callable[[], list[LoopRejecter]],
+    on_failure: Callable[[str, Exception], None],
+) -> None:
+    """`~/reject_loop` (std_srvs/Trigger): every camera's closer removes its last accepted loop and the map,
+    path and correction from before it are published (`LoopCloser.reject_last_loop`); `success` false when
+    none had a loop to remove, or "not active" while no closer runs."""
+
+    def handle(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        try:
+            active = loops()
+            if not active:
+                return Trigger.Response(success=False, message="not active (or loop_closure.enabled false)")
+            messages = [loop.reject_last_loop() for loop in active]
+            removed = any(m.startswith("last loop removed") for m in messages)
+            return Trigger.Response(success=removed, message="; ".join(messages))
+        except Exception as exc:  # noqa: BLE001 - a raising service callback would end the executor's spin
+            on_failure("service_reject_loop", exc)
+            return Trigger.Response(success=False, message=f"reject_loop failed: {type(exc).__name__}: {exc}")
+
+    node.create_service(Trigger, "~/reject_loop", handle, qos_profile=SERVICE_QOS, callback_group=group)

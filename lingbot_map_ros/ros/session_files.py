@@ -130,8 +130,8 @@ class SessionFiles:
         with stream_change:
             check_loadable(snapshot, persistence.load_target(session, outputs.mapper, p.tf_mode, frames))
             if (closer := outputs.state.closer) is not None:  # the keyframe map too, before any change
-                stride = closer.config.depth_stride
-                check_loop(snapshot.loop, snapshot.state.get(LOOP_STATE_KEY), stride)
+                dim = closer.descriptor_dim(probe=False)  # the node's thread: no model pass here
+                check_loop(snapshot.loop, snapshot.state.get(LOOP_STATE_KEY), closer.config.depth_stride, dim)
             camera.restore(snapshot, clear_queue)
         poses, keyframes = len(snapshot.trajectory_stamps_ns), len(snapshot.loop.get("kf_keys", ()))
         return (

@@ -13,7 +13,12 @@ written (`--json`):
   (accepted loop edges whose keyframes' true views overlap less than 5 %);
 * ``duplicate_surface_fraction_without`` / ``_with``: of the revisit's points (keyframes after the first lap)
   on a surface the first lap saw, the fraction more than 5 cm (after alignment) from the first lap's points;
-* ``keyframes`` / ``submaps``: loop keyframes at the end, and how many submaps the memory budget made.
+* ``keyframes`` / ``submaps``: loop keyframes at the end, and how many submaps the memory budget made;
+* ``max_jump_m``: the largest jump a loop made at the camera (metres at the start's unit);
+* with ``--twin-rooms-m D`` (tools/loop_oracle.py "Twin rooms"): the second half of the run laps an identical
+  room D metres away; ``cross_room_loops`` counts accepted loop edges across the rooms (every one a false
+  accept: verification was fooled) and ``rooms_apart_m`` the distance of the two rooms' keyframe centroids in
+  the loop-closed map (D when they stay apart, ~0 when they merged).
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class LoopEvalConfig:
     width: int = 112
     height: int = 84
     max_keyframes: int = LoopClosureConfig.max_keyframes
+    twin_rooms_m: float = 0.0
+    odometry: bool = False  # give the closer the true world pose of each frame as the robot's odometry
+    max_loop_chi2: float = LoopClosureConfig.max_loop_chi2
 
 
 def ate(estimate: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]:
@@ -81,26 +89,41 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
     scene_config = SceneConfig(
         width=config.width, height=config.height, frames=config.frames, seed=7 + config.seed, supersample=1
     )
-    scene = LoopScene.render(scene_config, turns)
+    if config.twin_rooms_m > 0:
+        scene = LoopScene.twin_rooms(scene_config, 2 * turns, config.twin_rooms_m)
+    else:
+        scene = LoopScene.render(scene_config, turns)
+    truth = scene.world_poses
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     session, oracle = oracle_session(scene, drift, config.seed)
     closer = loop_closer(
-        LoopClosureConfig(min_similarity=0.5, max_keyframes=config.max_keyframes, merge_size=5),
+        LoopClosureConfig(
+            min_similarity=0.5,
+            max_keyframes=config.max_keyframes,
+            merge_size=5,
+            max_loop_chi2=config.max_loop_chi2,
+        ),
         config.width,
         oracle,
         image_descriptor,
     )
     closing = CameraState(MapperConfig(scale=ScaleConfig("none")))
     closing.attach_loop(closer, threaded=False)
-    stream, closed = np.zeros((config.frames, 4, 4)), PosedFrames()
+    stream, closed, jumps = np.zeros((config.frames, 4, 4)), PosedFrames(), [0.0]
     for i, image in enumerate(scene.images):
         for result in session.push(image, meta=i * FRAME_NS):
-            stream[result.meta // FRAME_NS] = result.pose_c2w
-            track_frame(closing, result, closed)
-    ate_without, track_without = ate(stream, scene.poses)
-    ate_with, track_with = ate(np.array(closed.poses), scene.poses)
+            k = result.meta // FRAME_NS
+            stream[k] = result.pose_c2w
+            odometry = truth[k] if config.odometry else None
+            correction = track_frame(closing, result, closed, odometry)
+            if correction is not None and correction.jump is not None:  # the camera's jump at this frame
+                last = closed.poses[-1]
+                before = np.linalg.inv(correction.jump) @ last
+                jumps.append(float(np.linalg.norm(last[:3, 3] - before[:3, 3])))
+    ate_without, track_without = ate(stream, truth)
+    ate_with, track_with = ate(np.array(closed.poses), truth)
     accepted = closer.accepted
-    false = sum(scene.overlap(a, b) < FALSE_ACCEPT_OVERLAP for a, b in accepted)
+    false = sum(scene.true_overlap(a, b) < FALSE_ACCEPT_OVERLAP for a, b in accepted)
     out = {
         "ate_without": ate_without,
         "ate_with": ate_with,
@@ -111,8 +134,23 @@ def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.nda
         "duplicate_surface_fraction_with": _duplicates(closer, scene, oracle, stream, use_graph=True),
         "keyframes": len(closer.map),
         "submaps": closer.map.submaps,
+        "max_jump_m": max(jumps),
+        "cross_room_loops": sum(not scene.same_room(a, b) for a, b in accepted),
+        "rooms_apart_m": _rooms_apart(closer, scene),
     }
     return out, {"truth": scene.poses[:, :3, 3], "without": track_without, "with": track_with}
+
+
+def _rooms_apart(closer: LoopCloser, scene: LoopScene) -> float:
+    """Distance of the two twin rooms' keyframe centroids in the loop-closed map (0.0 with one room)."""
+    if scene.rooms is None:
+        return 0.0
+    rooms = [
+        [kf.pose.translation for k, kf in closer.map.keyframes.items() if scene.rooms[k] == r] for r in (0, 1)
+    ]
+    if not rooms[0] or not rooms[1]:
+        return 0.0
+    return float(np.linalg.norm(np.mean(rooms[1], axis=0) - np.mean(rooms[0], axis=0)))
 
 
 def _duplicates(
@@ -122,7 +160,7 @@ def _duplicates(
     keys = sorted(closer.map.keyframes)
     poses = [closer.map.keyframes[k].pose if use_graph else from_pose(stream[k]) for k in keys]
     centres = np.stack([p.translation for p in poses])
-    alignment = umeyama_sim3(centres, scene.poses[keys, :3, 3])
+    alignment = umeyama_sim3(centres, scene.world_poses[keys, :3, 3])
     lap = scene.frames_per_lap
     first = [(k, p) for k, p in zip(keys, poses, strict=True) if k < lap]
     later = [(k, p) for k, p in zip(keys, poses, strict=True) if k >= lap]
@@ -156,7 +194,8 @@ def _pixels(scene: LoopScene, k: int, stride: int) -> np.ndarray:
 
 
 def _true_points(scene: LoopScene, k: int, stride: int) -> np.ndarray:
-    return _pixels(scene, k, stride) @ scene.poses[k, :3, :3].T + scene.poses[k, :3, 3]
+    world = scene.world_poses[k]
+    return _pixels(scene, k, stride) @ world[:3, :3].T + world[:3, 3]
 
 
 def _points(scene: LoopScene, oracle: DriftingOracle, k: int, pose, alignment, stride: int) -> np.ndarray:  # noqa: ANN001
@@ -218,6 +257,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--frames", type=int, default=None, help="frames in all (default: 100 per lap)")
     p.add_argument("--width", type=int, default=LoopEvalConfig.width, help="multiple of 14")
     p.add_argument("--height", type=int, default=LoopEvalConfig.height, help="multiple of 14")
+    p.add_argument(
+        "--twin-rooms-m",
+        type=float,
+        default=0.0,
+        help="lap a second, identical room this far away (0: one room); look-alike loops must be refused",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the result here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of the tracks here")
     p.set_defaults(func=main_args)
@@ -227,7 +272,14 @@ def main_args(args: argparse.Namespace) -> int:
     """Run `loop-eval` from parsed arguments."""
     frames = args.frames or int(100 * (args.laps + OVERSHOOT_TURNS))
     config = LoopEvalConfig(
-        args.seed, args.laps, args.drift_scale, args.drift_yaw_deg_per_m, frames, args.width, args.height
+        args.seed,
+        args.laps,
+        args.drift_scale,
+        args.drift_yaw_deg_per_m,
+        frames,
+        args.width,
+        args.height,
+        twin_rooms_m=args.twin_rooms_m,
     )
     result, tracks = evaluate(config)
     text = json.dumps(result, indent=2)

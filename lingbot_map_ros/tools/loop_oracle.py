@@ -13,6 +13,11 @@ phase exactly as the model's) without computing attention, and returns the scene
 
 Frames are told apart by their bytes (the scene is rendered at the network size, so the session's images are
 the rendered ones). `image_descriptor` is the oracle's place descriptor: a normalised colour thumbnail.
+
+Twin rooms (`LoopScene.twin_rooms`, issue 30): two identical rooms `apart_m` apart; the camera laps the first,
+then the second. The stream drifts along the true (world) path; a verification pass relates what the images
+show (the room-local poses), so a pair across the rooms gets the pose of the look-alike place: verification
+is fooled the way a real model is, and only the loop closer's consistency checks can refuse such a loop.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class DriftConfig:
 @dataclass
 class LoopScene:
     """Rendered frames of `turns` laps: images [N, H, W, 3] uint8, depths [N, H, W] float32 (m), poses
-    [N, 4, 4] camera -> world, K [3, 3]."""
+    [N, 4, 4] camera -> room (what the images show), K [3, 3]; `rooms` [N] int: the room of each frame and
+    `room_offsets` [R, 3] where each room lies in the world (one room at the origin unless `twin_rooms`)."""
 
     config: SceneConfig
     images: np.ndarray
@@ -57,6 +63,33 @@ class LoopScene:
     poses: np.ndarray
     k: np.ndarray
     turns: float
+    rooms: np.ndarray | None = None
+    room_offsets: np.ndarray | None = None
+
+    @staticmethod
+    def twin_rooms(config: SceneConfig, turns: float, apart_m: float) -> LoopScene:
+        """`turns` laps (as `render`) whose second half happens in a copy of the room `apart_m` along x: the
+        frames look the same, the world poses (`world_poses`) do not (module doc)."""
+        scene = LoopScene.render(config, turns)
+        scene.rooms = (np.arange(config.frames) >= config.frames // 2).astype(np.int64)
+        scene.room_offsets = np.array([[0.0, 0.0, 0.0], [apart_m, 0.0, 0.0]])
+        return scene
+
+    @property
+    def world_poses(self) -> np.ndarray:
+        """[N, 4, 4] camera -> world: the room poses moved by their room's offset."""
+        if self.rooms is None or self.room_offsets is None:
+            return self.poses
+        poses = self.poses.copy()
+        poses[:, :3, 3] += self.room_offsets[self.rooms]
+        return poses
+
+    def same_room(self, a: int, b: int) -> bool:
+        return self.rooms is None or bool(self.rooms[a] == self.rooms[b])
+
+    def true_overlap(self, a: int, b: int) -> float:
+        """`overlap` in the world: 0 across the twin rooms (a look-alike is not the place)."""
+        return self.overlap(a, b) if self.same_room(a, b) else 0.0
 
     @staticmethod
     def render(config: SceneConfig, turns: float, lane_shift_m: float = 0.15) -> LoopScene:
@@ -82,8 +115,8 @@ class LoopScene:
         return self.config.frames / self.turns
 
     def path_length(self) -> np.ndarray:
-        """[N] metres travelled up to each frame."""
-        steps = np.linalg.norm(np.diff(self.poses[:, :3, 3], axis=0), axis=1)
+        """[N] metres travelled up to each frame (in the world: the way between twin rooms counts)."""
+        steps = np.linalg.norm(np.diff(self.world_poses[:, :3, 3], axis=0), axis=1)
         return np.concatenate([[0.0], np.cumsum(steps)])
 
     def overlap(self, a: int, b: int, stride: int = 4, tolerance: float = 0.05) -> float:
@@ -111,16 +144,18 @@ class LoopScene:
 
 
 def drifted_poses(scene: LoopScene, drift: DriftConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The stream's drifting poses [N, 4, 4] and its local unit per frame [N] (stream units per metre)."""
+    """The stream's drifting poses [N, 4, 4] and its local unit per frame [N] (stream units per metre), along
+    the world path (between twin rooms too)."""
     travelled = scene.path_length()
     unit = drift.unit * np.exp(drift.scale_per_m * travelled)
     yaw = np.radians(drift.yaw_deg_per_m) * travelled
-    poses = scene.poses.copy()
+    world = scene.world_poses
+    poses = world.copy()
     for i in range(1, len(poses)):
         turn = _yaw(yaw[i])
-        step = scene.poses[i, :3, 3] - scene.poses[i - 1, :3, 3]
+        step = world[i, :3, 3] - world[i - 1, :3, 3]
         poses[i, :3, 3] = poses[i - 1, :3, 3] + unit[i] * (turn @ step)
-        poses[i, :3, :3] = turn @ scene.poses[i, :3, :3]
+        poses[i, :3, :3] = turn @ world[i, :3, :3]
     return poses, unit
 
 

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from lingbot_map_ros.engine import persistence
 from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
+from lingbot_map_ros.engine.correction import LoopCorrection
 from lingbot_map_ros.engine.loop import LoopClosureConfig
 from lingbot_map_ros.engine.loop.descriptor import Describe
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
@@ -111,16 +112,20 @@ def camera_state(
     return state
 
 
-def track_frame(state: CameraState, result: object, posed: PosedFrames) -> None:
-    """One result through a camera's engine as the node does it (`track`, the map work, `posed`), its pose
-    appended to `posed` and `posed` moved by the correction a loop caused."""
+def track_frame(
+    state: CameraState, result: object, posed: PosedFrames, odometry: np.ndarray | None = None
+) -> LoopCorrection | None:
+    """One result through a camera's engine as the node does it (`track`, the map work, `posed` with the
+    robot's `odometry` pose [4, 4] if known), its pose appended to `posed` and `posed` moved by the
+    correction a loop caused (returned; None without one)."""
     tracked = state.track(result, "", result.meta / 1e9)  # the node's pose side, once
     state.map_side.integrate(tracked.work)  # its map side, inline
     posed.stamps.append(tracked.frame.stamp_s)
     posed.poses.append(tracked.frame.body_pose)
-    correction = state.posed(result, tracked, tracked.frame.stamp_s)
+    correction = state.posed(result, tracked, tracked.frame.stamp_s, odometry)
     if correction is not None:  # the engine moved its trajectory: these poses are the same ones
         posed.poses = list(correction.move(np.array(posed.stamps), np.array(posed.poses)))
+    return correction
 
 
 @dataclass

@@ -123,6 +123,18 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
         stats = loop_values(
             diagnostics.wait_for(lambda m: loop_values(m).get("loop_closure.corrections", 0) >= 2, timeout=20)
         )
+        loop_markers = markers.messages[-1]
+        # ~/reject_loop (issue 30): the last loop leaves, the map from before it is published; then none left.
+        rejected = ros_client.call(Trigger, f"{NODE}/reject_loop", timeout=60)
+        assert rejected.success and rejected.message.startswith("last loop removed"), rejected.message
+        again = ros_client.call(Trigger, f"{NODE}/reject_loop", timeout=60)
+        assert not again.success and again.message.startswith("no loop to remove"), again.message
+        undone = loop_values(
+            diagnostics.wait_for(
+                lambda m: loop_values(m).get("loop_closure.loops_undone", 0) >= 1, timeout=20
+            )
+        )
+        assert undone["loop_closure.corrections"] > stats["loop_closure.corrections"], undone
     finally:
         assert proc.stop() == 0, proc.output()
 
@@ -132,7 +144,9 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     truth, drifted = np.vstack([truth, truth[-1:]]), np.vstack([drifted, drifted[-1:]])
     offset = np.array([np.linalg.norm(edges[i] - drifted[i]) for i in range(n + 1)])  # correction applied
     assert offset[:5].max() < 1e-3, offset  # before any loop: the stream's own poses
-    assert offset[n] - offset[n - 1] > 0.05, offset  # the jump (at least the forced pass's share of it)
+    # the jump of the loops processed after frame n-1 went out (the last loop's: ~0.065 in the engine; with
+    # issue 30's gate and stream sigmas earlier loops correct more and the last ones less than before, 0.076)
+    assert offset[n] - offset[n - 1] > 0.02, offset
     error = np.linalg.norm(np.stack([edges[i] for i in range(n + 1)]) - truth, axis=1)
     drift_error = np.linalg.norm(drifted - truth, axis=1)
     assert error[n] < 0.35 * drift_error[n], (error, drift_error)
@@ -150,7 +164,7 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     assert path_rms < 0.35 * drift_rms, (path_rms, drift_rms)
     # The rebuilt grid, and the loop edges between keyframe positions of the corrected path, in map.
     assert rebuilt.header.frame_id == "map" and any(v >= 0 for v in rebuilt.data)
-    (marker,) = markers.messages[-1].markers
+    (marker,) = loop_markers.markers
     assert marker.type == Marker.LINE_LIST and marker.header.frame_id == "map"
     ends = np.array([[p.x, p.y, p.z] for p in marker.points])
     assert len(ends) >= 2 and len(ends) % 2 == 0

@@ -125,6 +125,40 @@ def test_tampered_keyframe_map_is_refused_by_name(saved: tuple) -> None:
         check_loop(arrays, dict(state, correction=[1.0]), closer.config.depth_stride)
 
 
+def test_loop_graph_that_lies_is_refused_at_load_with_the_reason(saved: tuple, tmp_path: Path) -> None:
+    """Issue 30: a session whose loop.npz holds keyframe poses of scale 1e200 (written through
+    `save_session`, so the manifest's hashes agree) loaded and moved the map by 1e200 m. Now the load is
+    refused with the reason; so are a keyframe moved away from what its edges measure, edges of absurd
+    sigmas, and descriptors of another dimension than the loading model's."""
+    closer, _, _, oracle = saved
+    arrays, _ = export_loop(closer)
+    stride = closer.config.depth_stride
+    huge = arrays["kf_poses"].copy()
+    huge[:, 9:] *= 1e200
+    folder = save_session(tmp_path / "huge", dict_snapshot(closer, kf_poses=huge))
+    snapshot = load_session(folder, {"preset": "tiny"})  # the files themselves are consistent
+    with pytest.raises(SessionError, match="pose is not a Sim\\(3\\) pose within bounds"):
+        check_loop(snapshot.loop, snapshot.state[STATE_KEY], stride)
+    moved = arrays["kf_poses"].copy()
+    moved[len(moved) // 2, 9:12] += 5.0  # a valid pose, 5 m from where its edges put it
+    with pytest.raises(SessionError, match="disagrees with its keyframes' poses"):
+        check_loop(dict(arrays, kf_poses=moved), snapshot.state[STATE_KEY], stride)
+    with pytest.raises(SessionError, match="edge sigmas must be in"):
+        check_loop(dict(arrays, edge_sigmas=arrays["edge_sigmas"] * 1e9), snapshot.state[STATE_KEY], stride)
+    dim = arrays["kf_descriptors"].shape[1]
+    with pytest.raises(SessionError, match=f"descriptors of {dim} values, this model's have {dim + 1}"):
+        check_loop(arrays, snapshot.state[STATE_KEY], stride, descriptor_dim=dim + 1)
+    restored = check_loop(arrays, snapshot.state[STATE_KEY], stride, descriptor_dim=closer.descriptor_dim())
+    assert restored is not None and len(restored.keyframes) == len(closer.map)
+
+
+def dict_snapshot(closer: LoopCloser, **loop_arrays: np.ndarray) -> SessionSnapshot:
+    """`_snapshot` with some loop.npz arrays replaced."""
+    snapshot = _snapshot(closer)
+    snapshot.loop = dict(snapshot.loop, **loop_arrays)
+    return snapshot
+
+
 def test_version_2_session_without_keyframe_map_still_loads(tmp_path: Path) -> None:
     snapshot = _snapshot(
         LoopCloser(LoopClosureConfig(), 112, image_descriptor, lambda a, b: None)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
-"""`LoopCloser`: keyframe map + place recognition + verification + Sim(3) pose graph, for one stream's epoch;
-`LoopClosureWorker`: the same on its own thread (never on the pose path). docs/loop_closure.md.
+"""`LoopCloser`: keyframe map + place recognition + verification + Sim(3) pose graph, for one stream's epoch
+(`worker.LoopClosureWorker` runs it on its own thread, never on the pose path). docs/loop_closure.md.
 
 The stream keeps its own frame; the closer keeps ``T_map_stream`` (`correction`, a Sim(3)): a keyframe enters
 the map at ``correction ∘ stream pose``; after a verified loop the graph is optimised, the keyframes are moved
@@ -10,24 +10,22 @@ jump a node publishes as ``map -> odom`` (robot modes) or ``map -> camera`` (bar
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cv2
 import numpy as np
 
 from ..geometry import Sim3, rotation_angle
-from ..lanes import Lane
-from ..lock_order import OrderedLock
 from ..mapping.frames import camera_points
 from ..result import FrameResult
 from ..stream.preprocess import preprocess_geometry, resize_uint8
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
+from .gate import OdometryScale, innovation_chi2, odometry_disagreement
 from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
-from .pose_graph import Edge, EdgeSigma, OptimizeResult, PoseGraph
+from .pose_graph import Edge, EdgeSigma, GraphState, OptimizeResult, PoseGraph
 from .similarity import between, compose, from_pose, inverse, size
 from .verify import Verification
 
@@ -50,6 +48,18 @@ class LoopEvent:
     jump: Sim3
 
 
+@dataclass(frozen=True)
+class _Checkpoint:
+    """The closer's state before a loop or a forced pass (a transaction; `reject_last_loop`)."""
+
+    graph: GraphState
+    correction: Sim3
+    loops: list[tuple[int, int]]
+    last_loop_key: int | None
+    restored_end: int | None
+    pair: tuple[int, int] = (-1, -1)  # the loop edge committed after this checkpoint (`reject_last_loop`)
+
+
 @dataclass
 class LoopStats:
     """Counters for /diagnostics (`as_dict`)."""
@@ -65,6 +75,12 @@ class LoopStats:
     last_correction_m: float = 0.0
     last_correction_deg: float = 0.0
     last_correction_scale: float = 1.0
+    rejected_inconsistent: int = 0  # verified, refused by the chi-square gate (gate.py)
+    rejected_odometry: int = 0  # verified, contradicts the robot's odometry between its keyframes
+    rejected_correction: int = 0  # the optimised correction jumped more than max_correction_m: undone
+    optimize_failures: int = 0  # gtsam raised: graph and closer left as they were
+    loops_undone: int = 0  # reject_last_loop
+    last_loop_chi2: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return dict(vars(self))
@@ -79,6 +95,7 @@ class LoopCloser:
         self.config = config
         self.image_width = image_width
         self.describe, self.verify = describe, verify
+        self._descriptor_dim: int | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -94,6 +111,8 @@ class LoopCloser:
         self.last_loop_key: int | None = None
         self._key_offset = 0  # keys of a restored map's new epoch start past its keys
         self._restored_end: int | None = None  # a restored map's newest key until the first loop into it
+        self._before_last_loop: _Checkpoint | None = None  # what `reject_last_loop` restores
+        self._odometry_scale = OdometryScale()
 
     def wants(self, stream_pose: np.ndarray) -> bool:
         """Whether a frame at `stream_pose` [4, 4] would become a loop keyframe (moved or turned enough)."""
@@ -105,12 +124,19 @@ class LoopCloser:
             or np.degrees(rotation_angle(delta.rotation)) >= self.config.keyframe_rotation_deg
         )
 
-    def add(self, result: FrameResult, stamp_s: float) -> LoopEvent | None:
+    def add(
+        self, result: FrameResult, stamp_s: float, odometry: np.ndarray | None = None
+    ) -> LoopEvent | None:
         """Take a keyframe result (stream frame: `pose_c2w`, `depth`, ...); returns the loop event it caused.
-        Frames that `wants` declines are ignored."""
+        Frames that `wants` declines are ignored. `odometry` [4, 4] (optional, robot modes): the robot's pose
+        in its odometry frame (metres) at this frame; a loop between two keyframes that have one must agree
+        with it (`gate.odometry_disagreement`)."""
         if not self.wants(result.pose_c2w):
             return None
         keyframe = self._keyframe(result, stamp_s)
+        if odometry is not None:
+            keyframe.odometry = np.asarray(odometry, np.float64)
+            self._odometry_scale.observe(previous_step=self._last, keyframe=keyframe)
         previous = self._last
         self.map.add(keyframe)
         self.graph.add_node(keyframe.key, keyframe.pose)
@@ -129,18 +155,50 @@ class LoopCloser:
         self._last = keyframe
         self.stats.keyframes = len(self.map)
         event = self._close(keyframe, candidates)
-        while self.map.over_budget():
-            anchor, merged = self.map.merge_oldest()
+        keep = min(self.config.exclude_recent, self.config.max_keyframes // 2)
+        while self.map.over_budget():  # never folds the newest keyframes (the stream's end)
+            anchor, merged = self.map.merge_oldest(keep_newest=keep)
             self.graph.merge(anchor, merged)
             self.index.remove(set(merged))
+            if self._before_last_loop is not None and set(self._before_last_loop.pair) & set(merged):
+                self._before_last_loop = None  # the last loop's edge was folded: it can no longer be undone
             self.stats.submaps, self.stats.keyframes = self.map.submaps, len(self.map)
         return event
 
     def optimize(self) -> OptimizeResult | None:
-        """A forced pass (`~/optimize`): optimise, move the keyframes, update the correction."""
+        """A forced pass (`~/optimize`): optimise, move the keyframes, update the correction. A transaction:
+        None (counted) when gtsam fails or the correction would jump past `max_correction_m`."""
         if self._last is None:
             return None
-        return self._optimize()
+        checkpoint = self._checkpoint()
+        result = self._optimize()
+        if result is None:
+            self._rollback(checkpoint)
+        return result
+
+    def reject_last_loop(self) -> bool:
+        """Remove the last accepted loop edge and put back the map and correction from before it (nodes
+        added since follow their stream edges). False when there is none to undo (none yet, already undone,
+        or the keyframe budget folded one of its two keyframes into a submap)."""
+        before = self._before_last_loop
+        if before is None:
+            return False
+        self._before_last_loop = None
+        newer = [k for k in self.graph.poses if k not in before.graph.poses]
+        edges = [e for e in self.graph.edges if not (e.loop and (e.a, e.b) == before.pair)]
+        poses = {k: p for k, p in before.graph.poses.items() if k in self.graph.poses}
+        for edge in edges:  # the newer nodes hang off their predecessors by their stream edges
+            if edge.b in newer and edge.a in poses and not edge.loop:
+                poses[edge.b] = compose(poses[edge.a], edge.measured)
+        self.graph.restore(GraphState(poses, edges, self.graph.fixed))
+        self.map.move(poses)
+        self.loops = [pair for pair in self.loops if pair != before.pair]
+        self.correction, self.last_loop_key = before.correction, before.last_loop_key
+        if self._last is not None and self._last.key in poses:
+            self.correction = compose(poses[self._last.key], inverse(self._last.stream_pose))
+        self._restored_end = before.restored_end
+        self.stats.loops_undone += 1
+        return True
 
     def restore(self, saved: LoopRestore) -> None:
         """Swap in a saved keyframe map and graph (`persist.check_loop` validated it; nothing here fails on
@@ -161,6 +219,23 @@ class LoopCloser:
         self.stats.keyframes, self.stats.submaps = len(self.map), saved.submaps
         self._restored_end = saved.keyframes[-1].key
         self._key_offset = max(kf.key for kf in saved.keyframes) + 1
+
+    def descriptor_dim(self, probe: bool = True) -> int | None:
+        """Length of this closer's place descriptors (a saved map's must match: `persist.check_loop`): a
+        keyframe's, else (`probe`) one description of a blank network-size image; cached. None when not
+        known and not probed (a caller off the closer's thread must not run the model)."""
+        if self._descriptor_dim is None:
+            keyframe = next(iter(self.map.keyframes.values()), None)
+            if keyframe is not None:
+                self._descriptor_dim = len(keyframe.descriptor)
+            elif probe:
+                height = max(14, self.image_width * 3 // 4 // 14 * 14)
+                self._descriptor_dim = len(self.describe(np.zeros((height, self.image_width, 3), np.uint8)))
+        return self._descriptor_dim
+
+    def corrected_pose(self, keyframe: Keyframe) -> Sim3:
+        """A keyframe's stream pose under the current correction (where it is before a pending change)."""
+        return compose(self.correction, keyframe.stream_pose)
 
     def corrected(self, stream_pose: np.ndarray) -> Sim3:
         """A stream pose [4, 4] in the map now (the correction applied)."""
@@ -199,14 +274,20 @@ class LoopCloser:
         )
 
     def _stream_sigma(self, step: Sim3, previous: Keyframe) -> EdgeSigma:
+        """floor + rate x length per keyframe step; a step longer than the keyframe spacing counts as that
+        many steps (drift is a random walk: its variance grows with the distance, not its square), so one
+        long jump of the stream cannot absorb a loop's error that a walked path would not."""
         cfg = self.config
         length = float(np.linalg.norm(step.translation)) + previous.median_depth * float(
             rotation_angle(step.rotation)
         )
+        steps = max(1.0, length / (cfg.keyframe_translation * previous.median_depth))
+        each = length / steps
+        root = float(np.sqrt(steps))
         return EdgeSigma(
-            cfg.stream_sigma_floor + cfg.stream_sigma_rate * length,
-            cfg.stream_sigma_floor * previous.median_depth + cfg.stream_sigma_rate * length,
-            cfg.stream_sigma_floor + cfg.stream_sigma_rate * length,
+            root * (cfg.stream_sigma_floor + cfg.stream_sigma_rate * each),
+            root * (cfg.stream_sigma_floor * previous.median_depth + cfg.stream_sigma_rate * each),
+            root * (cfg.stream_sigma_floor + cfg.stream_sigma_rate * each),
         )
 
     def _close(self, keyframe: Keyframe, candidates: list[Candidate]) -> LoopEvent | None:
@@ -221,109 +302,104 @@ class LoopCloser:
                 _LOG.debug("loop %d -> %d rejected: %s", old.key, keyframe.key, verdict.reason)
                 continue
             self.stats.verified += 1
-            cfg = self.config
-            sigma = EdgeSigma(
-                cfg.loop_rotation_sigma, cfg.loop_translation_sigma * old.median_depth, cfg.loop_scale_sigma
-            )
-            self.graph.add_edge(Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True))
-            self.loops.append((old.key, keyframe.key))
-            self.accepted.append((old.key, keyframe.key))
-            relocalised = self._restored_end is not None and old.key <= self._restored_end
-            since = self._restored_end if relocalised else self.last_loop_key
-            self.graph.spread(
-                compose(self.graph.poses[old.key], verdict.relative), keyframe.key, since, rigid=relocalised
-            )
-            if relocalised:
-                self._restored_end = None
-            before = self.correction
-            optimization = self._optimize()
-            self.last_loop_key = keyframe.key
-            return LoopEvent(
-                verdict, optimization, self.correction, compose(self.correction, inverse(before))
-            )
+            event = self._accept(old, keyframe, verdict)
+            if event is not None:
+                return event
         return None
 
-    def _optimize(self) -> OptimizeResult:
-        result = self.graph.optimize()
-        self.map.move(result.poses)
+    def _accept(self, old: Keyframe, keyframe: Keyframe, verdict: Verification) -> LoopEvent | None:
+        """A verified loop as a transaction (docs/loop_closure.md "Acceptance"): the chi-square gate against
+        the graph, then spread + optimise; a gtsam failure, the new edge dropped as an outlier or a jump past
+        `max_correction_m` restores everything as it was (counted)."""
+        cfg = self.config
+        sigma = EdgeSigma(
+            cfg.loop_rotation_sigma, cfg.loop_translation_sigma * old.median_depth, cfg.loop_scale_sigma
+        )
+        edge = Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True)
+        checkpoint = self._checkpoint()
+        try:
+            chi2 = innovation_chi2(self.graph, edge)
+        except Exception as error:  # noqa: BLE001 - gtsam's failures are RuntimeErrors of many kinds
+            _LOG.warning("loop %d -> %d: the gate failed (%s); refused", old.key, keyframe.key, error)
+            self.stats.optimize_failures += 1
+            self._rollback(checkpoint)
+            return None
+        self.stats.last_loop_chi2 = chi2
+        disagreement = odometry_disagreement(old, keyframe, verdict.relative, self._odometry_scale, cfg)
+        if disagreement is not None:
+            self.stats.rejected_odometry += 1
+            _LOG.debug("loop %d -> %d refused: %s", old.key, keyframe.key, disagreement)
+            return None
+        if chi2 > cfg.max_loop_chi2:
+            self.stats.rejected_inconsistent += 1
+            _LOG.debug(
+                "loop %d -> %d refused: chi2 %.1f > %.1f", old.key, keyframe.key, chi2, cfg.max_loop_chi2
+            )
+            return None
+        self.graph.add_edge(edge)
+        self.loops.append((old.key, keyframe.key))
+        relocalised = self._restored_end is not None and old.key <= self._restored_end
+        since = self._restored_end if relocalised else self.last_loop_key
+        self.graph.spread(
+            compose(self.graph.poses[old.key], verdict.relative), keyframe.key, since, rigid=relocalised
+        )
+        before = self.correction
+        optimization = self._optimize(edge)
+        if optimization is None:
+            self._rollback(checkpoint)
+            return None
+        if relocalised:
+            self._restored_end = None
+        self.accepted.append((old.key, keyframe.key))
+        self.last_loop_key = keyframe.key
+        self._before_last_loop = replace(checkpoint, pair=(old.key, keyframe.key))
+        return LoopEvent(verdict, optimization, self.correction, compose(self.correction, inverse(before)))
+
+    def _optimize(self, new_edge: Edge | None = None) -> OptimizeResult | None:
+        """Optimise; None (counted; the caller rolls back) when gtsam raises, `new_edge` ends an outlier or
+        the correction would jump more than `max_correction_m` (or stop being finite)."""
+        try:
+            result = self.graph.optimize()
+        except Exception as error:  # noqa: BLE001 - gtsam raises RuntimeErrors of many kinds
+            _LOG.warning("pose-graph optimisation failed (%s): graph and map left as they were", error)
+            self.stats.optimize_failures += 1
+            return None
         self.stats.optimizations += 1
         self.stats.last_optimize_ms = result.time_ms
         self.stats.graph_outliers += len(result.outliers)
-        for edge in result.outliers:
-            if (edge.a, edge.b) in self.loops:
-                self.loops.remove((edge.a, edge.b))
+        if new_edge is not None and new_edge in result.outliers:
+            return None
         newest = self._last
         new = compose(self.graph.poses[newest.key], inverse(newest.stream_pose))
         translation, angle, log_scale = size(compose(new, inverse(self.correction)))
+        translation = float(  # the jump at the camera (the correction's own translation grows with the lever)
+            np.linalg.norm(self.graph.poses[newest.key].translation - self.corrected_pose(newest).translation)
+        )
+        if not (
+            np.isfinite([translation, angle, log_scale]).all() and translation <= self.config.max_correction_m
+        ):
+            _LOG.warning(
+                "loop correction of %.3g refused (max_correction_m %g)",
+                translation,
+                self.config.max_correction_m,
+            )
+            self.stats.rejected_correction += 1
+            return None
+        self.map.move(result.poses)
+        for edge in result.outliers:
+            if (edge.a, edge.b) in self.loops:
+                self.loops.remove((edge.a, edge.b))
         self.correction = new
         self.stats.last_correction_m, self.stats.last_correction_deg = translation, float(np.degrees(angle))
         self.stats.last_correction_scale = float(np.exp(log_scale))
         return result
 
+    def _checkpoint(self) -> _Checkpoint:
+        return _Checkpoint(
+            self.graph.snapshot(), self.correction, list(self.loops), self.last_loop_key, self._restored_end
+        )
 
-class LoopClosureWorker:
-    """A `LoopCloser` on its own daemon thread: `submit` keyframe results (drop-oldest queue), `on_event`
-    gets each `LoopEvent` on that thread; `snapshot()` reads under the closer's lock."""
-
-    def __init__(self, closer: LoopCloser, on_event: Callable[[LoopEvent], None] | None = None) -> None:
-        self.closer = closer
-        self.on_event = on_event
-        self.lock = OrderedLock("loop.worker_lock")
-        self._lane: Lane[tuple[str, object, float]] = Lane(closer.config.queue_depth)  # drop-oldest
-        self._ready = threading.Condition()  # guards the lane
-        self._thread = threading.Thread(target=self._run, name="loop_closure", daemon=True)
-        self._thread.start()
-
-    @property
-    def dropped(self) -> int:
-        """Items dropped from the full queue (the oldest first)."""
-        with self._ready:
-            return self._lane.dropped
-
-    def submit(self, result: FrameResult, stamp_s: float) -> None:
-        """Queue a keyframe result (never blocks: the oldest waiting one is dropped when full)."""
-        self._put(("frame", result, stamp_s))
-
-    def request_optimize(self) -> None:
-        self._put(("optimize", None, 0.0))
-
-    def clear(self) -> None:
-        self._put(("clear", None, 0.0))
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._put(("stop", None, 0.0))
-        self._thread.join(timeout_s)
-
-    def join_idle(self, timeout_s: float = 30.0) -> None:
-        """Wait until everything queued so far was processed (tests, `run`)."""
-        done = threading.Event()
-        self._put(("mark", done, 0.0))
-        done.wait(timeout_s)
-
-    def _put(self, item: tuple[str, object, float]) -> None:
-        with self._ready:
-            self._lane.push(item)  # a full lane drops its oldest item, counted
-            self._ready.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._ready:
-                self._ready.wait_for(lambda: self._lane.queue)
-                kind, payload, stamp_s = self._lane.queue.popleft()
-            if kind == "stop":
-                return
-            try:
-                event = None
-                with self.lock:
-                    if kind == "frame":
-                        event = self.closer.add(payload, stamp_s)  # type: ignore[arg-type]
-                    elif kind == "optimize":
-                        self.closer.optimize()
-                    elif kind == "clear":
-                        self.closer.clear()
-                    elif kind == "mark":
-                        payload.set()  # type: ignore[union-attr]
-                if event is not None and self.on_event is not None:
-                    self.on_event(event)
-            except Exception:  # the closer must never take the node down; the map keeps its last poses
-                _LOG.exception("loop closure failed on a %s item", kind)
+    def _rollback(self, checkpoint: _Checkpoint) -> None:
+        self.graph.restore(checkpoint.graph)
+        self.correction, self.loops = checkpoint.correction, list(checkpoint.loops)
+        self.last_loop_key, self._restored_end = checkpoint.last_loop_key, checkpoint.restored_end

@@ -29,6 +29,14 @@ class LoopClosureConfig:
         loop_rotation_sigma / loop_translation_sigma / loop_scale_sigma: a verified loop edge's sigmas
             (translation as a fraction of the keyframe's median depth).
         queue_depth: keyframes waiting for the closer's thread (drop-oldest beyond).
+        max_loop_chi2: a verified loop is refused when its innovation against the graph (gate.py: the
+            measurement's disagreement with the current poses, whitened by the relative pose's marginal
+            covariance plus its own) exceeds this chi-square value (7 degrees of freedom; 24.3: p = 0.001).
+        odometry_tolerance_m / odometry_tolerance_fraction: with odometry given to `add`, a loop whose
+            keyframes' distance (in metres through the map's stream/odometry length ratio) differs from the
+            odometry's by more than tolerance_m + fraction x the odometry path between them is refused.
+        max_correction_m: a loop or forced optimisation whose correction would jump further than this (map
+            units) is undone and counted, never applied.
     """
 
     enabled: bool = setting(
@@ -67,6 +75,15 @@ class LoopClosureConfig:
     loop_translation_sigma: float = 0.01
     loop_scale_sigma: float = 0.01
     queue_depth: int = 32
+    max_loop_chi2: float = 24.3
+    odometry_tolerance_m: float = 0.5
+    odometry_tolerance_fraction: float = 0.1
+    max_correction_m: float = setting(
+        50.0,
+        "A loop correction that would jump the map further than this (map units, metres with a metric "
+        "scale) is refused and counted in /diagnostics, never applied.",
+        bounds=(1e-3, 1e6),
+    )
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
 
@@ -80,6 +97,10 @@ class LoopClosureConfig:
             "loop_rotation_sigma",
             "loop_translation_sigma",
             "loop_scale_sigma",
+            "max_loop_chi2",
+            "odometry_tolerance_m",
+            "odometry_tolerance_fraction",
+            "max_correction_m",
         )
         for name in positive:
             if not getattr(self, name) > 0:

@@ -48,25 +48,33 @@ class Candidate:
 
 
 class DescriptorIndex:
-    """Descriptors of the keyframes in insertion order (rows [K, D] float32, unit norm)."""
+    """Descriptors of the keyframes in insertion order (rows [K, D] float32, unit norm), in one matrix that
+    grows by doubling: an add writes a row, a query reads a view (no per-query stacking of every row)."""
 
     def __init__(self) -> None:
         self._keys: list[int] = []
-        self._rows: list[np.ndarray] = []
-        self._matrix: np.ndarray | None = None
+        self._matrix = np.empty((0, 0), np.float32)
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def add(self, key: int, descriptor: np.ndarray) -> None:
+        row = np.asarray(descriptor, np.float32)
+        n = len(self._keys)
+        if n == 0:
+            self._matrix = np.empty((16, row.shape[0]), np.float32)
+        elif row.shape != (self._matrix.shape[1],):
+            raise ValueError(f"descriptor of shape {row.shape}, the index holds [{self._matrix.shape[1]}]")
+        elif n == len(self._matrix):
+            self._matrix = np.concatenate([self._matrix, np.empty_like(self._matrix)])
+        self._matrix[n] = row
         self._keys.append(key)
-        self._rows.append(np.asarray(descriptor, np.float32))
-        self._matrix = None
 
     def remove(self, keys: set[int]) -> None:
-        kept = [(k, r) for k, r in zip(self._keys, self._rows, strict=True) if k not in keys]
-        self._keys, self._rows = [k for k, _ in kept], [r for _, r in kept]
-        self._matrix = None
+        keep = np.array([k not in keys for k in self._keys], bool)
+        rows = self._matrix[: len(self._keys)][keep]
+        self._keys = [k for k, kept in zip(self._keys, keep, strict=True) if kept]
+        self._matrix[: len(rows)] = rows
 
     def query(
         self, descriptor: np.ndarray, exclude_recent: int, top_k: int, min_similarity: float
@@ -76,8 +84,6 @@ class DescriptorIndex:
         searchable = len(self._keys) - exclude_recent
         if searchable <= 0:
             return []
-        if self._matrix is None:
-            self._matrix = np.stack(self._rows)
         sims = self._matrix[:searchable] @ np.asarray(descriptor, np.float32)
         order = np.argsort(-sims, kind="stable")[:top_k]
         return [Candidate(self._keys[i], float(sims[i])) for i in order if sims[i] >= min_similarity]

@@ -15,6 +15,7 @@ recognised and verified, and the submap still moves with its node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -27,7 +28,8 @@ class Keyframe:
     """One keyframe (module doc). Shapes: points [N, 3] float32 and colors [N, 3] uint8 in the camera frame
     (optical axes, stream units); descriptor [D] float32 unit norm; image [h, w, 3] uint8 network input (None:
     none to verify with); depth / conf [h', w'] float32: the network grid, every `depth_stride`-th row and
-    column; `merged`: the keys of a submap (its own first), empty for a plain keyframe."""
+    column; `merged`: the keys of a submap (its own first), empty for a plain keyframe; `odometry`: the
+    robot's odometry pose [4, 4] float64 (odom frame, metres) at the keyframe when the caller has one."""
 
     key: int
     stamp_s: float
@@ -41,9 +43,10 @@ class Keyframe:
     conf: np.ndarray
     depth_stride: int
     merged: tuple[int, ...] = ()
+    odometry: np.ndarray | None = None  # [4, 4] the robot's odometry pose (metres) when given to `add`
 
-    @property
-    def median_depth(self) -> float:
+    @cached_property
+    def median_depth(self) -> float:  # the depth never changes once a keyframe exists
         valid = self.depth[np.isfinite(self.depth) & (self.depth > 0)]
         return float(np.median(valid)) if valid.size else 1.0
 
@@ -122,6 +125,10 @@ class KeyframeVoxels:
                 self._keys, self._sums, self._counts = self._keys[keep], self._sums[keep], self._counts[keep]
 
 
+#: Keys a submap lists as folded into it (the first ones; a submap of submaps folds many more).
+MAX_MERGED_KEYS = 63
+
+
 @dataclass
 class KeyframeMap:
     """Keyframes by key (insertion order = time), their derived voxels, the memory budget (module doc)."""
@@ -165,11 +172,20 @@ class KeyframeMap:
     def over_budget(self) -> bool:
         return len(self.keyframes) > self.max_keyframes
 
-    def merge_oldest(self) -> tuple[int, tuple[int, ...]]:
-        """Merge the oldest `merge_size` keyframes that are not submaps yet into one submap (module doc).
-        Returns (the submap's key, the keys merged into it)."""
-        plain = [k for k, kf in self.keyframes.items() if not kf.merged]
-        group = [self.keyframes[k] for k in plain[: self.merge_size]]
+    def merge_oldest(self, keep_newest: int = 1) -> tuple[int, tuple[int, ...]]:
+        """Merge the oldest `merge_size` keyframes that are not submaps yet into one submap (module doc); when
+        fewer than two are left, the oldest entries whatever they are (submaps fold into submaps), so every
+        entry counts towards the budget and the map stays within it. The newest `keep_newest` (>= 1) are
+        never folded: the stream's next edge starts at the newest. Returns (the submap's key, the keys
+        merged into it)."""
+        keys = list(self.keyframes)[: max(len(self.keyframes) - max(keep_newest, 1), 0)]
+        plain = [k for k in keys if not self.keyframes[k].merged]
+        chosen = plain if len(plain) >= 2 else keys
+        if len(chosen) < 2:
+            raise ValueError(
+                "keyframe map: fewer than two keyframes may be merged (budget below keep_newest)"
+            )
+        group = [self.keyframes[k] for k in chosen[: self.merge_size]]
         anchor, rest = group[0], group[1:]
         points, colors = [anchor.points], [anchor.colors]
         for keyframe in rest:
@@ -183,10 +199,11 @@ class KeyframeMap:
             voxel_keys(xyz, self.voxel_size / max(anchor.pose.scale, 1e-9)), return_index=True
         )
         anchor.points, anchor.colors = xyz[first], rgb[first]
-        anchor.merged = (anchor.key,) + tuple(k.key for k in rest)
+        folded = (anchor.merged[1:] if anchor.merged else ()) + tuple(k.key for k in rest)
+        anchor.merged = (anchor.key,) + folded[:MAX_MERGED_KEYS]  # the first keys: bounded (loop.npz)
         self._place(anchor)
         self.submaps += 1
-        return anchor.key, anchor.merged[1:]
+        return anchor.key, tuple(k.key for k in rest)
 
     def _place(self, keyframe: Keyframe) -> None:
         self.voxels.place(keyframe.key, keyframe.map_points(), keyframe.colors)

@@ -16,13 +16,24 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import gtsam
 import numpy as np
 
 from ..geometry import Sim3
 from ..npz_input import SessionError
 from .keyframes import Keyframe
 from .pose_graph import Edge, EdgeSigma
+from .similarity import between, to_gtsam
 
+#: Physical bounds of a saved pose (issue 30: a re-hashed loop.npz with poses of scale 1e200 loaded and moved
+#: the map by 1e200 m): |translation| (map units) and the scale's factor either way.
+MAX_TRANSLATION = 1e6
+MAX_SCALE = 1e6
+#: A saved edge's whitened residual at the saved poses above this: the graph contradicts its own keyframes
+#: (an optimised graph leaves stream edges within a few sigmas and loop edges under ~10, the outlier cut).
+MAX_EDGE_RESIDUAL = 100.0
+#: Largest saved edge sigma (a new epoch's loose edge is 100).
+MAX_SIGMA = 1e3
 #: Key of the closer's JSON state in a session's ``state``.
 STATE_KEY = "loop_closure"
 _STATS = ("candidates", "verified", "rejected", "graph_outliers", "optimizations")
@@ -53,11 +64,15 @@ def pose_from_row(row: np.ndarray, what: str) -> Sim3:
     rotation = row[:9].reshape(3, 3)
     if (
         not np.isfinite(row).all()
-        or not row[12] > 0
+        or not 1.0 / MAX_SCALE <= row[12] <= MAX_SCALE
+        or not np.linalg.norm(row[9:12]) <= MAX_TRANSLATION
         or not np.allclose(rotation @ rotation.T, np.eye(3), atol=1e-6)
         or np.linalg.det(rotation) < 0
     ):
-        raise SessionError(f"loop.npz: {what} is not a Sim(3) pose (finite, rotation, scale > 0)")
+        raise SessionError(
+            f"loop.npz: {what} is not a Sim(3) pose within bounds (finite, a rotation, scale in "
+            f"[{1 / MAX_SCALE:g}, {MAX_SCALE:g}], |translation| <= {MAX_TRANSLATION:g})"
+        )
     return Sim3(rotation.copy(), row[9:12].copy(), float(row[12]))
 
 
@@ -106,12 +121,21 @@ def export_loop(closer: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:  #
     return arrays, state
 
 
-def check_loop(arrays: dict[str, np.ndarray], state: Any, depth_stride: int) -> LoopRestore | None:  # noqa: ANN401
+def check_loop(
+    arrays: dict[str, np.ndarray],
+    state: Any,  # noqa: ANN401
+    depth_stride: int,
+    descriptor_dim: int | None = None,
+) -> LoopRestore | None:
     """Validate a saved keyframe map and graph (untrusted) and build it; None when the session holds none.
+    Checked: shapes, indices in range, poses finite and within physical bounds (`MAX_TRANSLATION`,
+    `MAX_SCALE`), every edge consistent with its keyframes' saved poses (`MAX_EDGE_RESIDUAL`), the
+    descriptors' dimension.
 
     Args:
         arrays: ``loop.npz`` (dtypes and ranks checked by npz_input); state: ``state["loop_closure"]``.
         depth_stride: the loading closer's `LoopClosureConfig.depth_stride` (the saved depths' decimation).
+        descriptor_dim: the loading closer's descriptor length (`LoopCloser.descriptor_dim`; None: unknown).
     Raises:
         SessionError: naming the first inconsistent array or field.
     """
@@ -151,6 +175,10 @@ def check_loop(arrays: dict[str, np.ndarray], state: Any, depth_stride: int) -> 
         raise SessionError(
             "loop.npz: kf_descriptors [K, D] and kf_images [K, h, w, 3] must hold every keyframe"
         )
+    if descriptor_dim is not None and descriptors.shape[1] != descriptor_dim:
+        raise SessionError(
+            f"loop.npz: descriptors of {descriptors.shape[1]} values, this model's have {descriptor_dim}"
+        )
     if depth.shape[0] != n or conf.shape != depth.shape:
         raise SessionError("loop.npz: kf_depth and kf_conf must both be [K, h, w]")
     if state.get("depth_stride") != depth_stride:
@@ -189,9 +217,23 @@ def check_loop(arrays: dict[str, np.ndarray], state: Any, depth_stride: int) -> 
                 merged=merged,
             )
         )
-    return LoopRestore(
-        keyframes, _edges(arrays, set(int(k) for k in keys)), *_state(state, set(int(k) for k in keys))
-    )
+    edges = _edges(arrays, set(int(k) for k in keys))
+    poses = {kf.key: kf.pose for kf in keyframes}
+    for i, edge in enumerate(edges):
+        residual = edge_residual(edge, poses[edge.a], poses[edge.b])
+        if not residual <= MAX_EDGE_RESIDUAL:
+            raise SessionError(
+                f"loop.npz: edge {i} ({edge.a} -> {edge.b}) disagrees with its keyframes' poses (whitened "
+                f"residual {residual:.3g} > {MAX_EDGE_RESIDUAL:g})"
+            )
+    return LoopRestore(keyframes, edges, *_state(state, set(int(k) for k in keys)))
+
+
+def edge_residual(edge: Edge, a: Sim3, b: Sim3) -> float:
+    """|Log(measured⁻¹ ∘ a⁻¹ ∘ b)| whitened by the edge's sigmas (inf when not finite)."""
+    error = gtsam.Similarity3.Logmap(to_gtsam(edge.measured).between(to_gtsam(between(a, b))))
+    value = float(np.linalg.norm(np.asarray(error) / edge.sigma.vector()))
+    return value if math.isfinite(value) else math.inf
 
 
 def _edges(arrays: dict[str, np.ndarray], keys: set[int]) -> list[Edge]:
@@ -206,8 +248,8 @@ def _edges(arrays: dict[str, np.ndarray], keys: set[int]) -> list[Edge]:
         raise SessionError(
             "loop.npz: edge_nodes [E, 2], edge_measured [E, 13], edge_sigmas [E, 3], edge_loop [E]"
         )
-    if not (np.isfinite(sigmas).all() and (sigmas > 0).all()):
-        raise SessionError("loop.npz: edge sigmas must be finite and > 0")
+    if not (np.isfinite(sigmas).all() and (sigmas > 0).all() and (sigmas <= MAX_SIGMA).all()):
+        raise SessionError(f"loop.npz: edge sigmas must be in (0, {MAX_SIGMA:g}]")
     edges = []
     for i, (a, b) in enumerate(nodes.tolist()):
         if a not in keys or b not in keys or a == b:

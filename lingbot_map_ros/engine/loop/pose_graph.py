@@ -61,6 +61,15 @@ class GraphConfig:
 
 
 @dataclass(frozen=True)
+class GraphState:
+    """What `PoseGraph.snapshot` keeps so that `restore` undoes a failed or refused change (a transaction)."""
+
+    poses: dict[int, Sim3]
+    edges: list[Edge]
+    fixed: int | None
+
+
+@dataclass(frozen=True)
 class OptimizeResult:
     """One pass: new node poses, iterations, wall ms, final error, loop edges dropped as outliers, whether the
     time bound stopped it."""
@@ -111,6 +120,27 @@ class PoseGraph:
         self.edges.append(edge)
         if self._graph is not None:
             self._graph.add(self.edge_factor(edge))
+
+    def snapshot(self) -> GraphState:
+        """The graph as it is now (poses and edges are immutable values: copies of the containers suffice)."""
+        return GraphState(dict(self.poses), list(self.edges), self.fixed)
+
+    def restore(self, state: GraphState) -> None:
+        """Back to a `snapshot` (gtsam's copy is rebuilt: whatever a failed pass left in it is gone)."""
+        self.poses, self.edges, self.fixed = dict(state.poses), list(state.edges), state.fixed
+        self._build()
+
+    def factor_graph(self) -> gtsam.NonlinearFactorGraph:
+        """gtsam's factor graph of the current nodes and edges (built if an edit invalidated it)."""
+        if self._graph is None:
+            self._build()
+        return self._graph
+
+    def values(self) -> gtsam.Values:
+        """gtsam's values at the current poses."""
+        if self._graph is None:
+            self._build()
+        return self._values
 
     @property
     def loop_edges(self) -> list[Edge]:

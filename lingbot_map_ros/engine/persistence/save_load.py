@@ -153,7 +153,9 @@ def restore(
     if loop is not None:
         from ..loop.persist import STATE_KEY, check_loop
 
-        saved_loop = check_loop(snapshot.loop, snapshot.state.get(STATE_KEY), loop.config.depth_stride)
+        saved_loop = check_loop(
+            snapshot.loop, snapshot.state.get(STATE_KEY), loop.config.depth_stride, loop.descriptor_dim()
+        )
     stamps = tuple(int(v) for v in snapshot.anchor_stamps_ns)
     anchors = AnchorState(snapshot.anchor_images, stamps, snapshot.source_hw, snapshot.alignment)
     try:
