@@ -1,6 +1,6 @@
 """Time per keyframe of the loop closer as the map grows, at a keyframe budget (issue 30), CPU.
 
-The ring of `lingbot_map_ros/tools/loop_soak.py` (one keyframe per step, 64 a lap, one verified loop a lap,
+The ring of the test fixture `test/loop_ring.py` (one keyframe per step, 64 a lap, one verified loop a lap,
 no model: the closer's own bookkeeping — keyframe map, voxels, index, merges, gate, optimisation) is run for
 `--keyframes` keyframes at `--budget`; printed per block of `--block` keyframes: mean ms per keyframe, map
 entries, graph nodes and edges. The closer's time per keyframe is flat when the last block's mean is within
@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-from lingbot_map_ros.tools.loop_soak import Ring, ring_closer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
+from loop_ring import Ring, ring_closer  # noqa: E402 - the test fixture, from test/
 
 
 def main() -> None:

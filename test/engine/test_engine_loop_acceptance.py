@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from loop_ring import Ring, ring_closer
 
 from lingbot_map_ros.engine.loop.similarity import compose
 from lingbot_map_ros.tools.loop_eval import LoopEvalConfig, evaluate
-from lingbot_map_ros.tools.loop_soak import Ring, ring_closer
 
 
 @pytest.mark.parametrize("apart_m", [4.0, 6.0, 10.0])

@@ -1,5 +1,6 @@
-"""A long synthetic run of the loop closer without a model (issue 30: the keyframe budget and the closer's
-time per keyframe as the map grows; test/engine/test_engine_loop_budget.py, benchmarks/loop_closer.py).
+"""Test fixture: a long synthetic run of the loop closer alone, without a model (issue 30: the keyframe
+budget and the closer's time per keyframe as the map grows; test/engine/test_engine_loop_acceptance.py,
+benchmarks/loop_closer.py).
 
 The camera circles a ring `laps` times, one keyframe per step (`keyframes_per_lap` per lap), with a small
 heading drift per step. Each keyframe's descriptor is the one-hot of its place on the ring, so place
