@@ -187,7 +187,8 @@ class GraphedStreamStep:
 
     def camera_graph(self, histories: Sequence[CameraHistory]) -> Callable[[], None]:
         """The camera head's replay over these B histories (captured on first use; the oldest set beyond
-        `MAX_CAMERA_GRAPHS` is dropped)."""
+        `MAX_CAMERA_GRAPHS` is dropped). Each set's graph has its own static outputs: the replay points
+        `pose_list` / `raw_list` at them."""
         histories = tuple(histories)
         key = tuple(id(h) for h in histories)
         if key in self._camera_graphs:
@@ -200,6 +201,13 @@ class GraphedStreamStep:
         self.camera_slot.fill_(capacity)  # capture writes the scratch slots only
         self.camera_visible.fill_(capacity + 1)
         replay = self._capture(lambda: self._camera(histories), contextlib.nullcontext, own_pool=True)
+        if self._capture_graphs:  # (eager segments assign fresh outputs at every call themselves)
+            graph, outputs = replay, (self.pose_list, self.raw_list)
+
+            def replay() -> None:
+                graph()
+                self.pose_list, self.raw_list = outputs
+
         self._camera_graphs[key] = (histories, replay)  # holds the histories: their ids stay unique
         return replay
 

@@ -191,3 +191,23 @@ def test_rounds_pass_the_batch_graphs_switch(
     for t in range(S0 + 1):
         assert not multi.run_round({"a": (feeds[0][t], t), "b": (feeds[1][t], t)}).errors
     assert seen == [graphs]  # the anchor frames step on their own, the one streaming round is batched
+
+
+def test_pool_stats_report_the_memory_each_camera_adds(model: LingBotMap) -> None:
+    """Per camera: its KV region (2 x layers x region tokens x heads x head_dim x element size) and its
+    camera-head history (docs/performance.md, "Memory per camera"); together the pool's used bytes."""
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    feeds = [pan_frames(S0 + 1, seed=i) for i in range(2)]
+    for t in range(S0 + 1):
+        assert not multi.run_round({"a": (feeds[0][t], t), "b": (feeds[1][t], t)}).errors
+    stats = multi.pool_stats()
+    c = model.config
+    for name in ("a", "b"):
+        state = multi.sessions[name].model_state
+        tokens = state.kv_cache.region.tokens
+        assert stats["camera_kv_bytes"][name] == 2 * c.depth * tokens * c.num_heads * c.head_dim * 4  # fp32
+        history = state.camera
+        assert stats["camera_history_bytes"][name] == 2 * history.k.numel() * 4
+        assert history.k.shape[-2] == history.capacity + 1
+    per_token = stats["pool_bytes"] // stats["capacity_tokens"]
+    assert sum(stats["camera_kv_bytes"].values()) == stats["used_tokens"] * per_token

@@ -250,12 +250,25 @@ class MultiStreamSession:
         return self._session(name).stats()
 
     def pool_stats(self) -> dict[str, object] | None:
-        """The shared pool (capacity, regions, bytes) and how many batched steps of each size ran; None for
-        a set of one (no shared pool)."""
+        """The shared pool (capacity, regions, bytes), how many batched steps of each size ran, and the GPU
+        memory each camera adds (docs/performance.md, "Memory per camera"): ``camera_kv_bytes`` its KV
+        region, ``camera_history_bytes`` its camera-head history; None for a set of one (no shared pool)."""
         if self.pool is None:
             return None
         stats = self.pool.stats()
-        return {**dataclasses.asdict(stats), "batches": dict(sorted(self._batches.items()))}
+        per_token = stats.pool_bytes // stats.capacity_tokens if stats.capacity_tokens else 0
+        kv, history = {}, {}
+        for name, session in self.sessions.items():
+            state = session.model_state
+            region = getattr(state.kv_cache, "region", None)
+            kv[name] = region.tokens * per_token if region is not None else 0
+            history[name] = 2 * state.camera.k.numel() * state.camera.k.element_size()
+        return {
+            **dataclasses.asdict(stats),
+            "batches": dict(sorted(self._batches.items())),
+            "camera_kv_bytes": kv,
+            "camera_history_bytes": history,
+        }
 
     # ------------------------------------------------------------------ internals
 
