@@ -85,6 +85,9 @@ class TorchBatchAttention:
     ``TorchAttention`` per request, in a loop."""
 
     name = "torch"
+    #: False once cuDNN refused the strided views of one call (it then ran the slower flash kernel): from then
+    #: on alike requests go through the loop too, where each request keeps cuDNN.
+    one_call = True
 
     def __init__(self, config: KVCacheConfig) -> None:
         self._config = config
@@ -106,8 +109,11 @@ class TorchBatchAttention:
         self.spacing = equal_spacing(plan.requests)
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-        if self.spacing is not None:
-            return self._run_strided(q, k_pool, v_pool, self.spacing)
+        if self.spacing is not None and TorchBatchAttention.one_call:
+            out = self._run_strided(q, k_pool, v_pool, self.spacing)
+            if self._requests[0][1].frames_kernel == "flash":  # a correct result, but cuDNN refused the views
+                TorchBatchAttention.one_call = False
+            return out
         outputs = [
             attention.run(q[r.query_start : r.query_stop], k_pool, v_pool) for r, attention in self._requests
         ]

@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import torch
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
-from lingbot_map_ros.cache.batch import BatchPlan, BatchRequest, begin_batch, end_batch, equal_spacing
+from lingbot_map_ros.cache.backends import TorchAttention
+from lingbot_map_ros.cache.batch import (
+    BatchPlan,
+    BatchRequest,
+    TorchBatchAttention,
+    begin_batch,
+    end_batch,
+    equal_spacing,
+)
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
 
 LAYERS, HEADS, DIM, PATCHES = 2, 2, 4, 5
@@ -73,3 +82,28 @@ def test_equal_spacing_needs_alike_shifted_requests() -> None:
     assert equal_spacing((request(0, 50), request(1, 0))) is None
     assert equal_spacing((request(0, 0), request(1, 50, capped=True))) is None
     assert equal_spacing((request(0, 0), BatchRequest(7, 15, 53, 59, 90, False))) is None  # 8 queries
+
+
+def test_a_refused_one_call_falls_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When cuDNN refuses the strided views (the call ran on the flash kernel), later batches loop over
+    their requests, each keeping cuDNN; every output stays equal to the single-stream caches'."""
+    monkeypatch.setattr(TorchBatchAttention, "one_call", True)
+    calls: list[int] = []
+    attend_views = TorchAttention.attend_views
+
+    def refusing(self, qh, views):
+        calls.append(qh.shape[0])
+        if qh.shape[0] > 1:
+            self.frames_kernel = "flash"
+        return attend_views(self, qh, views)
+
+    monkeypatch.setattr(TorchAttention, "attend_views", refusing)
+    gen = torch.Generator().manual_seed(1)
+    pool = SharedKVPool(LAYERS, HEADS, DIM, backend="torch", streams=2)
+    pooled = [PooledKVCache(pool, CONFIG, backend="torch") for _ in range(2)]
+    refs = [PagedKVCache(CONFIG, backend="torch") for _ in range(2)]
+    _step(pool, pooled, refs, [0, 1], [True, True], gen)
+    assert calls[0] == 2 and not TorchBatchAttention.one_call
+    calls.clear()
+    _step(pool, pooled, refs, [0, 1], [True, True], gen)
+    assert calls == [1] * (4 * LAYERS)  # per layer: the two requests, then the two references
