@@ -101,9 +101,10 @@ case "$MODE" in
     export PYTHONPATH=$PWD:${PYTHONPATH:-}
     step 110 python3 -u -m pytest -q -rs --noconftest test/gpu/test_batched_graphs_gpu.py \
       test/gpu/test_multi_stream_gpu.py
-    (cd benchmarks && step 400 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
+    step 90 python3 -u benchmarks/batch_attention.py --streams 1,2,4 --frames 80 --frames 300
+    (cd benchmarks && step 330 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
       --width 518 --cameras 1,2,4 --frames 60 --warmup 70 --batch-graphs both --cache-dir /tmp/cc \
-      --record "$OUT/multi_camera_h200.json")
+      --profile-rounds 5 --record "$OUT/multi_camera_h200.json")
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }

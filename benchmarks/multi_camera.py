@@ -152,6 +152,11 @@ def run_cameras(
         latencies.append(round_())
     synchronize(device)
     wall = time.perf_counter() - start
+    if args.profile_rounds and device.type == "cuda":
+        try:
+            profile(round_, args.profile_rounds, f"{cameras} cameras, batch graphs {graphs}")
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: the measurement above stands
+            print(f"profile failed: {exc!r}")
     # camera-head K/V per camera: 2 x passes x blocks x (capacity + 1) x 2C float32 (model/camera_history.py)
     c = model.config
     history = cameras * 2 * c.camera_num_iterations * c.camera_trunk_depth * 2 * c.embed_dim * 4
@@ -176,6 +181,24 @@ def run_cameras(
         batch_graphs=graphs and cameras > 1,
     )
     return run
+
+
+def profile(round_: object, rounds: int, label: str) -> None:
+    """GPU kernel time vs wall time over `rounds` rounds (torch.profiler), and the costliest kernels."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            round_()
+        torch.cuda.synchronize()
+        wall_ms = 1e3 * (time.perf_counter() - start) / rounds
+    kernels = [e for e in prof.key_averages() if e.device_time_total > 0 and e.device_type.name == "CUDA"]
+    gpu_ms = sum(e.device_time_total for e in kernels) / 1e3 / rounds
+    print(f"profile {label}: wall {wall_ms:.1f} ms/round, GPU kernels {gpu_ms:.1f} ms/round")
+    for e in sorted(kernels, key=lambda e: -e.device_time_total)[:8]:
+        print(f"  {e.device_time_total / 1e3 / rounds:7.2f} ms/round  {e.count // rounds:5d}x  {e.key[:90]}")
 
 
 def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
@@ -235,6 +258,9 @@ def main() -> None:
         help="batched steps as CUDA graphs (on), eager (off), or both ways per camera count (both)",
     )
     parser.add_argument("--no-single", action="store_true", help="no single-stream baseline row")
+    parser.add_argument(
+        "--profile-rounds", type=int, default=0, help="after each timing, profile this many rounds (CUDA)"
+    )
     parser.add_argument("--distinct-frames", type=int, default=8, help="random frames cycled per camera")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the runs here")
