@@ -206,20 +206,21 @@ def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
     if single_fps is not None:
         print(f"one camera on the single-stream path (StreamingSession.push): {single_fps:.2f} FPS")
     print(
-        "| cameras | batched steps | aggregate FPS | x 1 camera | x single | FPS per camera | p50 ms "
-        "| p99 ms per camera | p99 target ms | weights GiB | KV pool GiB | camera histories GiB "
+        "| cameras | backend | batched steps | aggregate FPS | x 1 camera | x single | FPS per camera "
+        "| p50 ms | p99 ms per camera | p99 target ms | weights GiB | KV pool GiB | camera histories GiB "
         "| peak allocated GiB | batched steps (size: n) |"
     )
-    print("|" + "---|" * 14)
+    print("|" + "---|" * 15)
     one_p50 = runs[0].p50_ms if runs else float("nan")
     for r in runs:
         peak = "-" if r.peak_gib is None else f"{r.peak_gib:.2f}"
         single = "-" if single_fps is None else f"{r.aggregate_fps / single_fps:.2f}"
         mode = "-" if r.cameras == 1 else ("graphs" if r.batch_graphs else "eager")
         print(
-            f"| {r.cameras} | {mode} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} | {single} "
-            f"| {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {p99_target(r, one_p50):.1f} "
-            f"| {r.model_gib:.2f} | {r.pool_gib:.2f} | {r.history_gib:.3f} | {peak} | {r.batches} |"
+            f"| {r.cameras} | {r.backend} | {mode} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
+            f"| {single} | {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
+            f"| {p99_target(r, one_p50):.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} | {r.history_gib:.3f} "
+            f"| {peak} | {r.batches} |"
         )
 
 
