@@ -324,7 +324,10 @@ class GraphedStreamStep:
     def _depth(self) -> None:
         model = self.model
         layers = self._heads_layers
-        self.depth, self.conf = model.depth_head(layers, self.image_hw, model.config.num_special_tokens)
+        # the B frames of a batch in one pass (one camera: 1 frame, as the plain path)
+        self.depth, self.conf = model.depth_head(
+            layers, self.image_hw, model.config.num_special_tokens, frames_chunk=self.batch
+        )
 
     def _camera(self, histories: tuple[CameraHistory, ...]) -> None:
         """The camera head on the B static camera tokens; token i attends over (and writes slot
