@@ -22,16 +22,12 @@ The graphs replay the kernels of the plain path (same modules, same autocast dty
 plain path's up to kernel selection (benchmarks/e2e.py --check). What the graphs remove is the host cost of
 launching ~3,000 small kernels per frame one by one from Python (docs/performance.md).
 
-A batch of B streams replays the same graphs on `[B, P, C]` frame tokens (the global blocks see them as one
-`[1, B*P, C]` sequence, as the eager batched step does): the B frames' global attentions are ONE eager
-`BatchCacheStep.attend` per layer (cache/batch.py), the only host work of a round besides the replays. The
-aggregator, heads and depth graphs serve every batch of B streams; the camera graph reads and writes the B
-streams' own camera histories, so it is captured per set of histories (`camera_graph`, at most
-`MAX_CAMERA_GRAPHS` sets kept, each in its own small memory pool).
-
-The aggregator, heads and depth graphs share one memory pool; their inputs and outputs are static tensors
-owned by this object, so memory is fixed once captured. The outputs are overwritten by the next replay:
-`LingBotMap.step` and `step_batch` copy what they return.
+A batch of B streams replays the same graphs on `[B, P, C]` frame tokens (`[1, B*P, C]` in the global blocks,
+as the eager batched step); the B frames' global attentions are ONE eager `BatchCacheStep.attend` per layer
+(cache/batch.py). The camera graph reads and writes the B streams' own histories, so it is captured per set of
+histories (`camera_graph`: at most `MAX_CAMERA_GRAPHS` kept, each in its own small memory pool); the other
+graphs share one pool. Inputs and outputs are static tensors owned by this object (memory fixed once
+captured), overwritten by the next replay: `LingBotMap.step` and `step_batch` copy what they return.
 """
 
 from __future__ import annotations
