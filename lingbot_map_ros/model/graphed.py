@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,7 +117,7 @@ class GraphedStreamStep:
         # per stream: the history slot written (the scratch slot while capturing) and the visible prefix
         self.camera_slot = torch.full((batch,), capacity, dtype=torch.long, device=device)
         self.camera_visible = torch.full((batch,), capacity + 1, dtype=torch.long, device=device)
-        self._camera_graphs: dict[tuple[int, ...], tuple[tuple[CameraHistory, ...], Callable[[], None]]] = {}
+        self._camera_graphs: dict[tuple[int, ...], Callable[[], None]] = {}  # by the histories' ids
         self._frame_out = self._residual = torch.empty(0)
         self._heads_layers: list[torch.Tensor] = []  # the intermediate layers in the heads dtype
         self._rotations: tuple = ()
@@ -188,7 +189,7 @@ class GraphedStreamStep:
         histories = tuple(histories)
         key = tuple(id(h) for h in histories)
         if key in self._camera_graphs:
-            return self._camera_graphs[key][1]
+            return self._camera_graphs[key]
         if len(histories) != self.batch or any(h.capacity != self.histories[0].capacity for h in histories):
             raise ValueError(f"need {self.batch} camera histories of capacity {self.histories[0].capacity}")
         if len(self._camera_graphs) >= MAX_CAMERA_GRAPHS:
@@ -204,7 +205,9 @@ class GraphedStreamStep:
                 graph()
                 self.pose_list, self.raw_list = outputs
 
-        self._camera_graphs[key] = (histories, replay)  # holds the histories: their ids stay unique
+        self._camera_graphs[key] = replay
+        for history in histories:  # a dead stream's graph goes with it (and its id can never match a new one)
+            weakref.finalize(history, self._camera_graphs.pop, key, None)
         return replay
 
     # ------------------------------------------------------------------------------------------ capture

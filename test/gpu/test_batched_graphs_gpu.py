@@ -9,6 +9,7 @@ streams. Skipped without CUDA. Run on the H200:
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 
 import pytest
@@ -86,3 +87,28 @@ def test_graphed_outputs_are_copies() -> None:
     kept = first[0].depth.clone()
     model.step_batch(frames[:, S0 + 1], states, [True, True])
     assert torch.equal(first[0].depth, kept)
+
+
+def test_a_dead_set_of_streams_takes_its_camera_graph_with_it() -> None:
+    """The batch graphs outlive the streams (they are the model's): a set of streams' camera graph is dropped
+    when one of its streams is garbage-collected, so no history is kept alive and no id is ever reused."""
+    model = _model()
+    config = StreamConfig(scale_frames=S0, sliding_window=4, max_window=8, camera_history=12)
+    frames = torch.rand(2, S0 + 1, 3, 378, 518, generator=torch.Generator().manual_seed(3)).to("cuda")
+
+    def stream_pair() -> list:
+        pool = model.new_pool(streams=2)
+        states = [model.new_stream(config, pool) for _ in range(2)]
+        for i in range(2):
+            model.step(frames[i, :S0], states[i])
+        model.step_batch(frames[:, S0], states, [True, True])
+        return states
+
+    first = stream_pair()
+    graphed = next(iter(model.batch_graphs.values()))
+    second = stream_pair()
+    assert len(model.batch_graphs) == 1 and len(graphed._camera_graphs) == 2
+    del second
+    gc.collect()
+    assert len(graphed._camera_graphs) == 1  # the first set's graph stays (its streams are alive)
+    assert len(first) == 2
