@@ -22,10 +22,12 @@
 #            commit's tree, this tree again (a refactor's before/after side by side on one machine); run from
 #            the repository root with DEV=.device LINGBOT_COMMIT=<this commit>; carry .device/rosw,
 #            .device/gt (gtsam_slim.tar.xz: gtsam's wheel without its data files) and the tar.gz
+#   cameras  issue 33: the batched-graph GPU tests + the multi-stream GPU tests (default backend, no wheels),
+#            then multi_camera.py 1,2,4 cameras, eager and graphed batched steps side by side, single-stream row
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | gpu-node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | gpu-node}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -94,6 +96,15 @@ case "$MODE" in
           --record "$OUT/node_e2e_ab_h200.json")
     done
     rm -f COMMIT
+    ;;
+  cameras)
+    export PYTHONPATH=$PWD:${PYTHONPATH:-}
+    step 110 python3 -u -m pytest -q -rs --noconftest test/gpu/test_batched_graphs_gpu.py \
+      test/gpu/test_multi_stream_gpu.py
+    step 90 python3 -u benchmarks/batch_attention.py --streams 1,2,4 --frames 80 --frames 300
+    (cd benchmarks && step 330 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
+      --width 518 --cameras 1,2,4 --frames 60 --warmup 70 --batch-graphs both --cache-dir /tmp/cc \
+      --profile-rounds 5 --record "$OUT/multi_camera_h200.json")
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }

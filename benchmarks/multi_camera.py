@@ -16,7 +16,10 @@ single-camera default path), then every camera's result is decoded. Reported per
 
 The sessions use the node's defaults on CUDA: CUDA graphs and compiled blocks (``--no-compile-blocks``: the
 graphs alone; ``--cache-dir``: the compile cache). ``--max-batch 1`` runs every camera's frame as its own
-graphed single step instead of one eager batched step (`batch.max_batch` of the node).
+graphed single step instead of one batched step (`batch.max_batch` of the node). Batched steps replay CUDA
+graphs per batch size (issue 33); ``--batch-graphs off`` runs them eagerly (the path before issue 33),
+``both`` runs every camera count > 1 both ways in the same process (eager first), for a before/after.
+Each row also carries the latency target of issue 33: p99 <= cameras x (one camera's p50) + 10 ms.
 
 The anchor phase and ``--warmup`` streaming rounds per camera count are not timed. Re-anchors (every
 ``--max-stored-frames`` keyframes) are timed: they are part of a long stream. Model: random weights in the
@@ -67,6 +70,7 @@ class CameraRun:
     history_gib: float
     peak_gib: float | None
     batches: dict[int, int]
+    batch_graphs: bool = True
 
     @property
     def aggregate_fps(self) -> float:
@@ -116,12 +120,13 @@ def run_single(model: torch.nn.Module, args: argparse.Namespace) -> float:
 
 
 def run_cameras(
-    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float
+    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float, graphs: bool = True
 ) -> CameraRun:
     device = model.device
     config = session_config(args)
     names = [f"cam{i}" for i in range(cameras)]
     multi = sessions(model, args, tuple(names))
+    multi.batch_graphs = graphs
     feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
     rounds = iter(range(10**9))
 
@@ -147,6 +152,11 @@ def run_cameras(
         latencies.append(round_())
     synchronize(device)
     wall = time.perf_counter() - start
+    if args.profile_rounds and device.type == "cuda":
+        try:
+            profile(round_, args.profile_rounds, f"{cameras} cameras, batch graphs {graphs}")
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: the measurement above stands
+            print(f"profile failed: {exc!r}")
     # camera-head K/V per camera: 2 x passes x blocks x (capacity + 1) x 2C float32 (model/camera_history.py)
     c = model.config
     history = cameras * 2 * c.camera_num_iterations * c.camera_trunk_depth * 2 * c.embed_dim * 4
@@ -168,8 +178,27 @@ def run_cameras(
         history_gib=history / GIB,
         peak_gib=torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None,
         batches=pool["batches"],
+        batch_graphs=graphs and cameras > 1,
     )
     return run
+
+
+def profile(round_: object, rounds: int, label: str) -> None:
+    """GPU kernel time vs wall time over `rounds` rounds (torch.profiler), and the costliest kernels."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            round_()
+        torch.cuda.synchronize()
+        wall_ms = 1e3 * (time.perf_counter() - start) / rounds
+    kernels = [e for e in prof.key_averages() if e.device_time_total > 0 and e.device_type.name == "CUDA"]
+    gpu_ms = sum(e.device_time_total for e in kernels) / 1e3 / rounds
+    print(f"profile {label}: wall {wall_ms:.1f} ms/round, GPU kernels {gpu_ms:.1f} ms/round")
+    for e in sorted(kernels, key=lambda e: -e.device_time_total)[:8]:
+        print(f"  {e.device_time_total / 1e3 / rounds:7.2f} ms/round  {e.count // rounds:5d}x  {e.key[:90]}")
 
 
 def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
@@ -177,19 +206,27 @@ def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
     if single_fps is not None:
         print(f"one camera on the single-stream path (StreamingSession.push): {single_fps:.2f} FPS")
     print(
-        "| cameras | backend | aggregate FPS | x 1 camera | x single | FPS per camera | p50 ms "
-        "| p99 ms per camera | weights GiB | KV pool GiB | camera histories GiB | peak allocated GiB "
-        "| batched steps (size: n) |"
+        "| cameras | backend | batched steps | aggregate FPS | x 1 camera | x single | FPS per camera "
+        "| p50 ms | p99 ms per camera | p99 target ms | weights GiB | KV pool GiB | camera histories GiB "
+        "| peak allocated GiB | batched steps (size: n) |"
     )
-    print("|" + "---|" * 13)
+    print("|" + "---|" * 15)
+    one_p50 = runs[0].p50_ms if runs else float("nan")
     for r in runs:
         peak = "-" if r.peak_gib is None else f"{r.peak_gib:.2f}"
         single = "-" if single_fps is None else f"{r.aggregate_fps / single_fps:.2f}"
+        mode = "-" if r.cameras == 1 else ("graphs" if r.batch_graphs else "eager")
         print(
-            f"| {r.cameras} | {r.backend} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} | {single} "
-            f"| {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} "
-            f"| {r.history_gib:.3f} | {peak} | {r.batches} |"
+            f"| {r.cameras} | {r.backend} | {mode} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
+            f"| {single} | {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
+            f"| {p99_target(r, one_p50):.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} | {r.history_gib:.3f} "
+            f"| {peak} | {r.batches} |"
         )
+
+
+def p99_target(run: CameraRun, one_camera_p50_ms: float) -> float:
+    """Issue 33's bound on a camera's p99 latency: cameras x one camera's p50 + 10 ms."""
+    return run.cameras * one_camera_p50_ms + 10.0
 
 
 def main() -> None:
@@ -215,7 +252,16 @@ def main() -> None:
     )
     parser.add_argument("--cache-dir", default="", help="torch.compile cache (model.compile_cache_dir)")
     parser.add_argument("--max-batch", type=int, default=8, help="batch.max_batch")
+    parser.add_argument(
+        "--batch-graphs",
+        default="on",
+        choices=("on", "off", "both"),
+        help="batched steps as CUDA graphs (on), eager (off), or both ways per camera count (both)",
+    )
     parser.add_argument("--no-single", action="store_true", help="no single-stream baseline row")
+    parser.add_argument(
+        "--profile-rounds", type=int, default=0, help="after each timing, profile this many rounds (CUDA)"
+    )
     parser.add_argument("--distinct-frames", type=int, default=8, help="random frames cycled per camera")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the runs here")
@@ -234,12 +280,15 @@ def main() -> None:
         f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}, "
         f"compiled blocks {args.compile_blocks}, max batch {args.max_batch}"
     )
+    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.batch_graphs]
     runs = []
     for cameras in args.cameras.split(","):
-        runs.append(run_cameras(model, args, int(cameras), weights))
-        gc.collect()  # the previous cameras' pool and histories go before the next count allocates
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        for graphs in modes if int(cameras) > 1 else modes[-1:]:
+            runs.append(run_cameras(model, args, int(cameras), weights, graphs))
+            print(f"{cameras} cameras, batch graphs {graphs}: {runs[-1].aggregate_fps:.2f} FPS", flush=True)
+            gc.collect()  # the previous cameras' pool and histories go before the next count allocates
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     # last: whatever the first session of the process pays once (compilation, cuDNN plans) is paid by then
     single_fps = None if args.no_single else run_single(model, args)
     print_table(runs, single_fps)
@@ -250,6 +299,7 @@ def main() -> None:
             "camera_fps": r.camera_fps,
             "single_stream_fps": single_fps,
             "vs_single": None if single_fps is None else r.aggregate_fps / single_fps,
+            "p99_target_ms": p99_target(r, runs[0].p50_ms),
             "compile_blocks": args.compile_blocks,
             "max_batch": args.max_batch,
         }

@@ -78,6 +78,7 @@ def multi_camera_rows(run: dict) -> list[list[str]]:
                 row["backend"],
                 str(row["cameras"]),
                 str(row.get("max_batch", "–")),
+                _batched_steps(row),
                 _f(row["aggregate_fps"], 2),
                 _f(row.get("vs_single"), 2),
                 _f(row["camera_fps"], 2),
@@ -86,6 +87,14 @@ def multi_camera_rows(run: dict) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _batched_steps(row: dict) -> str:
+    """How the batched steps of a multi_camera row ran: CUDA graphs (issue 33), eager, or – (one camera, or a
+    run recorded before the column existed)."""
+    if row["cameras"] == 1 or "batch_graphs" not in row:
+        return "–"
+    return "graphs" if row["batch_graphs"] else "eager"
 
 
 RUN_HEAD = ["date (UTC)", "commit", "device"]
@@ -124,6 +133,7 @@ TABLES: dict[str, tuple[list[str], Callable[[dict], list[list[str]]]]] = {
             "backend",
             "cameras",
             "max batch",
+            "batched steps",
             "aggregate FPS",
             "x single-stream",
             "FPS per camera",

@@ -8,6 +8,7 @@ token-major); queries are ``[T, num_heads, head_dim]``. Attention is non-causal 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 import torch
@@ -87,23 +88,31 @@ class TorchAttention:
         self.fused = frames_start == start or specials_capped
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-        start, frames_start, stop = self._range
-        qh = q.transpose(0, 1).unsqueeze(0)
-        if not self._cuda_half:  # CPU, or float32 on CUDA (parity): one call, torch picks the kernel
-            out = F.scaled_dot_product_attention(qh, *_heads_first(k_pool, v_pool, start, stop))
-            return out[0].transpose(0, 1).contiguous()
-        if self.fused:
-            out = self._frames_attention(qh, *_heads_first(k_pool, v_pool, start, stop))[0]
-            return out[0].transpose(0, 1).contiguous()
-        out, lse = self._frames_attention(qh, *_heads_first(k_pool, v_pool, frames_start, stop))
-        if frames_start > start:
-            specials = _heads_first(k_pool, v_pool, start, frames_start)
-            out_s, lse_s = torch.ops.aten._scaled_dot_product_flash_attention(qh, *specials)[:2]
-            heads, tokens = q.shape[1], q.shape[0]
-            out = merge_partial_attention(
-                out[0], lse.reshape(heads, tokens), out_s[0], lse_s.reshape(heads, tokens)
-            ).unsqueeze(0)
+        out = self.attend_views(
+            q.transpose(0, 1).unsqueeze(0), lambda a, b: _heads_first(k_pool, v_pool, a, b)
+        )
         return out[0].transpose(0, 1).contiguous()
+
+    def attend_views(
+        self, qh: torch.Tensor, views: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The planned attention of ``qh`` ``[N, H, T, D]`` over ``views(a, b)``: K and V ``[N, H, b - a, D]``
+        of the planned tokens ``[a, b)`` (N = 1: one stream; N > 1: equally spaced regions of N streams in one
+        call, cache/batch.py). Returns ``[N, H, T, D]``."""
+        start, frames_start, stop = self._range
+        if not self._cuda_half:  # CPU, or float32 on CUDA (parity): one call, torch picks the kernel
+            return F.scaled_dot_product_attention(qh, *views(start, stop))
+        if self.fused:
+            return self._frames_attention(qh, *views(start, stop))[0]
+        out, lse = self._frames_attention(qh, *views(frames_start, stop))
+        if frames_start > start:
+            out_s, lse_s = torch.ops.aten._scaled_dot_product_flash_attention(
+                qh, *views(start, frames_start)
+            )[:2]
+            out = merge_partial_attention(
+                out, lse.reshape(out.shape[:-1]), out_s, lse_s.reshape(out.shape[:-1])
+            )
+        return out
 
     def _frames_attention(
         self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor

@@ -5,9 +5,12 @@ as a single-stream ``begin_step``) and describes the batch as a :class:`BatchPla
 in batch order) its query rows and its visible keys as a token range of the shared pool. Both backends
 execute that one description, planned once for all layers:
 
-* torch — a loop over the requests, each one ``TorchAttention`` call over its range of the shared pool
-  (the single-stream kernel policy per stream, so on CPU a stream's output is bit-identical to its
-  single-stream step's);
+* torch — when the requests are alike (same query count, same special-stream state) and their key ranges
+  equally spaced in the pool (the usual case: N cameras of one resolution get N consecutive regions of one
+  size and step in lockstep; issue 33), ONE ``TorchAttention`` call over strided views ``[B, H, keys, D]``
+  of the pool (the regions' same offsets, B as the batch dimension); otherwise a loop over the requests,
+  each one ``TorchAttention`` call over its range (the single-stream kernel policy per stream, so on CPU a
+  stream's output in the loop is bit-identical to its single-stream step's);
 * flashinfer — ONE ``BatchPrefillWithPagedKVCacheWrapper`` call per layer with one request per stream
   (page size 1, the page list of each request = its visible tokens; cache/flashinfer_batch.py).
 
@@ -78,13 +81,18 @@ class BatchBackend(Protocol):
 
 
 class TorchBatchAttention:
-    """The torch backend over a batch: one single-stream ``TorchAttention`` per request, in a loop."""
+    """The torch backend over a batch: one call over equally spaced alike requests, else one single-stream
+    ``TorchAttention`` per request, in a loop."""
 
     name = "torch"
+    #: False once cuDNN refused the strided views of one call (it then ran the slower flash kernel): from then
+    #: on alike requests go through the loop too, where each request keeps cuDNN.
+    one_call = True
 
     def __init__(self, config: KVCacheConfig) -> None:
         self._config = config
         self._requests: list[tuple[BatchRequest, TorchAttention]] = []
+        self.spacing: int | None = None  # pool tokens between consecutive requests' keys (one call), or None
 
     def plan(self, plan: BatchPlan) -> None:
         self._requests = []
@@ -98,12 +106,63 @@ class TorchBatchAttention:
                 request.specials_capped,
             )
             self._requests.append((request, attention))
+        self.spacing = equal_spacing(plan.requests)
 
     def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
+        if self.spacing is not None and TorchBatchAttention.one_call:
+            out = self._run_strided(q, k_pool, v_pool, self.spacing)
+            if self._requests[0][1].frames_kernel == "flash":  # a correct result, but cuDNN refused the views
+                TorchBatchAttention.one_call = False
+            return out
         outputs = [
             attention.run(q[r.query_start : r.query_stop], k_pool, v_pool) for r, attention in self._requests
         ]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def _run_strided(
+        self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, spacing: int
+    ) -> torch.Tensor:
+        """All requests in one call: q ``[B*T, H, D]`` as ``[B, H, T, D]``, request i's keys the first
+        request's range shifted by ``i * spacing`` pool tokens (strided views, no copy)."""
+        batch = len(self._requests)
+        tokens, heads, dim = q.shape[0] // batch, q.shape[1], q.shape[2]
+        qh = q.view(batch, tokens, heads, dim).transpose(1, 2)
+
+        def views(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return tuple(  # type: ignore[return-value]
+                pool.as_strided(
+                    (batch, heads, stop - start, dim),
+                    (spacing * pool.stride(0), pool.stride(1), pool.stride(0), pool.stride(2)),
+                    pool.storage_offset() + start * pool.stride(0),
+                )
+                for pool in (k_pool, v_pool)
+            )
+
+        out = self._requests[0][1].attend_views(qh, views)  # [B, H, T, D]
+        return out.transpose(1, 2).reshape(batch * tokens, heads, dim)
+
+
+def equal_spacing(requests: Sequence[BatchRequest]) -> int | None:
+    """Pool tokens between consecutive requests when two or more requests are alike (query count, key count,
+    special-stream split, cap) and their keys equally spaced (request i's = request 0's + i x spacing,
+    spacing > 0); else None (one attention call per request)."""
+    if len(requests) < 2:
+        return None
+    first = requests[0]
+    spacing = requests[1].key_start - first.key_start
+    if spacing <= 0:
+        return None
+    for i, r in enumerate(requests):
+        shift = i * spacing
+        alike = (r.num_queries, r.specials_capped) == (first.num_queries, first.specials_capped)
+        shifted = (r.key_start, r.frames_start, r.key_stop) == (
+            first.key_start + shift,
+            first.frames_start + shift,
+            first.key_stop + shift,
+        )
+        if not (alike and shifted):
+            return None
+    return spacing
 
 
 class BatchCacheStep:

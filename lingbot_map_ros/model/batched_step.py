@@ -22,6 +22,7 @@ import torch
 from lingbot_map_ros.cache.batch import BatchCacheStep, begin_batch, end_batch
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.camera_history import CameraHistory, CameraStep
+from lingbot_map_ros.model.graphed import GraphedStreamStep
 from lingbot_map_ros.model.layers import AttendFn
 from lingbot_map_ros.model.stream import StepOutput, StreamState
 
@@ -30,10 +31,14 @@ if TYPE_CHECKING:
 
 
 def batched_step(
-    model: LingBotMap, images: torch.Tensor, states: list[StreamState], keyframes: list[bool]
+    model: LingBotMap,
+    images: torch.Tensor,
+    states: list[StreamState],
+    keyframes: list[bool],
+    graphs: bool = True,
 ) -> list[StepOutput]:
     """Run frame i of `images` `[B, 3, H, W]` (RGB in [0, 1], model device) as the next frame of stream
-    `states[i]`, a keyframe iff `keyframes[i]`.
+    `states[i]`, a keyframe iff `keyframes[i]`; `graphs` False: the eager path even where graphs apply.
 
     Every state must be past its anchor phase, distinct, and keep its KV cache in the same shared pool
     (`model.new_stream(config, pool)`). Returns B `StepOutput`s equal (up to float reassociation in the
@@ -44,12 +49,16 @@ def batched_step(
     image_hw = (int(images.shape[-2]), int(images.shape[-1]))
     with torch.inference_mode():
         caches = [state.cache_for(image_hw) for state in states]
-        indices = torch.tensor([c.frames_stored for c in caches], dtype=torch.long, device=model.device)
+        indices = [c.frames_stored for c in caches]
+        graphed = graphed_batch(model, states, image_hw) if graphs else None
         step = begin_batch(states[0].pool, caches, keyframes)
+        if graphed is not None:
+            return _run_graphed(graphed, images, states, keyframes, step, indices)
         try:
             with model._autocast():
+                index = torch.tensor(indices, dtype=torch.long, device=model.device)
                 layers = model.aggregator(
-                    images.to(model.precision.aggregator_dtype), step, indices, states[0].config.scale_frames
+                    images.to(model.precision.aggregator_dtype), step, index, states[0].config.scale_frames
                 )
         except BaseException:
             _abandon(step, states, keyframes)
@@ -71,6 +80,72 @@ def batched_step(
             pose_enc_raw_list=raw_list[i : i + 1].float(),
             depth=depth[i : i + 1].float(),
             depth_conf=conf[i : i + 1].float(),
+        )
+        for i in range(len(states))
+    ]
+
+
+def graphed_batch(
+    model: LingBotMap, states: list[StreamState], image_hw: tuple[int, int]
+) -> GraphedStreamStep | None:
+    """The captured graphs for a batch of these B streams at `image_hw`, or None where the eager path runs
+    (CPU, `cuda_graphs` off). Captured on the first batch of each (B, resolution); kept by the model."""
+    config = states[0].config
+    if not config.cuda_graphs or model.device.type != "cuda":
+        return None
+    precision = (model.precision.aggregator_dtype, model.precision.heads_dtype)
+    key = (
+        len(states),
+        image_hw,
+        config.scale_frames,
+        config.camera_history,
+        config.compile_blocks,
+        precision,
+    )
+    graphed = model.batch_graphs.get(key)
+    if graphed is None:
+        graphed = GraphedStreamStep(
+            model,
+            [state.camera for state in states],
+            image_hw,
+            config.scale_frames,
+            compile_blocks=config.compile_blocks,
+        )
+        model.batch_graphs[key] = graphed
+    return graphed
+
+
+def _run_graphed(
+    graphed: GraphedStreamStep,
+    images: torch.Tensor,
+    states: list[StreamState],
+    keyframes: list[bool],
+    step: BatchCacheStep,
+    indices: list[int],
+) -> list[StepOutput]:
+    """The batch through the graphs (inside inference mode, `step` open); closes `step`."""
+    model = graphed.model
+    try:
+        outputs = graphed.run(
+            images.to(model.precision.aggregator_dtype),
+            step,
+            indices,
+            keyframes,
+            histories=[state.camera for state in states],
+        )
+    except BaseException:
+        _abandon(step, states, keyframes)
+        raise
+    end_batch(step)
+    # copies in float32: the graphs' outputs are overwritten by the next replay
+    pose_list, raw_list, depth, conf = (t.to(torch.float32, copy=True) for t in outputs)
+    return [
+        StepOutput(
+            pose_enc=pose_list[i : i + 1, -1],
+            pose_enc_list=pose_list[i : i + 1],
+            pose_enc_raw_list=raw_list[i : i + 1],
+            depth=depth[i : i + 1],
+            depth_conf=conf[i : i + 1],
         )
         for i in range(len(states))
     ]

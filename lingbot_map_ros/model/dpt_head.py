@@ -56,13 +56,19 @@ class DPTHead(nn.Module):
         )
 
     def forward(
-        self, layers: list[torch.Tensor], image_hw: tuple[int, int], patch_start: int
+        self,
+        layers: list[torch.Tensor],
+        image_hw: tuple[int, int],
+        patch_start: int,
+        frames_chunk: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """layers: 4 x `[S, P, 2C]` -> (depth `[S, H, W]`, conf `[S, H, W]`) in the head's dtype."""
+        """layers: 4 x `[S, P, 2C]` -> (depth `[S, H, W]`, conf `[S, H, W]`) in the head's dtype.
+        `frames_chunk`: frames per pass (default `self.frames_chunk`; a batched step's graph passes B)."""
         frames = layers[0].shape[0]
+        step = frames_chunk or self.frames_chunk
         depth, conf = [], []
-        for start in range(0, frames, self.frames_chunk):
-            chunk = [layer[start : start + self.frames_chunk, patch_start:] for layer in layers]
+        for start in range(0, frames, step):
+            chunk = [layer[start : start + step, patch_start:] for layer in layers]
             d, c = self._forward_chunk(chunk, image_hw)
             depth.append(d)
             conf.append(c)

@@ -13,7 +13,7 @@ from torch import nn
 
 from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.model.aggregator import Aggregator
-from lingbot_map_ros.model.batched_step import batched_step
+from lingbot_map_ros.model.batched_step import batched_step, graphed_batch
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
 from lingbot_map_ros.model.dpt_head import DPTHead
@@ -40,6 +40,8 @@ class LingBotMap(nn.Module):
             config.dpt_head_features,
             config.dpt_frames_chunk,
         )
+        # CUDA graphs of batched steps per (batch size, resolution, ...): model/batched_step.py
+        self.batch_graphs: dict[tuple, GraphedStreamStep] = {}
 
     @property
     def device(self) -> torch.device:
@@ -73,10 +75,21 @@ class LingBotMap(nn.Module):
         )
 
     def step_batch(
-        self, images: torch.Tensor, states: list[StreamState], keyframes: list[bool]
+        self, images: torch.Tensor, states: list[StreamState], keyframes: list[bool], graphs: bool = True
     ) -> list[StepOutput]:
-        """One streaming frame of each of B streams in one pass; see `model/batched_step.py`."""
-        return batched_step(self, images, states, keyframes)
+        """One streaming frame of each of B streams in one pass (CUDA graphs per batch size unless
+        ``graphs`` is False); see `model/batched_step.py`."""
+        return batched_step(self, images, states, keyframes, graphs)
+
+    def warm_up_batch(self, states: list[StreamState], image_hw: tuple[int, int]) -> bool:
+        """Capture the CUDA graphs of a batched step of these streams at network size `image_hw` now (the
+        first batch would otherwise); False where batched steps run eagerly (CPU, `cuda_graphs` off)."""
+        with torch.inference_mode():
+            captured = graphed_batch(self, states, image_hw) is not None
+        if captured:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()  # the capture's side-stream blocks
+        return captured
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         dtype = self.precision.aggregator_dtype

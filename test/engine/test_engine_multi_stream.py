@@ -10,7 +10,7 @@ from tiny_stream import pan_frames, tiny_model, tiny_session
 
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.result import FrameResult
-from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
+from lingbot_map_ros.engine.stream.multi_stream import BatchConfig, MultiStreamSession
 from lingbot_map_ros.model import LingBotMap
 
 S0 = 3
@@ -155,3 +155,59 @@ def test_warm_up_runs_every_camera_and_leaves_them_fresh(model: LingBotMap) -> N
         stats = multi.stats(name)
         assert (stats.epoch, stats.frames_total, stats.frames_stored) == (0, 0, 0)
     assert multi.pool_stats()["regions"] == 2  # the warm-up placed both cameras' regions
+
+
+@pytest.mark.parametrize(("max_batch", "sizes"), [(8, [2, 3]), (2, [2]), (1, [])])
+def test_warm_up_captures_batched_steps_of_every_size(
+    model: LingBotMap, monkeypatch: pytest.MonkeyPatch, max_batch: int, sizes: list[int]
+) -> None:
+    """Batch sizes 2 .. min(cameras, max_batch), each over the first cameras' streams at the network size."""
+    multi = MultiStreamSession(
+        model, SessionConfig(**PARAMS), ["a", "b", "c"], BatchConfig(max_batch=max_batch)
+    )
+    calls = []
+    monkeypatch.setattr(model, "warm_up_batch", lambda states, hw: calls.append((states, hw)))
+    multi.warm_up((42, 74), streaming_frames=0)
+    assert [len(states) for states, _ in calls] == sizes
+    expected = [multi.sessions[name].model_state for name in ("a", "b", "c")]
+    assert all(states == expected[: len(states)] and hw == (28, 56) for states, hw in calls)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_rounds_pass_the_batch_graphs_switch(
+    model: LingBotMap, monkeypatch: pytest.MonkeyPatch, graphs: bool
+):
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    multi.batch_graphs = graphs
+    feeds = [pan_frames(S0 + 1, seed=i) for i in range(2)]
+    seen = []
+    step_batch = model.step_batch
+
+    def spy(images, states, keyframes, graphs=True):
+        seen.append(graphs)
+        return step_batch(images, states, keyframes, graphs)
+
+    monkeypatch.setattr(model, "step_batch", spy)
+    for t in range(S0 + 1):
+        assert not multi.run_round({"a": (feeds[0][t], t), "b": (feeds[1][t], t)}).errors
+    assert seen == [graphs]  # the anchor frames step on their own, the one streaming round is batched
+
+
+def test_pool_stats_report_the_memory_each_camera_adds(model: LingBotMap) -> None:
+    """Per camera: its KV region (2 x layers x region tokens x heads x head_dim x element size) and its
+    camera-head history (docs/performance.md, "Memory per camera"); together the pool's used bytes."""
+    multi = MultiStreamSession(model, SessionConfig(**PARAMS), ["a", "b"])
+    feeds = [pan_frames(S0 + 1, seed=i) for i in range(2)]
+    for t in range(S0 + 1):
+        assert not multi.run_round({"a": (feeds[0][t], t), "b": (feeds[1][t], t)}).errors
+    stats = multi.pool_stats()
+    c = model.config
+    for name in ("a", "b"):
+        state = multi.sessions[name].model_state
+        tokens = state.kv_cache.region.tokens
+        assert stats["camera_kv_bytes"][name] == 2 * c.depth * tokens * c.num_heads * c.head_dim * 4  # fp32
+        history = state.camera
+        assert stats["camera_history_bytes"][name] == 2 * history.k.numel() * 4
+        assert history.k.shape[-2] == history.capacity + 1
+    per_token = stats["pool_bytes"] // stats["capacity_tokens"]
+    assert sum(stats["camera_kv_bytes"].values()) == stats["used_tokens"] * per_token

@@ -111,3 +111,27 @@ def test_model_step_batch_on_cuda_matches_single_streams(backend: str) -> None:
             rel = (outs[i].depth - expected.depth).abs() / expected.depth.abs().clamp_min(1e-3)
             worst_depth = max(worst_depth, float(rel.median()))
     assert worst_pose < 5e-2 and worst_depth < 2e-2, (worst_pose, worst_depth)
+
+
+@pytest.mark.parametrize("frames", [20, 80, 300])
+def test_torch_batch_of_lockstep_streams_in_one_call(frames: int) -> None:
+    """3 streams fed the same keyframes (window filling / full with the special stream growing: cuDNN +
+    flash merged / special stream capped: one cuDNN call) attend in ONE call over strided views of the pool
+    (cache/batch.py, issue 33), equal to their own single-stream caches."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    pool = SharedKVPool.for_config(_config(), backend="torch")
+    pooled = [PooledKVCache(pool, _config(), backend="torch") for _ in range(3)]
+    refs = [PagedKVCache(_config(), backend="torch") for _ in range(3)]
+    _feed(pooled + refs, frames, gen)
+    step = begin_batch(pool, pooled, [True] * 3)
+    assert pool.batch_backend.spacing == pooled[0].region.tokens
+    ref_steps = [ref.begin_step(1, True) for ref in refs]
+    for layer in range(LAYERS):
+        q, k, v = torch.randn(3, 3 * TOKENS, 16, 64, generator=gen, device="cuda", dtype=torch.bfloat16)
+        out = step.attend(layer, q, k, v)
+        for i, ref_step in enumerate(ref_steps):
+            rows = slice(i * TOKENS, (i + 1) * TOKENS)
+            expected = ref_step.attend(layer, q[rows], k[rows], v[rows]).float()
+            error = (out[rows].float() - expected).norm() / expected.norm()
+            assert torch.isfinite(out[rows]).all() and error < 1e-2, (i, float(error))
+    end_batch(step)

@@ -19,6 +19,11 @@ from .step_frames import InFlightFrame, StreamingFrame
 class BatchedStepping:
     """`begin_frame` / `finish_frame` / `fail_frame` of a `StreamingSession` (module doc)."""
 
+    @property
+    def model_state(self) -> object:
+        """The model's `StreamState` of this session (what a batched step takes; its graphs' warm-up)."""
+        return self._steps.state
+
     def begin_frame(
         self, rgb: np.ndarray, meta: object = None
     ) -> tuple[list[FrameResult], StreamingFrame | None]:

@@ -31,6 +31,7 @@ from ..contracts import SessionStats, StreamingModel
 from ..lock_order import OrderedLock
 from ..result import FrameResult
 from ..settings import setting
+from .preprocess import preprocess_geometry
 from .session import StreamingSession
 from .step_frames import StreamingFrame
 
@@ -100,6 +101,8 @@ class MultiStreamSession:
         self.pool = model.new_pool(self.config.backend, streams=len(names)) if len(names) > 1 else None
         self.sessions = {name: StreamingSession(model, self.config, kv_pool=self.pool) for name in names}
         self._batches: dict[int, int] = {}  # batch size -> batched model steps
+        # False: batched steps run eagerly even where CUDA graphs apply (benchmarks/multi_camera.py A/B)
+        self.batch_graphs = True
         self._step_lock = OrderedLock("cameras.step_lock")
 
     @property
@@ -194,7 +197,8 @@ class MultiStreamSession:
                 else:
                     images = torch.cat([f.images for f in frames])
                     states = [f.state for f in frames]
-                    outputs = self.model.step_batch(images, states, [f.keyframe for f in frames])
+                    keyframes = [f.keyframe for f in frames]
+                    outputs = self.model.step_batch(images, states, keyframes, graphs=self.batch_graphs)
         except Exception as exc:  # noqa: BLE001 - every camera of the batch drops its frame and recovers
             for name in names:
                 self.sessions[name].fail_frame(exc)
@@ -211,11 +215,21 @@ class MultiStreamSession:
     # ------------------------------------------------------------------ control and diagnostics
 
     def warm_up(self, image_hw: tuple[int, int], streaming_frames: int = 3) -> float:
-        """`StreamingSession.warm_up` of every camera (its single-camera CUDA graphs, compiled blocks), before
-        the first frame; counters and epochs untouched. Batched steps are eager (nothing to
-        capture). Returns seconds."""
+        """`StreamingSession.warm_up` of every camera (its single-camera CUDA graphs, compiled blocks), then
+        the CUDA graphs of batched steps of 2 .. min(cameras, max_batch) cameras (`LingBotMap.warm_up_batch`;
+        the first cameras' camera-head graph, another set of cameras captures its own, smaller, on its first
+        batch), before the first frame; counters and epochs untouched. Returns seconds."""
         with self._step_lock:
-            return sum(s.warm_up(image_hw, streaming_frames) for s in self.sessions.values())
+            seconds = sum(s.warm_up(image_hw, streaming_frames) for s in self.sessions.values())
+            warm_up_batch = getattr(self.model, "warm_up_batch", None)  # test doubles may have none
+            if self.pool is None or not self.batch_graphs or warm_up_batch is None:
+                return seconds
+            start = time.perf_counter()
+            network_hw = preprocess_geometry(tuple(image_hw), self.config.image_width).out_hw
+            states = [session.model_state for session in self.sessions.values()]
+            for size in range(2, min(len(states), self.batch.max_batch) + 1):
+                warm_up_batch(states[:size], network_hw)
+            return seconds + time.perf_counter() - start
 
     def reset(self, name: str, reason: str = "reset requested") -> None:
         """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched.
@@ -236,12 +250,25 @@ class MultiStreamSession:
         return self._session(name).stats()
 
     def pool_stats(self) -> dict[str, object] | None:
-        """The shared pool (capacity, regions, bytes) and how many batched steps of each size ran; None for
-        a set of one (no shared pool)."""
+        """The shared pool (capacity, regions, bytes), how many batched steps of each size ran, and the GPU
+        memory each camera adds (docs/performance.md, "Memory per camera"): ``camera_kv_bytes`` its KV
+        region, ``camera_history_bytes`` its camera-head history; None for a set of one (no shared pool)."""
         if self.pool is None:
             return None
         stats = self.pool.stats()
-        return {**dataclasses.asdict(stats), "batches": dict(sorted(self._batches.items()))}
+        per_token = stats.pool_bytes // stats.capacity_tokens if stats.capacity_tokens else 0
+        kv, history = {}, {}
+        for name, session in self.sessions.items():
+            state = session.model_state
+            region = getattr(state.kv_cache, "region", None)
+            kv[name] = region.tokens * per_token if region is not None else 0
+            history[name] = 2 * state.camera.k.numel() * state.camera.k.element_size()
+        return {
+            **dataclasses.asdict(stats),
+            "batches": dict(sorted(self._batches.items())),
+            "camera_kv_bytes": kv,
+            "camera_history_bytes": history,
+        }
 
     # ------------------------------------------------------------------ internals
 
