@@ -42,6 +42,7 @@ from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.engine.tracker import bare_camera
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
+from lingbot_map_ros.tools.run_frames import FrameKeeper
 from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def run_bag(
     if config.load_session is not None:
         persistence.load(config.load_session, session, mapper, config.compat())
     stamps, poses, latency, keyframe = [], [], [], []
+    keeper = FrameKeeper(config.output_dir) if config.keep_frames else None
     frames = 0
     start = time.perf_counter()
     for frame in tqdm(
@@ -138,6 +140,8 @@ def run_bag(
             poses.append(tracked.frame.body_pose)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
+            if keeper is not None:
+                keeper.add(tracked.frame.stamp_s, result.rgb, result.intrinsics)
         if on_frame is not None:
             on_frame(frames)
     wall_s = time.perf_counter() - start
@@ -154,6 +158,8 @@ def run_bag(
         map_points=len(mapper.voxels),
         session_stats=session.stats().as_dict(),
     )
+    if keeper is not None:
+        result.files["frames"] = keeper.close()
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved = persistence.save_session(
@@ -167,6 +173,7 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     result.files = {
+        **result.files,
         "trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
         "map": write_ply(out / "map.ply", *voxels.points()),
     }
@@ -227,6 +234,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="several camera topics mapped together (default without --topic: every camera topic of the bag)",
     )
     add_run_options(p)
+    p.add_argument(
+        "--keep-frames",
+        action="store_true",
+        help="also write each posed frame's image and intrinsics (frames/, frames.json) for `export`",
+    )
     p.add_argument(
         "--load",
         type=Path,

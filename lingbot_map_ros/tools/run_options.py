@@ -70,6 +70,9 @@ class RunConfig:
     progress: bool = True
     load_session: Path | None = None
     save_session: Path | None = None
+    keep_frames: bool = (
+        False  # `run --keep-frames`: frames/ and frames.json for `export` (tools/run_frames.py)
+    )
 
     @property
     def image_width(self) -> int:
@@ -174,4 +177,5 @@ def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
         scale_factor=args.scale_factor,
         load_session=getattr(args, "load", None),
         save_session=getattr(args, "save", None),
+        keep_frames=getattr(args, "keep_frames", False),
     )
