@@ -31,7 +31,7 @@ setup(
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            "lingbot_map_node = lingbot_map_ros.ros.startup_signals:main",
+            "lingbot_map_node = lingbot_map_ros.ros.node_entry:main",
             "lingbot-map-ros = lingbot_map_ros.tools.cli:main",
         ],
     },

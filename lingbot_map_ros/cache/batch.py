@@ -24,7 +24,7 @@ from typing import Protocol
 
 import torch
 
-from lingbot_map_ros.cache.backends import TorchAttention, make_backend
+from lingbot_map_ros.cache.backends import TorchAttention, check_backend
 from lingbot_map_ros.cache.config import KVCacheConfig
 from lingbot_map_ros.cache.paged_kv_cache import CacheStep
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
@@ -104,6 +104,17 @@ class TorchBatchAttention:
             attention.run(q[r.query_start : r.query_stop], k_pool, v_pool) for r, attention in self._requests
         ]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+def make_batch_backend(name: str, config: KVCacheConfig) -> BatchBackend:
+    """The batch backend ``name`` ("auto", "torch" or "flashinfer") of a shared pool, one request per stream
+    (``auto``: torch, as for a single stream, ``backends.make_backend``)."""
+    check_backend(name)
+    if name == "flashinfer":
+        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
+
+        return FlashInferBatchAttention(config)
+    return TorchBatchAttention(config)
 
 
 class BatchCacheStep:
@@ -196,7 +207,7 @@ def begin_batch(
     batch_plan = BatchPlan(tuple(requests))
     if backend is None:
         if pool.batch_backend is None:
-            pool.batch_backend = make_backend(pool.backend_name, _pool_config(pool), batch=True)
+            pool.batch_backend = make_batch_backend(pool.backend_name, _pool_config(pool))
         backend = pool.batch_backend
     backend.plan(batch_plan)
     return BatchCacheStep(pool, caches, steps, batch_plan, backend)

@@ -43,10 +43,10 @@ from lingbot_map_ros.engine.tracker import bare_camera
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_frames import FrameKeeper
-from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
+from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, build_session, run_config
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.stream.session import StreamingModel, StreamingSession
+    from lingbot_map_ros.engine.stream.session import StreamingModel
 
 
 @dataclass
@@ -69,24 +69,6 @@ class RunResult:
     def fps(self) -> float:
         """Frames per second of processing (all frames, wall time of the engine loop)."""
         return self.frames / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
-    """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights), or over
-    ``model`` (an already built one: several cameras of one run share it)."""
-
-    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-
-    return build_engine(
-        EngineSpec(
-            preset=config.preset,
-            checkpoint=config.checkpoint,
-            device=config.device,
-            seed=config.seed,
-            session=config.session,
-        ),
-        model,
-    ).only
 
 
 def bag_camera_topic(config: RunConfig) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
 from lingbot_map_ros.engine.mapping.mapper_config import MapperConfig
@@ -19,6 +19,9 @@ from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.persistence.save_load import compat_fields
 from lingbot_map_ros.engine.settings import Owned, owned
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.stream.session import StreamingSession
 
 #: `run`'s flags of engine settings: flag -> (the `RunConfig` field holding the owner, the owner's setting).
 SETTING_FLAGS: dict[str, tuple[str, Owned]] = {
@@ -101,6 +104,24 @@ class RunConfig:
             else:
                 out[item.name] = str(value) if isinstance(value, Path) else value
         return out
+
+
+def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
+    """A `StreamingSession` for `config` over the preset's model (checkpoint or seeded synthetic weights), or
+    over ``model`` (an already built one: several cameras of one run share it)."""
+
+    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
+
+    return build_engine(
+        EngineSpec(
+            preset=config.preset,
+            checkpoint=config.checkpoint,
+            device=config.device,
+            seed=config.seed,
+            session=config.session,
+        ),
+        model,
+    ).only
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
