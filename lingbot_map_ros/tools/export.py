@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
+from lingbot_map_ros.engine.mapping.frames import TfMode
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.engine.persistence.store import load_session
 from lingbot_map_ros.tools.export_formats import ExportScene, ExportView, write_colmap, write_nerfstudio
@@ -96,7 +97,7 @@ def read_session(folder: Path, intrinsics: tuple[float, float, float, float] | N
     posed by their stamps in the trajectory, the voxel map as points."""
     snapshot = load_session(folder, {})
     mode = snapshot.state.get("tf_mode")
-    if mode != "map_to_camera":
+    if mode != TfMode.MAP_TO_CAMERA:
         raise ValueError(
             f"session {folder.name} was saved in TF mode {mode}: its trajectory holds the robot's base, not "
             "the camera, so its anchor frames cannot be posed"
