@@ -18,6 +18,7 @@ from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
+from .entities import guard_callback
 from .outputs import MappingOutputs
 from .params import NodeParams
 
@@ -75,7 +76,10 @@ class NodeTimers:
         groups = {"map_odom_timer": MutuallyExclusiveCallbackGroup()}
         self._timers = {
             name: node.create_timer(
-                1.0, self._guarded(name, body), callback_group=groups.get(name, group), clock=steady
+                1.0,
+                guard_callback(name, body, self._report),
+                callback_group=groups.get(name, group),
+                clock=steady,
             )
             for name, body in bodies.items()
         }
@@ -93,15 +97,10 @@ class NodeTimers:
         for name, rate in rates.items():
             self._timers[name].timer_period_ns = int(1e9 / rate)
 
-    def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
-                if self._ok():
-                    self._on_failure(name, exc)
-
-        return run
+    def _report(self, name: str, exc: Exception) -> None:
+        """A timer's failure (`guard_callback`), not reported once the context is shutting down."""
+        if self._ok():
+            self._on_failure(name, exc)
 
     def _each(self, method: Callable[[MappingOutputs], object]) -> None:
         for outputs in self._outputs():  # empty while not active (deactivate may clear them meanwhile)
