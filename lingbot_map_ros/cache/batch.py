@@ -106,17 +106,6 @@ class TorchBatchAttention:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
-def make_batch_backend(name: str, config: KVCacheConfig) -> BatchBackend:
-    """The batch backend ``name`` ("auto", "torch" or "flashinfer") of a shared pool, one request per stream
-    (``auto``: torch, as for a single stream, ``backends.make_backend``)."""
-    check_backend(name)
-    if name == "flashinfer":
-        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
-
-        return FlashInferBatchAttention(config)
-    return TorchBatchAttention(config)
-
-
 class BatchCacheStep:
     """The open steps of B streams of one pool, attended together layer by layer (made by begin_batch)."""
 
@@ -222,6 +211,17 @@ def _pool_config(pool: SharedKVPool) -> KVCacheConfig:
         dtype=pool.dtype,
         device=pool.device,
     )
+
+
+def make_batch_backend(name: str, config: KVCacheConfig) -> BatchBackend:
+    """The batch backend ``name`` ("auto", "torch" or "flashinfer") of a shared pool, one request per stream
+    (``auto``: torch, as for a single stream, ``backends.make_backend``)."""
+    check_backend(name)
+    if name == "flashinfer":
+        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
+
+        return FlashInferBatchAttention(config)
+    return TorchBatchAttention(config)
 
 
 def end_batch(step: BatchCacheStep) -> None:
