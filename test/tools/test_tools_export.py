@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_bags import write_two_camera_bag
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
@@ -184,6 +185,13 @@ def test_a_run_without_frames_exports_poses_and_a_note(run_dir: Path, tmp_path: 
     assert (transforms["fl_x"], transforms["fl_y"], transforms["cx"], transforms["cy"]) == (100, 90, 80, 60)
     assert len(transforms["frames"]) == FRAMES and not (out / "images").exists()
     assert "no frames.json" in (out / "EXPORT_NOTE.txt").read_text()
+
+
+def test_keep_frames_needs_one_camera_topic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    images = [np.full((48, 64, 3), 10 * i, np.uint8) for i in range(24)]  # refused before any frame is read
+    bag = write_two_camera_bag(tmp_path / "two", images, START_NS)
+    assert cli.main(["run", str(bag), "-o", str(tmp_path / "out"), "--width", "56", "--keep-frames"]) == 2
+    assert "--keep-frames keeps one camera's frames" in capsys.readouterr().err
 
 
 def test_export_refuses_a_folder_that_is_no_source_and_a_non_empty_output(
