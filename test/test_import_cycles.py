@@ -149,7 +149,7 @@ def test_the_graph_sees_relative_deferred_and_submodule_imports() -> None:
     # a relative import (`from .lock_order import OrderedLock` in engine/tracker.py)
     assert "lingbot_map_ros.engine.lock_order" in graph["lingbot_map_ros.engine.tracker"]
     # a deferred one (`build_session` imports engine.builder inside the function)
-    assert "lingbot_map_ros.engine.builder" in graph["lingbot_map_ros.tools.run_options"]
+    assert "lingbot_map_ros.engine.builder" in graph["lingbot_map_ros.tools.run_bag"]
 
 
 def test_no_import_cycle_in_the_package() -> None:

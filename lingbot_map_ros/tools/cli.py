@@ -29,7 +29,7 @@ _SUBCOMMAND_MODULES = (
     "make_bag",
     "replay",
     "record",
-    "run_bag",
+    "run_command",
     "batch",
     "synthetic_scene",
     "evaluate",

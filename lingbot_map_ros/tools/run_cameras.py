@@ -26,7 +26,7 @@ from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.engine.tracker import CameraTracker, bare_camera
 from lingbot_map_ros.tools.bag_io import camera_connections, count_messages, iter_camera_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
-from lingbot_map_ros.tools.run_options import RunConfig, build_session
+from lingbot_map_ros.tools.run_bag import RunConfig, build_session
 
 #: Topic levels that name the image, not the camera.
 IMAGE_LEVELS = ("image", "image_raw", "image_rect", "image_color", "image_rect_color", "compressed")

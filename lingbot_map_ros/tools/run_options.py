@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
 from lingbot_map_ros.engine.mapping.mapper_config import MapperConfig
@@ -19,9 +19,6 @@ from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.persistence.save_load import compat_fields
 from lingbot_map_ros.engine.settings import Owned, owned
-
-if TYPE_CHECKING:
-    from lingbot_map_ros.engine.stream.session import StreamingSession
 
 #: `run`'s flags of engine settings: flag -> (the `RunConfig` field holding the owner, the owner's setting).
 SETTING_FLAGS: dict[str, tuple[str, Owned]] = {
@@ -73,9 +70,7 @@ class RunConfig:
     progress: bool = True
     load_session: Path | None = None
     save_session: Path | None = None
-    keep_frames: bool = (
-        False  # `run --keep-frames`: frames/ and frames.json for `export` (tools/run_frames.py)
-    )
+    keep_frames: bool = False  # `run --keep-frames`: the posed frames for `export` (tools/run_frames.py)
 
     @property
     def image_width(self) -> int:
@@ -104,24 +99,6 @@ class RunConfig:
             else:
                 out[item.name] = str(value) if isinstance(value, Path) else value
         return out
-
-
-def build_session(config: RunConfig, model: object | None = None) -> StreamingSession:
-    """A `StreamingSession` for `config` over the preset's model (checkpoint or seeded synthetic weights), or
-    over ``model`` (an already built one: several cameras of one run share it)."""
-
-    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-
-    return build_engine(
-        EngineSpec(
-            preset=config.preset,
-            checkpoint=config.checkpoint,
-            device=config.device,
-            seed=config.seed,
-            session=config.session,
-        ),
-        model,
-    ).only
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
