@@ -76,10 +76,7 @@ class NodeTimers:
         groups = {"map_odom_timer": MutuallyExclusiveCallbackGroup()}
         self._timers = {
             name: node.create_timer(
-                1.0,
-                guard_callback(name, body, self._report),
-                callback_group=groups.get(name, group),
-                clock=steady,
+                1.0, self._guarded(name, body), callback_group=groups.get(name, group), clock=steady
             )
             for name, body in bodies.items()
         }
@@ -97,8 +94,12 @@ class NodeTimers:
         for name, rate in rates.items():
             self._timers[name].timer_period_ns = int(1e9 / rate)
 
+    def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], object]:
+        """`body` under the one callback guard (`guard_callback`), its failures reported as `name`'s."""
+        return guard_callback(name, body, self._report)
+
     def _report(self, name: str, exc: Exception) -> None:
-        """A timer's failure (`guard_callback`), not reported once the context is shutting down."""
+        """A timer's failure, not reported once the context is shutting down."""
         if self._ok():
             self._on_failure(name, exc)
 
