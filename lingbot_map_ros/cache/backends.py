@@ -9,15 +9,12 @@ token-major); queries are ``[T, num_heads, head_dim]``. Attention is non-causal 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, Protocol, overload
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from lingbot_map_ros.cache.config import KVCacheConfig
-
-if TYPE_CHECKING:
-    from lingbot_map_ros.cache.batch import BatchBackend
 
 #: Global-attention backend names (the one list: `SessionConfig`, `attention.backend`, `run`, benchmarks).
 BACKENDS = ("auto", "torch", "flashinfer")
@@ -136,38 +133,14 @@ def _heads_first(
     )
 
 
-@overload
-def make_backend(
-    name: str, config: KVCacheConfig, pool_tokens: int, *, batch: Literal[False] = False
-) -> AttentionBackend: ...
-
-
-@overload
-def make_backend(
-    name: str, config: KVCacheConfig, pool_tokens: int = 0, *, batch: Literal[True]
-) -> BatchBackend: ...
-
-
-def make_backend(
-    name: str, config: KVCacheConfig, pool_tokens: int = 0, *, batch: bool = False
-) -> AttentionBackend | BatchBackend:
-    """Build the backend ``name`` ("auto", "torch" or "flashinfer") for ``config``: the one backend factory.
-
-    ``batch=False``: the single-stream backend over a pool of ``pool_tokens`` tokens (``PagedKVCache``);
-    ``batch=True``: the batch backend of a shared pool, one request per stream (cache/batch.py;
-    ``pool_tokens`` unused). ``auto`` picks torch SDPA everywhere: on CPU it is the only backend; on CUDA the
-    visible keys are one contiguous slab, where cuDNN SDPA beats FlashInfer's paged kernels (docs/cache.md,
+def make_backend(name: str, config: KVCacheConfig, pool_tokens: int) -> AttentionBackend:
+    """Build the single-stream backend ``name`` ("auto", "torch" or "flashinfer") for ``config`` over a pool
+    of ``pool_tokens`` tokens (``PagedKVCache``; the batch backends of a shared pool: ``make_batch_backend``,
+    cache/batch.py). ``auto`` picks torch SDPA everywhere: on CPU it is the only backend; on CUDA the visible
+    keys are one contiguous slab, where cuDNN SDPA beats FlashInfer's paged kernels (docs/cache.md,
     docs/benchmarks.md).
     """
     check_backend(name)
-    if batch:
-        if name == "flashinfer":
-            from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
-
-            return FlashInferBatchAttention(config)
-        from lingbot_map_ros.cache.batch import TorchBatchAttention
-
-        return TorchBatchAttention(config)
     if name == "flashinfer":
         from lingbot_map_ros.cache.flashinfer_backend import FlashInferAttention
 

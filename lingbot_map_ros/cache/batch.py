@@ -27,7 +27,7 @@ from typing import Protocol
 
 import torch
 
-from lingbot_map_ros.cache.backends import TorchAttention, make_backend
+from lingbot_map_ros.cache.backends import TorchAttention, check_backend
 from lingbot_map_ros.cache.config import KVCacheConfig
 from lingbot_map_ros.cache.paged_kv_cache import CacheStep
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
@@ -255,7 +255,7 @@ def begin_batch(
     batch_plan = BatchPlan(tuple(requests))
     if backend is None:
         if pool.batch_backend is None:
-            pool.batch_backend = make_backend(pool.backend_name, _pool_config(pool), batch=True)
+            pool.batch_backend = make_batch_backend(pool.backend_name, _pool_config(pool))
         backend = pool.batch_backend
     backend.plan(batch_plan)
     return BatchCacheStep(pool, caches, steps, batch_plan, backend)
@@ -270,6 +270,17 @@ def _pool_config(pool: SharedKVPool) -> KVCacheConfig:
         dtype=pool.dtype,
         device=pool.device,
     )
+
+
+def make_batch_backend(name: str, config: KVCacheConfig) -> BatchBackend:
+    """The batch backend ``name`` ("auto", "torch" or "flashinfer") of a shared pool, one request per stream
+    (``auto``: torch, as for a single stream, ``backends.make_backend``)."""
+    check_backend(name)
+    if name == "flashinfer":
+        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
+
+        return FlashInferBatchAttention(config)
+    return TorchBatchAttention(config)
 
 
 def end_batch(step: BatchCacheStep) -> None:

@@ -8,11 +8,15 @@ layer. flashinfer is imported here only (not installed on CPU machines).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from lingbot_map_ros.cache.batch import BatchPlan
 from lingbot_map_ros.cache.config import KVCacheConfig
 from lingbot_map_ros.cache.flashinfer_backend import PagedPrefill
+
+if TYPE_CHECKING:  # cache/batch.py imports this module (its `make_batch_backend`)
+    from lingbot_map_ros.cache.batch import BatchPlan
 
 
 class FlashInferBatchAttention(PagedPrefill):

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .mapping.frames import choose_tf_mode
+from .mapping.frames import TfMode, choose_tf_mode
 from .mapping.mapper import RobotSample
 
 
@@ -60,7 +60,7 @@ class NoRobotTf:
 class RobotTfConfig:
     """Frames and TF options (from the parameters `tf.mode`, `base_frame`, `odom_frame`, `tf.timeout`)."""
 
-    mode: str = "auto"
+    mode: str = TfMode.AUTO  # a `TfMode` (the `tf.mode` parameter's string equals its member)
     base_frame: str = "base_link"
     odom_frame: str = "odom"
     timeout_s: float = 0.2
@@ -74,21 +74,21 @@ class RobotFrames:
         self.lookup = lookup
         self.config = config
 
-    def resolve_mode(self, camera: str, stamp_s: float) -> tuple[str, str]:
+    def resolve_mode(self, camera: str, stamp_s: float) -> tuple[TfMode, str]:
         """(mode, why) for a stream whose first image has `camera` as frame and `stamp_s` as stamp."""
         cfg = self.config
-        if cfg.mode != "auto":
-            return cfg.mode, "tf.mode"
+        if cfg.mode != TfMode.AUTO:
+            return TfMode(cfg.mode), "tf.mode"
         has_ext = self._available(cfg.base_frame, camera, stamp_s)
         # odometry at the stamp, or newer (it may start just after the camera): the latest sample (stamp 0)
         has_odom = has_ext and self._available(cfg.odom_frame, cfg.base_frame, 0.0)
-        mode = choose_tf_mode("auto", has_ext, has_odom)
+        mode = choose_tf_mode(TfMode.AUTO, has_ext, has_odom)
         why = {
-            "map_to_odom": f"{cfg.odom_frame} -> {cfg.base_frame} -> {camera} is in TF",
-            "map_to_base": f"{cfg.base_frame} -> {camera} is in TF, {cfg.odom_frame} -> {cfg.base_frame} "
-            f"is not (within {cfg.timeout_s} s); a later {cfg.odom_frame} -> {cfg.base_frame} switches to "
-            "map_to_odom",
-            "map_to_camera": f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s",
+            TfMode.MAP_TO_ODOM: f"{cfg.odom_frame} -> {cfg.base_frame} -> {camera} is in TF",
+            TfMode.MAP_TO_BASE: f"{cfg.base_frame} -> {camera} is in TF, {cfg.odom_frame} -> "
+            f"{cfg.base_frame} is not (within {cfg.timeout_s} s); a later {cfg.odom_frame} -> "
+            f"{cfg.base_frame} switches to {TfMode.MAP_TO_ODOM}",
+            TfMode.MAP_TO_CAMERA: f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s",
         }[mode]
         return mode, why
 
@@ -99,11 +99,11 @@ class RobotFrames:
             TransformUnavailable: one is missing after `tf.timeout` (its `edge` names it).
         """
         cfg = self.config
-        if mode == "map_to_camera" and not cfg.odometry_scale:
+        if mode == TfMode.MAP_TO_CAMERA and not cfg.odometry_scale:
             return RobotSample(mode)
         base_cam = self.lookup.lookup(cfg.base_frame, camera, stamp_s, cfg.timeout_s)
         odom_base = None
-        if mode == "map_to_odom" or cfg.odometry_scale:
+        if mode == TfMode.MAP_TO_ODOM or cfg.odometry_scale:
             odom_base = self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, cfg.timeout_s)
         return RobotSample(mode, base_cam, odom_base)
 

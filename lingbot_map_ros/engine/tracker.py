@@ -34,6 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from .lock_order import OrderedLock
+from .mapping.frames import TfMode
 from .mapping.mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
 from .mapping.tf_tree import subtree_root
 from .result import FrameResult
@@ -132,7 +133,7 @@ class CameraTracker:
         except TransformUnavailable as exc:
             raise TransformUnavailable(str(exc), exc.edge, mode) from exc
         shared = self._robot_map() if self._robot_map is not None else None
-        if shared is not None and robot.mode == "map_to_odom" and mapper.needs_new_epoch(result):
+        if shared is not None and robot.mode == TfMode.MAP_TO_ODOM and mapper.needs_new_epoch(result):
             robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
         sensor = self._depth.take(stamp_s, result.image_hw) if self._depth is not None else None
         with self.lock:
@@ -161,7 +162,7 @@ class CameraTracker:
         """The TF mode of a stream whose first frame has `camera` and `stamp_s` (module doc)."""
         mode, reason = self.robot.resolve_mode(camera, stamp_s)
         self.root, self.gap = camera, ""
-        if mode == "map_to_camera":
+        if mode == TfMode.MAP_TO_CAMERA:
             root = subtree_root(camera, self._graph())  # not above the node's own edges
             if root != camera:
                 self.root = root
@@ -185,12 +186,12 @@ class CameraTracker:
         stream. Raises `TransformUnavailable`."""
         robot = self.robot.sample(mode, camera, stamp_s)
         root_cam = None
-        if mode == "map_to_camera" and self.root not in (None, camera):
+        if mode == TfMode.MAP_TO_CAMERA and self.root not in (None, camera):
             root_cam = self.robot.root_pose(self.root, camera, stamp_s)
-        if mode == "map_to_base" and not new_epoch and self.tf_config.mode == "auto":
+        if mode == TfMode.MAP_TO_BASE and not new_epoch and self.tf_config.mode == TfMode.AUTO:
             odom_base = self.robot.odometry_at(stamp_s)
             if odom_base is not None:
-                robot = replace(robot, mode="map_to_odom", odom_base=odom_base)
+                robot = replace(robot, mode=TfMode.MAP_TO_ODOM, odom_base=odom_base)
         return robot, root_cam
 
     def _switched(self, stamp_s: float) -> None:

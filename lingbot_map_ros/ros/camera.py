@@ -37,7 +37,7 @@ from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
-from .entities import NodeFacade
+from .entities import NodeFacade, guard_callback, service_failure
 from .intake import FrameIntake, InputFrame
 from .output_config import OutputConfig
 from .outputs import MappingOutputs
@@ -133,7 +133,12 @@ class CameraStream:
             host.node.create_service(
                 Trigger,
                 f"~/{name}/reset",
-                self._on_reset,
+                guard_callback(
+                    f"service_{name}_reset",
+                    self._on_reset,
+                    self.causes.callback_failed,
+                    service_failure("reset"),
+                ),
                 qos_profile=SERVICE_QOS,
                 callback_group=host.service_group,
             )
@@ -324,11 +329,7 @@ class CameraStream:
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """`~/<name>/reset`: this camera's stream only (the others keep mapping)."""
-        try:
-            discarded = self._host.reset(self.name)
-        except Exception as exc:  # noqa: BLE001 - a raising service callback would end the executor's spin
-            self.causes.callback_failed(f"service_{self.name}_reset", exc)
-            return Trigger.Response(success=False, message=f"reset failed: {type(exc).__name__}: {exc}")
+        discarded = self._host.reset(self.name)
         if discarded is None:
             return Trigger.Response(success=False, message="not active")
         message = (

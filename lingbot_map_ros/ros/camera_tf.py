@@ -21,6 +21,7 @@ from geometry_msgs.msg import Pose
 from rclpy.node import Node
 
 from ..engine.geometry import invert_rigid
+from ..engine.mapping.frames import TfMode
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.tracker import CameraTracker, TrackedFrame
 from .output_config import OutputConfig
@@ -68,13 +69,13 @@ class CameraTf:
         """The TF edge of a tracked frame (`body`, `cam`: its pose messages; `stamp`: the image stamp)."""
         cfg, frame = self.config, tracked.frame
         if frame.map_odom is not None:
-            if frame.mode == "map_to_odom" and cfg.publish_robot_tf:
+            if frame.mode == TfMode.MAP_TO_ODOM and cfg.publish_robot_tf:
                 stamps = [stamp] if tracked.first_map_odom else []
                 stamps.append(seconds_stamp(frame.stamp_s + cfg.tf_transform_tolerance))
                 self._tf.send([transform_msg(frame.map_odom, s, map_frame, cfg.odom_frame) for s in stamps])
-        elif frame.mode == "map_to_base" and cfg.publish_robot_tf:
+        elif frame.mode == TfMode.MAP_TO_BASE and cfg.publish_robot_tf:
             self._tf.send(transform_msg(body, stamp, map_frame, cfg.base_frame))
-        elif frame.mode == "map_to_camera":
+        elif frame.mode == TfMode.MAP_TO_CAMERA:
             if tracked.root_cam is None:
                 self._tf.send(transform_msg(cam, stamp, map_frame, camera))
             else:

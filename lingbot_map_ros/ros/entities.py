@@ -11,12 +11,14 @@ their `destroy_*` calls become no-ops), and the node gates the callbacks with it
 Topics therefore never vanish from the ROS graph on deactivate, as with lifecycle publishers. Everything is
 destroyed with the node when its context shuts down, after spinning has stopped (ros/shutdown.py).
 
-`CallbackGuard` is the one guard of every subscription, timer and service callback created on the node
-(rclpy's own parameter and lifecycle services included): an exception that escapes a callback would end the
-executor's spin and with it the node (issue 19: a zero quaternion on /tf did). It is counted and logged by
-the node (`failed_<where>_<ExceptionType>`, once then at most every 10 s) and the callback returns as if it
-had done nothing (a service answers its default response, `success: false` with the reason where it has one).
-The node's callbacks keep their own handling (rejections, failures by cause); this is the net below them.
+`guard_callback` is the one guard of a callback: an exception that escapes a callback would end the
+executor's spin and with it the node (issue 19: a zero quaternion on /tf did). It is counted and logged
+(`failed_<where>_<ExceptionType>`, once then at most every 10 s) and the callback returns its fallback (a
+service: `service_failure`, its response with `success: false` and the reason). `CallbackGuard` applies it to
+every subscription, timer and service callback created on the node (rclpy's own parameter and lifecycle
+services included); the node's own callbacks apply it where they give a failure its own name or answer (the
+services, the timers, the parameter callbacks). The node's callbacks keep their own handling (rejections,
+failures by cause); the guard is the net below them.
 """
 
 from __future__ import annotations
@@ -146,13 +148,19 @@ def guard_callback(
     return guarded
 
 
-def _service_fallback(exc: Exception, request: Any = None, response: Any = None, *rest: Any) -> Any:
-    """What a failed service callback answers: its response as given, `success: false` and the reason."""
-    if hasattr(response, "success"):
-        response.success = False
-    if hasattr(response, "message"):
-        response.message = f"{type(exc).__name__}: {exc}"
-    return response
+def service_failure(what: str | None = None) -> Callable[..., Any]:
+    """The `guard_callback` fallback of a service: its response with `success: false` and the reason as
+    message, `"<what> failed: <Type>: <exc>"` (without `what`: `"<Type>: <exc>"`)."""
+    prefix = f"{what} failed: " if what else ""
+
+    def answer(exc: Exception, request: Any = None, response: Any = None, *rest: Any) -> Any:
+        if hasattr(response, "success"):
+            response.success = False
+        if hasattr(response, "message"):
+            response.message = f"{prefix}{type(exc).__name__}: {exc}"
+        return response
+
+    return answer
 
 
 def _name(text: str) -> str:
@@ -186,5 +194,5 @@ class CallbackGuard:
     def create_service(
         self, srv_type: Any, srv_name: str, callback: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> Any:
-        guarded = guard_callback(f"service_{_name(srv_name)}", callback, self._report, _service_fallback)
+        guarded = guard_callback(f"service_{_name(srv_name)}", callback, self._report, service_failure())
         return super().create_service(srv_type, srv_name, guarded, *args, **kwargs)

@@ -38,7 +38,7 @@ from ..engine.persistence.store import SessionError
 from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
-from .entities import CallbackGuard, KeptEntities, NodeFacade
+from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback
 from .fused import FusedMap
 from .intake import InputFrame
 from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
@@ -70,10 +70,15 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         super().__init__(node_name, **kwargs)
         declare_parameters(self)
         self.params: NodeParams = read_parameters(self)
-        self.add_on_set_parameters_callback(self._check_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
         self.stats = RuntimeStats()
         self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
+        failed = self._causes.callback_failed
+        self.add_on_set_parameters_callback(
+            guard_callback("set_parameters", self._check_parameters, failed, _parameters_refused)
+        )
+        self.add_post_set_parameters_callback(
+            guard_callback("apply_parameters", self._apply_parameters, failed)
+        )
         self._pipeline: Pipeline | None = None
         self._rounds: NodeRounds | None = None  # inference thread + camera pipeline (rounds.py), when active
         self._active = False  # the gate of every kept entity's callback (lifecycle state active)
@@ -355,14 +360,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     # ------------------------------------------------------------------------------------- parameters
     def _check_parameters(self, params: list[Parameter]) -> SetParametersResult:
         """Validate; a new `kv_cache.sliding_window` is applied to the cache here, so a refusal rejects it.
-        Never raises: an unexpected error rejects the update with the reason."""
-        try:
-            return self._check_parameters_unguarded(params)
-        except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
-            self._causes.callback_failed("set_parameters", exc)
-            return SetParametersResult(successful=False, reason=f"{type(exc).__name__}: {exc}")
-
-    def _check_parameters_unguarded(self, params: list[Parameter]) -> SetParametersResult:
+        Guarded where it is registered: an unexpected error rejects the update with the reason."""
         result = check_update(params, self.params, configured=self._pipeline is not None)
         window = {p.name: p.value for p in params}.get("kv_cache.sliding_window")
         if not result.successful or window is None or self._pipeline is None:
@@ -376,17 +374,20 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         return result
 
     def _apply_parameters(self, params: list[Parameter]) -> None:
-        """After a successful set: update the snapshot and the outputs, report the change at once."""
-        try:
-            self.params = apply_update(self.params, params)
-            self._tf_lookup.max_future_s = self.params.tf_max_future_s
-            for i, camera in enumerate(self.cameras.values()):
-                outputs = camera.outputs
-                if outputs is not None:
-                    outputs.update_config(camera.output_config(self.params, primary=i == 0))
-            self._periodic.diagnostics_soon()
-        except Exception as exc:  # noqa: BLE001 - a raising parameter callback would end the executor's spin
-            self._causes.callback_failed("apply_parameters", exc)
+        """After a successful set: update the snapshot and the outputs, report the change at once (guarded
+        where it is registered)."""
+        self.params = apply_update(self.params, params)
+        self._tf_lookup.max_future_s = self.params.tf_max_future_s
+        for i, camera in enumerate(self.cameras.values()):
+            outputs = camera.outputs
+            if outputs is not None:
+                outputs.update_config(camera.output_config(self.params, primary=i == 0))
+        self._periodic.diagnostics_soon()
+
+
+def _parameters_refused(exc: Exception, params: list[Parameter]) -> SetParametersResult:
+    """The `guard_callback` fallback of the set-parameters check: the update rejected with the reason."""
+    return SetParametersResult(successful=False, reason=f"{type(exc).__name__}: {exc}")
 
 
 def main(args: list[str] | None = None, exit_process: bool = True) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..engine.config import PRESET_NAMES, SessionConfig
 from ..engine.loop.config import LoopClosureConfig
 from ..engine.loop.pose_graph import GraphConfig
-from ..engine.mapping.frames import TF_AUTO, TF_MODES
+from ..engine.mapping.frames import TfMode
 from ..engine.mapping.grid import GridConfig
 from ..engine.mapping.mapper_config import CovarianceConfig, MapperConfig
 from ..engine.mapping.scale import ScaleConfig
@@ -68,11 +68,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("camera_frame", "", "Camera optical frame; empty: the input image header's frame_id."),
     ParamSpec(
         "tf.mode",
-        TF_AUTO,
+        TfMode.AUTO.value,
         "The single TF edge published: map_to_odom (odom -> base and base -> camera from TF), map_to_base "
         "(base -> camera from TF), map_to_camera (bare camera), auto (the first whose chain is in TF, chosen "
         "when a stream starts).",
-        choices=TF_MODES,
+        choices=tuple(mode.value for mode in TfMode),
     ),
     ParamSpec(
         "tf.timeout",

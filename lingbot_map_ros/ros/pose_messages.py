@@ -13,7 +13,7 @@ from nav_msgs.msg import OccupancyGrid, Odometry
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..engine.geometry import matrix_to_quat_xyzw, pose_from_quat
+from ..engine.geometry import matrix_to_quat_xyzw
 from ..engine.mapping.grid import Grid
 
 
@@ -37,12 +37,6 @@ def pose_msg(pose: np.ndarray) -> Pose:
     out.position.x, out.position.y, out.position.z = float(t[0]), float(t[1]), float(t[2])
     out.orientation = Quaternion(x=float(x), y=float(y), z=float(z), w=float(w))
     return out
-
-
-def pose_matrix(pose: Pose) -> np.ndarray:
-    """`geometry_msgs/Pose` -> `[4, 4]` float64 transform (the inverse of `pose_msg`)."""
-    p, q = pose.position, pose.orientation
-    return pose_from_quat(np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w]))
 
 
 def transform_msg(pose: np.ndarray | Pose, stamp: object, parent: str, child: str) -> TransformStamped:

@@ -26,6 +26,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.service import Service
 from std_srvs.srv import Trigger
 
+from .entities import guard_callback, service_failure
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
 
@@ -84,7 +85,7 @@ class MappingServices:
             node.create_service(
                 Trigger,
                 f"~/{name}",
-                self._guarded(name, handler),
+                guard_callback(f"service_{name}", handler, self._on_failure, service_failure(name)),
                 qos_profile=SERVICE_QOS,
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )
@@ -105,20 +106,6 @@ class MappingServices:
         response.success = True
         self._logger.info(response.message)
         return response
-
-    def _guarded(
-        self, name: str, handler: Callable[[Trigger.Request, Trigger.Response], Trigger.Response]
-    ) -> Callable[[Trigger.Request, Trigger.Response], Trigger.Response]:
-        """`handler` that answers `success: false` with the reason instead of raising."""
-
-        def serve(request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-            try:
-                return handler(request, response)
-            except Exception as exc:  # noqa: BLE001 - a raising service callback would end the executor's spin
-                self._on_failure(f"service_{name}", exc)
-                return Trigger.Response(success=False, message=f"{name} failed: {type(exc).__name__}: {exc}")
-
-        return serve
 
     def on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """`~/reset`: new stream (session, path, trajectory and map cleared, queued frames discarded)."""

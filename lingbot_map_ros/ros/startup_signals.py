@@ -3,9 +3,9 @@ machine), and a SIGINT then raised `KeyboardInterrupt` inside the imports (exit 
 20); one inherited as ignored (a shell's background job) was never seen at all.
 
 `exit_quietly_on_signals` is the first thing `python -m lingbot_map_ros.ros.node` and the `lingbot_map_node`
-entry point run, before those imports: SIGINT or SIGTERM until `shutdown.SignalLatch` takes over ends the
-process at once with exit code 0, as a signal during the node's life does, writing one line. This module
-imports nothing heavy.
+entry point (ros/node_entry.py) run, before those imports: SIGINT or SIGTERM until `shutdown.SignalLatch`
+takes over ends the process at once with exit code 0, as a signal during the node's life does, writing one
+line. This module imports nothing heavy and nothing of the package.
 """
 
 from __future__ import annotations
@@ -24,11 +24,3 @@ def exit_quietly_on_signals() -> None:
     """Handle SIGINT and SIGTERM by exiting with 0 (main thread; replaced by `SignalLatch.install`)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_now)
-
-
-def main() -> int:
-    """The `lingbot_map_node` entry point: the start-up handlers, then the node's `main`."""
-    exit_quietly_on_signals()
-    from .node import main as node_main
-
-    return node_main()

@@ -18,6 +18,7 @@ from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
+from .entities import guard_callback
 from .outputs import MappingOutputs
 from .params import NodeParams
 
@@ -114,15 +115,14 @@ class NodeTimers:
         for name, rate in rates.items():
             self._timers[name].timer_period_ns = int(1e9 / rate)
 
-    def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], None]:
-        def run() -> None:
-            try:
-                body()
-            except Exception as exc:  # noqa: BLE001 - an exception escaping a timer ends the executor's spin
-                if self._ok():
-                    self._on_failure(name, exc)
+    def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], object]:
+        """`body` under the one callback guard (`guard_callback`), its failures reported as `name`'s."""
+        return guard_callback(name, body, self._report)
 
-        return run
+    def _report(self, name: str, exc: Exception) -> None:
+        """A timer's failure, not reported once the context is shutting down."""
+        if self._ok():
+            self._on_failure(name, exc)
 
     def _each(self, method: Callable[[MappingOutputs], object]) -> None:
         for outputs in self._outputs():  # empty while not active (deactivate may clear them meanwhile)

@@ -10,6 +10,7 @@
     lingbot-map-ros ate EST REF               # trajectory error between TUM files / recorded bags
     lingbot-map-ros loop-eval --laps 2        # loop closure on the drifting oracle: ATE with/without
     lingbot-map-ros evaluate BAG GT -o OUT    # a sequence's ATE with/without loop closure (--checkpoint)
+    lingbot-map-ros export RUN_OR_SESSION --format colmap|nerfstudio -o OUT  # poses, images, points
     lingbot-map-ros parity | convert ...      # the model's parity run and checkpoint converter
 
 Bad input (ValueError) is printed as `error: ...` with exit status 2, a failed run (RuntimeError,
@@ -28,12 +29,13 @@ _SUBCOMMAND_MODULES = (
     "make_bag",
     "replay",
     "record",
-    "run_bag",
+    "run_command",
     "batch",
     "synthetic_scene",
     "evaluate",
     "loop_eval",
     "evaluate_sequence",
+    "export",
 )
 _DISPATCHED = {
     "parity": "numerical parity run of the released architecture on a ../shared/parity fixture",

@@ -26,12 +26,10 @@ session at the end of the run (a folder that must not exist), which the node's `
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +45,8 @@ from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
 from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
-from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
+from lingbot_map_ros.tools.run_frames import FrameKeeper
+from lingbot_map_ros.tools.run_options import RunConfig
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.stream.session import StreamingModel, StreamingSession
@@ -172,6 +171,7 @@ def run_bag(
         persistence.load(config.load_session, session, mapper, config.compat(), loop=state.closer)
     posed, latency, keyframe = PosedFrames(), [], []
     skipped: list[str] = []  # undecodable frames, left out (summary.json `skipped_frames`)
+    keeper = FrameKeeper(config.output_dir) if config.keep_frames else None
     frames = 0
     start = time.perf_counter()
     for frame in tqdm(
@@ -190,6 +190,8 @@ def run_bag(
             track_frame(state, result, posed)
             latency.append(step_ms)
             keyframe.append(result.is_keyframe)
+            if keeper is not None:
+                keeper.add(posed.stamps[-1], result.rgb, result.intrinsics)
         if on_frame is not None:
             on_frame(frames)
     wall_s = time.perf_counter() - start
@@ -209,6 +211,8 @@ def run_bag(
         loop_closure=state.loop_summary(),
         skipped=skipped,
     )
+    if keeper is not None:
+        result.files["frames"] = keeper.close()
     _write_outputs(config, result, mapper.voxels, topic)
     if config.save_session is not None:
         saved = persistence.save_session(
@@ -223,6 +227,7 @@ def _write_outputs(config: RunConfig, result: RunResult, voxels: VoxelMap, topic
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     result.files = {
+        **result.files,
         "trajectory": write_tum(out / "trajectory.tum", result.stamps_s, result.poses),
         "map": write_ply(out / "map.ply", *voxels.points()),
     }
@@ -276,89 +281,3 @@ def _relative_to(path: Path, folder: Path) -> str:
     """`path` as written into summary.json: its name when it lies in `folder` (so the output folder can be
     moved, and `batch` renames it when complete), else as given."""
     return path.name if path.parent == folder else str(path)
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register `run`."""
-    p = subparsers.add_parser(
-        "run",
-        help="engine on a bag without DDS -> TUM, PLY, summary JSON, PNG",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("bag", type=Path)
-    p.add_argument("-o", "--output", type=Path, required=True, help="output folder (created)")
-    p.add_argument(
-        "--topics",
-        nargs="+",
-        default=None,
-        metavar="TOPIC",
-        help="several camera topics mapped together (default without --topic: every camera topic of the bag)",
-    )
-    add_run_options(p)
-    p.add_argument(
-        "--load",
-        type=Path,
-        default=None,
-        metavar="SESSION",
-        help="continue a saved session folder (docs/session.md) before the bag's frames",
-    )
-    p.add_argument(
-        "--save",
-        type=Path,
-        default=None,
-        metavar="SESSION",
-        help="save the session to this new folder at the end (node: session.load_path loads it)",
-    )
-    p.set_defaults(func=main_args)
-
-
-def main_args(args: argparse.Namespace) -> int:
-    """Run `run` from parsed arguments."""
-    config = run_config(args, args.bag, args.output)
-    with torch_threads(config.threads):  # process-wide: set by this entry point, restored after the run
-        return _run_topics(args, config)
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """``torch.set_num_threads(threads)`` for the block (None: unchanged); the previous count is restored
-    after it."""
-    import torch
-
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _run_topics(args: argparse.Namespace, config: RunConfig) -> int:
-    """`run` of one camera topic, or of several (tools/run_cameras.py)."""
-    topics = args.topics or ([args.topic] if args.topic else None)
-    if topics is None or len(topics) > 1:
-        from lingbot_map_ros.tools.run_cameras import bag_camera_topics, run_cameras  # imports this module
-
-        topics = topics or bag_camera_topics(args.bag)
-        if len(topics) > 1:
-            summary = run_cameras(config, topics)
-            print(f"{summary['frames']} frames of {len(topics)} cameras, {summary['fps']:.2f} FPS")
-            for name, camera in summary["cameras"].items():
-                print(
-                    f"  {name:10s} {camera['topic']}: {camera['posed']} posed, {camera['dropped']} "
-                    f"dropped, {camera['map_points']} map points -> {args.output / name}"
-                )
-            return 0
-    if args.topics:
-        config = replace(config, topic=args.topics[0])
-    result = run_bag(config)
-    print(
-        f"{result.frames} frames: {len(result.stamps_s)} posed ({int(result.keyframe.sum())} keyframes), "
-        f"{result.dropped} dropped, {result.fps:.2f} FPS, {result.map_points} map points"
-        + loop_line(result.loop_closure)
-    )
-    for name, path in result.files.items():
-        print(f"  {name:10s} {path}")
-    return 0

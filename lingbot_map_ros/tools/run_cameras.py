@@ -73,6 +73,10 @@ def run_cameras(config: RunConfig, topics: list[str]) -> dict[str, object]:
     """Map every frame of `topics` (several camera topics of `config.bag`) together; returns the summary."""
     if config.load_session is not None or config.save_session is not None:
         raise ValueError("--load/--save keep one camera's session: run one topic at a time for sessions")
+    if config.keep_frames:
+        raise ValueError(
+            "--keep-frames keeps one camera's frames: run one topic at a time (--topic) to export"
+        )
     reader = open_bag(config.bag)
     try:
         camera_connections(reader, topics)  # each topic exists and is a camera

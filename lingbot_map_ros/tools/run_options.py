@@ -71,6 +71,7 @@ class RunConfig:
     load_session: Path | None = None
     save_session: Path | None = None
     loop_closure: bool = True  # close loops (engine/camera_state.py), as the node's loop_closure.enabled
+    keep_frames: bool = False  # `run --keep-frames`: the posed frames for `export` (tools/run_frames.py)
 
     @property
     def image_width(self) -> int:
@@ -182,4 +183,5 @@ def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
         load_session=getattr(args, "load", None),
         save_session=getattr(args, "save", None),
         loop_closure=args.loop_closure,
+        keep_frames=getattr(args, "keep_frames", False),
     )

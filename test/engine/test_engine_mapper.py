@@ -5,13 +5,15 @@ robot's base poses and a grid that matches the room's walls."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from mapper_steps import locate_and_integrate
 from robot_scene import BASE_CAM, StandInSession, floor_plan, make_scene, random_sim3, tolerant_iou
 
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY, invert_rigid
-from lingbot_map_ros.engine.mapping.frames import FrameChain, camera_rest_pose, choose_tf_mode
+from lingbot_map_ros.engine.mapping.frames import FrameChain, TfMode, camera_rest_pose, choose_tf_mode
 from lingbot_map_ros.engine.mapping.grid import GridConfig, read_pgm, write_nav2_map
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
@@ -96,6 +98,12 @@ def test_camera_mode_keeps_todays_frames_and_model_units() -> None:
     assert choose_tf_mode("auto", True, False) == "map_to_base"
     assert choose_tf_mode("auto", False, True) == "map_to_camera"
     assert choose_tf_mode("map_to_base", False, False) == "map_to_base"
+    # members of the one StrEnum, equal to the parameter's strings both ways
+    assert choose_tf_mode("map_to_base", False, False) is TfMode.MAP_TO_BASE
+    assert choose_tf_mode(TfMode.AUTO, False, False) is TfMode.MAP_TO_CAMERA
+    assert f"{TfMode.MAP_TO_ODOM}" == "map_to_odom" and json.dumps({"m": TfMode.AUTO}) == '{"m": "auto"}'
+    with pytest.raises(ValueError, match="auto, map_to_odom, map_to_base, map_to_camera"):
+        choose_tf_mode("bogus", True, True)
     pose = np.eye(4)
     pose[:3, 3] = [0.0, 0.0, 2.0]  # 2 units forward along the optical axis
     chain = FrameChain(np.eye(4), camera_rest_pose(), 1.0)

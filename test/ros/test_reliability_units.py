@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -233,8 +235,22 @@ def test_services_answer_failures_instead_of_raising() -> None:
     services._params = lambda: _Params("/tmp/lingbot_ok")
     save = services.on_save_map(Trigger.Request(), Trigger.Response())
     assert not save.success and "Could not determine home directory" in save.message
-    reset = services._guarded("reset", services.on_reset)(Trigger.Request(), Trigger.Response())
-    assert not reset.success and "boom" in reset.message and failures == ["service_reset"]
+    callbacks: dict[str, Callable[..., Trigger.Response]] = {}
+
+    class _Node:  # what `create` needs of a node: the callbacks it registers (each one guarded)
+        def create_service(
+            self, srv_type: object, name: str, callback: Callable[..., Any], **kwargs: object
+        ) -> str:
+            callbacks[name] = callback
+            return name
+
+    assert services.create(_Node()) == ["~/reset", "~/save_map", "~/save_session", "~/load_session"]
+    reset = callbacks["~/reset"](Trigger.Request(), Trigger.Response())
+    assert (
+        not reset.success
+        and reset.message == "reset failed: RuntimeError: boom"
+        and failures == ["service_reset"]
+    )
     for name, why in (("save_session", "disk full"), ("load_session", "session is incompatible")):
         answer = services._session_call(name, Trigger.Response())
         assert not answer.success and answer.message == f"{name} failed: {why}"

@@ -220,7 +220,7 @@ def test_rviz_config_shows_tf_path_map_cloud_and_depth() -> None:
 def test_setup_installs_launch_and_config() -> None:
     setup = (REPO / "setup.py").read_text()
     assert 'glob("launch/*.launch.py")' in setup and 'glob("config/*.yaml")' in setup
-    assert "lingbot_map_node = lingbot_map_ros.ros.startup_signals:main" in setup  # issue 20: signals first
+    assert "lingbot_map_node = lingbot_map_ros.ros.node_entry:main" in setup  # issue 20: signals first
     assert Path(REPO / "resource" / "lingbot_map_ros").is_file()
 
 

@@ -14,7 +14,7 @@ from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
-from lingbot_map_ros.ros.entities import _service_fallback, guard_callback
+from lingbot_map_ros.ros.entities import guard_callback, service_failure
 from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
 from lingbot_map_ros.ros.tf_ingest import TOP_REJECTED_EDGES, SampleCheck, check_sample
 from lingbot_map_ros.ros.tf_wire import TfSample, WireError, parse_tf_message
@@ -167,13 +167,20 @@ def test_the_guard_counts_and_swallows_what_a_callback_raises() -> None:
         raise ValueError("expected non-zero quaternions")
 
     assert guard_callback("subscription_tf", boom, on_error)(object()) is None
-    response = guard_callback("service_reset", boom, on_error, _service_fallback)(
+    response = guard_callback("service_reset", boom, on_error, service_failure())(
         Trigger.Request(), Trigger.Response(success=True)
     )
     assert isinstance(response, Trigger.Response) and not response.success
     assert response.message == "ValueError: expected non-zero quaternions"
+    named = guard_callback("service_reset", boom, on_error, service_failure("reset"))
+    assert (
+        named(Trigger.Request(), Trigger.Response()).message
+        == "reset failed: ValueError: expected non-zero quaternions"
+    )
     assert guard_callback("timer", lambda: 3, on_error)() == 3
-    assert failures == [("subscription_tf", "ValueError"), ("service_reset", "ValueError")]
+    assert failures == [("subscription_tf", "ValueError"), ("service_reset", "ValueError")] + [
+        ("service_reset", "ValueError")
+    ]
 
 
 def test_checked_samples_in_tf2s_cpp_core_interpolate_like_the_package_buffer() -> None:

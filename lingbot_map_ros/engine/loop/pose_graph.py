@@ -235,12 +235,6 @@ class PoseGraph:
             self._build()
         return float(self._graph.error(values))
 
-    def current_error(self) -> float:
-        """The graph's total (robust) error at the current poses."""
-        if self._graph is None:
-            self._build()
-        return float(self._graph.error(self._values))
-
     def prior_factor(self) -> gtsam.NonlinearFactor:
         """The factor that holds the first node where it is."""
         return gtsam.PriorFactorSimilarity3(

@@ -38,13 +38,6 @@ def from_pose(c2w: np.ndarray, scale: float = 1.0) -> Sim3:
     return Sim3(c2w[:3, :3].copy(), c2w[:3, 3].copy(), float(scale))
 
 
-def to_pose(a: Sim3) -> np.ndarray:
-    """The rigid part of `a` as [4, 4] float64 (the camera pose; the scale is the depth unit's)."""
-    out = np.eye(4)
-    out[:3, :3], out[:3, 3] = a.rotation, a.translation
-    return out
-
-
 def to_gtsam(a: Sim3) -> gtsam.Similarity3:
     return gtsam.Similarity3(
         gtsam.Rot3(a.rotation), np.asarray(a.translation, np.float64) / a.scale, float(a.scale)

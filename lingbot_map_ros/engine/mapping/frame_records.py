@@ -8,19 +8,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .frames import MAP_TO_CAMERA, FrameChain
+from .frames import FrameChain, TfMode
 from .scale import ScaleState
 from .voxel_map import VoxelMapConfig
 
 
 @dataclass(frozen=True)
 class RobotSample:
-    """TF at the image stamp: `mode` (frames.TF_MODES minus auto), `base_cam` [4, 4] T_base_cam (robot modes),
+    """TF at the image stamp: `mode` (a `TfMode` other than auto), `base_cam` [4, 4] T_base_cam (robot modes),
     `odom_base` [4, 4] T_odom_base (map_to_odom, or scale from odometry), None where not looked up;
     `map_base` [4, 4] T_map_base in a map frame that already exists (another camera's, robot modes): a new
     epoch then starts in that map frame instead of one at the base's pose (several cameras, one map)."""
 
-    mode: str = MAP_TO_CAMERA
+    mode: TfMode = TfMode.MAP_TO_CAMERA
     base_cam: np.ndarray | None = None
     odom_base: np.ndarray | None = None
     map_base: np.ndarray | None = None

@@ -17,35 +17,43 @@ new scale estimate moves the trajectory about the first camera and never moves t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from ..geometry import OPTICAL_TO_BODY, Sim3, invert_rigid, rigid
 
-#: TF modes (REP-105): which single edge the node publishes (docs/robot.md). The one definition of the mode
-#: names: the node's `tf.mode` choices, the mapper, the fusion and the node's TF policy import them.
-TF_AUTO = "auto"
-MAP_TO_ODOM = "map_to_odom"
-MAP_TO_BASE = "map_to_base"
-MAP_TO_CAMERA = "map_to_camera"
+
+class TfMode(StrEnum):
+    """TF modes (REP-105): which single edge the node publishes (docs/robot.md). The one definition of the
+    mode names: the node's `tf.mode` choices, the mapper, the tracker, the fusion and the node's TF policy
+    use its members. A member equals its string (`TfMode.AUTO == "auto"`), so the `tf.mode` parameter, the
+    YAML and saved sessions keep plain strings."""
+
+    AUTO = "auto"
+    MAP_TO_ODOM = "map_to_odom"
+    MAP_TO_BASE = "map_to_base"
+    MAP_TO_CAMERA = "map_to_camera"
+
+
 #: The modes that read the robot's TF (base -> camera extrinsics; odom -> base too in `map_to_odom`).
-ROBOT_TF_MODES = (MAP_TO_ODOM, MAP_TO_BASE)
+ROBOT_TF_MODES = (TfMode.MAP_TO_ODOM, TfMode.MAP_TO_BASE)
 #: The modes a stream runs in (`auto` resolved by `choose_tf_mode`).
-RESOLVED_TF_MODES = (*ROBOT_TF_MODES, MAP_TO_CAMERA)
-TF_MODES = (TF_AUTO, *RESOLVED_TF_MODES)
+RESOLVED_TF_MODES = (*ROBOT_TF_MODES, TfMode.MAP_TO_CAMERA)
+TF_MODES = tuple(TfMode)
 
 
-def choose_tf_mode(requested: str, has_extrinsics: bool, has_odometry: bool) -> str:
+def choose_tf_mode(requested: str, has_extrinsics: bool, has_odometry: bool) -> TfMode:
     """The TF mode of a stream: `requested` unless it is `auto`, which picks `map_to_odom` when both the
     extrinsics (base -> camera) and odometry (odom -> base) are known, `map_to_base` with only the
     extrinsics, else `map_to_camera`."""
     if requested not in TF_MODES:
-        raise ValueError(f"tf mode must be one of {TF_MODES}, got '{requested}'")
-    if requested != TF_AUTO:
-        return requested
+        raise ValueError(f"tf mode must be one of {', '.join(TF_MODES)}, got '{requested}'")
+    if requested != TfMode.AUTO:
+        return TfMode(requested)
     if has_extrinsics and has_odometry:
-        return MAP_TO_ODOM
-    return MAP_TO_BASE if has_extrinsics else MAP_TO_CAMERA
+        return TfMode.MAP_TO_ODOM
+    return TfMode.MAP_TO_BASE if has_extrinsics else TfMode.MAP_TO_CAMERA
 
 
 def camera_rest_pose() -> np.ndarray:

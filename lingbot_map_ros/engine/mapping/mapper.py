@@ -32,11 +32,10 @@ from ..geometry import Sim3, invert_rigid, rotation_vector
 from ..result import FrameResult
 from .frame_records import FrameCloud, MapWork, PosedFrame, RobotSample
 from .frames import (
-    MAP_TO_CAMERA,
-    MAP_TO_ODOM,
     RESOLVED_TF_MODES,
     ROBOT_TF_MODES,
     FrameChain,
+    TfMode,
     camera_points,
     camera_rest_pose,
     saved_rigid,
@@ -99,7 +98,7 @@ class Mapper:
         #: Loop closure's T_map_stream (Sim(3), model units; None: identity): applied to every stream pose
         #: before the chain, its scale to the depth (`correct` sets it, under the pose side's lock).
         self.correction: Sim3 | None = None
-        self.mode: str | None = None
+        self.mode: TfMode | None = None
         self._epoch: int | None = None
         self._segment = 0
         self._prev: tuple[float, np.ndarray] | None = None
@@ -120,7 +119,7 @@ class Mapper:
         caller then chooses the TF mode for it."""
         return self._epoch is None or result.epoch != self._epoch
 
-    def switch_mode(self, mode: str) -> None:
+    def switch_mode(self, mode: TfMode) -> None:
         """Odometry appeared while the epoch is in `map_to_base` (`tf.mode: auto`): continue it in
         `map_to_odom`. The map frame and the chain stay, so `map` does not jump; from the next `locate` on
         (whose `robot.odom_base` must be set) `T_map_odom = T_map_base(t) · T_odom_base(t)⁻¹`.
@@ -128,9 +127,9 @@ class Mapper:
         Raises:
             ValueError: any other change (a new mode needs a new epoch: another map frame).
         """
-        if (self.mode, mode) != ("map_to_base", "map_to_odom"):
+        if (self.mode, mode) != (TfMode.MAP_TO_BASE, TfMode.MAP_TO_ODOM):
             raise ValueError(f"TF mode {self.mode} cannot become {mode} within an epoch")
-        self.mode = mode
+        self.mode = TfMode(mode)
 
     def locate(
         self,
@@ -149,7 +148,7 @@ class Mapper:
         elif result.segment != self._segment:  # re-anchor: same map frame, re-estimate the scale
             self._segment = result.segment
             self.scale.restart()
-        base_cam = robot.base_cam if self.mode != MAP_TO_CAMERA else None
+        base_cam = robot.base_cam if self.mode != TfMode.MAP_TO_CAMERA else None
         if result.is_keyframe:
             self._sample_scale(result, stamp_s, robot, sensor_depth)
         self.chain.scale = self.scale.value
@@ -159,7 +158,7 @@ class Mapper:
         camera_pose = self.chain.camera_pose(pose_c2w)
         body_pose = camera_pose @ invert_rigid(base_cam) if base_cam is not None else camera_pose
         map_odom = None
-        if self.mode == MAP_TO_ODOM:
+        if self.mode == TfMode.MAP_TO_ODOM:
             map_odom = body_pose @ invert_rigid(robot.odom_base)
         depth = None if result.depth is None else (result.depth * np.float32(unit)).astype(np.float32)
         twist, twist_cov = self._twist(stamp_s, body_pose)
@@ -270,7 +269,7 @@ class Mapper:
         except ValueError:
             self.clear()
             raise
-        self.mode = str(mode)
+        self.mode = TfMode(mode)
         self.chain = FrameChain(world_cam0, map_cam0, self.scale.value)
         self._epoch, self._segment = epoch, segment
 
@@ -296,9 +295,9 @@ class Mapper:
 
     # ------------------------------------------------------------------------------------------------
     def _start_epoch(self, result: FrameResult, robot: RobotSample) -> None:
-        self.mode = robot.mode
+        self.mode = TfMode(robot.mode)
         if robot.mode in ROBOT_TF_MODES:
-            if robot.base_cam is None or (robot.mode == MAP_TO_ODOM and robot.odom_base is None):
+            if robot.base_cam is None or (robot.mode == TfMode.MAP_TO_ODOM and robot.odom_base is None):
                 raise ValueError(f"TF mode {robot.mode} needs the robot transforms of the first frame")
             map_cam0 = np.asarray(robot.base_cam, np.float64)
             if robot.map_base is not None:

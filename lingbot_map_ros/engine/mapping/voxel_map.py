@@ -40,7 +40,6 @@ __all__ = [
 
 _KEY_BITS = 21
 _KEY_OFFSET = 1 << (_KEY_BITS - 1)
-_KEY_MASK = (1 << _KEY_BITS) - 1
 #: Slots allocated at first (the arrays double from here up to ``max_points``).
 _INITIAL_SLOTS = 1 << 16
 _LOG = logging.getLogger(__name__)

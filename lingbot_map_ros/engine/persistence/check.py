@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..mapping.frames import TF_MODES, saved_rigid
+from ..mapping.frames import RESOLVED_TF_MODES, TfMode, saved_rigid
 from ..mapping.scale import ScaleConfig, ScaleEstimator
 from ..npz_input import SessionError
 from ..stream.preprocess import preprocess_geometry
@@ -44,7 +44,7 @@ class LoadTarget:
     grid_resolution: float
     grid_max_cells: int
     scale: ScaleConfig = field(default_factory=ScaleConfig)
-    tf_mode: str = "auto"
+    tf_mode: str = TfMode.AUTO
     network_hw: tuple[int, int] | None = None
     node_state: dict[str, Any] = field(default_factory=dict)
 
@@ -81,9 +81,9 @@ def _check_anchors(s: SessionSnapshot, target: LoadTarget) -> None:
 
 def _check_state(state: dict[str, Any], target: LoadTarget) -> None:
     mode = state["tf_mode"]
-    if mode not in TF_MODES or mode == "auto":
+    if mode not in RESOLVED_TF_MODES:
         raise SessionError(f"saved TF mode must be a concrete mode, got {str(mode)[:40]!r}")
-    if target.tf_mode != "auto" and mode != target.tf_mode:
+    if target.tf_mode != TfMode.AUTO and mode != target.tf_mode:
         raise SessionError(f"saved TF mode {mode} differs from this node's tf.mode {target.tf_mode}")
     chain = state["chain"]
     saved_rigid(chain["world_cam0"], "world_cam0")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..mapping.frames import TfMode
 from ..mapping.mapper import Mapper
 from ..result import FrameResult
 from ..stream.session import AnchorState, StreamingSession
@@ -113,7 +114,10 @@ def session_limits(session: StreamingSession, mapper: Mapper) -> SessionLimits:
 
 
 def load_target(
-    session: StreamingSession, mapper: Mapper, tf_mode: str = "auto", node_state: dict[str, Any] | None = None
+    session: StreamingSession,
+    mapper: Mapper,
+    tf_mode: str = TfMode.AUTO,
+    node_state: dict[str, Any] | None = None,
 ) -> LoadTarget:
     """What a snapshot must fit to continue in ``session`` and ``mapper`` (their configuration, and the
     network size of the camera streaming now)."""
