@@ -39,7 +39,7 @@ import numpy as np
 
 from lingbot_map_ros.engine.health import HealthConfig, TrackingHealth, TrackingState
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
-from lingbot_map_ros.engine.loop.relocalise import LostAndFound, Relocaliser
+from lingbot_map_ros.engine.loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
 from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
 from lingbot_map_ros.tools.reloc_oracle import KidnapOracle, TwinRooms, kidnap_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
@@ -63,6 +63,7 @@ class RelocEvalConfig:
     height: int = 84
     rate_hz: float = 30.0
     health: HealthConfig = field(default_factory=HealthConfig)
+    relocalise: RelocaliseConfig = field(default_factory=RelocaliseConfig)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def evaluate(config: RelocEvalConfig) -> tuple[dict[str, object], float]:
         image_descriptor,
         PairVerifier(oracle),
     )
-    guard = LostAndFound(TrackingHealth(config.health, mapping=True), Relocaliser(closer))
+    guard = LostAndFound(TrackingHealth(config.health, mapping=True), Relocaliser(closer, config.relocalise))
     mapped = starts[0] - config.segment
     black = np.zeros_like(oracle.images[0])
     results = {}
