@@ -147,7 +147,8 @@ class KidnapOracle(DriftingOracle):
             track.confused = self.confused_frames  # kidnapped (or uncovered elsewhere): stays where it was
         else:
             step = np.linalg.inv(self.poses[previous]) @ self.poses[frame]
-            length = float(np.linalg.norm(step[:3, 3]))
+            corridor = frame != previous + 1  # measured truly: no drift on the way between the rooms
+            length = 0.0 if corridor else float(np.linalg.norm(step[:3, 3]))
             track.travelled += length
             unit = self._unit(track.travelled)
             drifted = step.copy()

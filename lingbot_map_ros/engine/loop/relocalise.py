@@ -39,6 +39,7 @@ class RelocaliseConfig:
 
     every_n_frames: int = 1
     top_k: int = 6
+    min_similarity: float | None = None  # None: the loop closer's
     agree: int = 2
     translation_tolerance: float = 0.2
     rotation_tolerance_deg: float = 5.0
@@ -142,7 +143,8 @@ class Relocaliser:
     # ------------------------------------------------------------------------------------------------
     def _matches(self, query: Keyframe) -> list[Match]:
         closer, cfg = self.closer, self.config
-        candidates = closer.index.query(query.descriptor, 0, cfg.top_k, closer.config.min_similarity)
+        floor = closer.config.min_similarity if cfg.min_similarity is None else cfg.min_similarity
+        candidates = closer.index.query(query.descriptor, 0, cfg.top_k, floor)
         matches = []
         for candidate in candidates:
             old = closer.map.keyframes.get(candidate.key)
@@ -238,7 +240,7 @@ class LostAndFound:
         closer = self.relocaliser.closer
         if self.health.lost and not was_lost:
             self.relocaliser.reset()
-        if self.health.lost:
+        if self.health.lost and not report.reasons:  # a frame that is itself bad cannot be matched
             self.last = self.relocaliser.search(result, stamp_s)
             if self.last is not None:
                 report = self.health.relocalised()
