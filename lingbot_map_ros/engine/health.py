@@ -23,7 +23,7 @@ good frames in a row (the stream then starts a new, unconnected segment of the m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 import cv2
@@ -31,7 +31,6 @@ import numpy as np
 
 from .geometry import rotation_angle
 from .result import FrameResult
-from .settings import setting
 
 
 class TrackingState(StrEnum):
@@ -43,38 +42,33 @@ class TrackingState(StrEnum):
 
 @dataclass(frozen=True)
 class HealthConfig:
-    """Thresholds of the signals and the hysteresis (module doc)."""
+    """Thresholds of the signals and the hysteresis (module doc). `degraded_inflation` / `lost_inflation`:
+    the odometry covariance factors (lost >= 100); `running_rate`: weight of a good frame in the running
+    means; `thumbnail`: (w, h) of the grey image the statistics use."""
 
     min_confidence: float = 1.2
     confidence_drop: float = 0.5
-    dark_level: float = setting(12.0, "Tracking health: a grey mean below this (0-255) is a black image.")
+    dark_level: float = 12.0
     bright_level: float = 245.0
-    flat_std: float = setting(4.0, "Tracking health: a grey standard deviation below this is a covered lens.")
+    flat_std: float = 4.0
     blur_drop: float = 0.05
-    max_step_depths: float = setting(
-        1.0, "Tracking health: a step longer than this many median depths is a jump.", bounds=(1e-3, 100.0)
-    )
-    max_turn_deg: float = setting(45.0, "Tracking health: a turn per frame beyond this is a jump.")
+    max_step_depths: float = 1.0
+    max_turn_deg: float = 45.0
     odometry_tolerance_m: float = 0.1
     odometry_tolerance: float = 0.5
-    lost_after: int = setting(
-        3, "Tracking health: bad frames in a row that make a camera lost.", bounds=(1, 1000)
-    )
+    lost_after: int = 3
     recover_after: int = 2
-    new_segment_after: int = setting(
-        0,
-        "Mapping mode only: good frames in a row after which a lost camera starts a new unconnected map "
-        "segment (0: stays lost until relocalised).",
-        bounds=(0, 100000),
-    )
-    degraded_inflation: float = setting(
-        10.0, "Odometry covariance factor while degraded.", bounds=(1.0, 1e12)
-    )
-    lost_inflation: float = setting(
-        1e4, "Odometry covariance factor while lost (>= 100).", bounds=(100.0, 1e12)
-    )
+    new_segment_after: int = 0
+    degraded_inflation: float = 10.0
+    lost_inflation: float = 1e4
     running_rate: float = 0.1
-    thumbnail: tuple[int, int] = field(default=(64, 48))
+    thumbnail: tuple[int, int] = (64, 48)
+
+    def __post_init__(self) -> None:
+        if self.lost_after < 1 or self.recover_after < 1 or self.new_segment_after < 0:
+            raise ValueError("health: need lost_after >= 1, recover_after >= 1, new_segment_after >= 0")
+        if self.degraded_inflation < 1.0 or self.lost_inflation < 100.0:
+            raise ValueError("health: need degraded_inflation >= 1 and lost_inflation >= 100")
 
 
 @dataclass(frozen=True)
@@ -122,9 +116,10 @@ class TrackingHealth:
         self.mapping = mapping
         self.reset()
 
-    def reset(self) -> None:
-        """A new stream (the node's reset or a new epoch): tracking, no history."""
-        self.state = TrackingState.TRACKING
+    def reset(self, lost: bool = False) -> None:
+        """A new stream (the node's reset or a new epoch): tracking, no history; `lost`: a stream on a
+        loaded map in localization mode, whose place in it is unknown until a verified match."""
+        self.state = TrackingState.LOST if lost else TrackingState.TRACKING
         self._bad = 0
         self._good = 0
         self._previous: np.ndarray | None = None

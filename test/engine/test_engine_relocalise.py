@@ -7,6 +7,7 @@ import numpy as np
 
 from lingbot_map_ros.engine.health import TrackingHealth, TrackingState
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
+from lingbot_map_ros.engine.loop.persist import check_loop, export_loop
 from lingbot_map_ros.engine.loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
 from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
 from lingbot_map_ros.tools.reloc_eval import RelocEvalConfig, evaluate
@@ -76,3 +77,38 @@ def test_a_pose_hint_narrows_the_search_and_places_the_camera_when_nothing_verif
     assert guard.relocaliser.stats.placed == 1 and guard.relocaliser.stats.relocalised == 0
     assert len(placed) == 1 and np.allclose(placed[0].translation, far[:3, 3], atol=1e-6), placed
     assert len(closer.map) == keyframes  # localization mode: nothing added
+
+
+def test_localization_mode_on_a_saved_map_starts_lost_is_found_and_never_extends_the_map() -> None:
+    """A keyframe map saved and loaded (engine/loop/persist.py), a new stream in localization mode: lost from
+    its first frame until a verified match, then the correction places it; the loaded map gains nothing."""
+    scene = LoopScene.render(SceneConfig(112, 84, 50, seed=10, supersample=1), 1.25)
+    session, oracle = kidnap_session(scene, DriftConfig(), frames=120)
+    config = LoopClosureConfig(min_similarity=0.5)
+    closer = LoopCloser(config, 112, image_descriptor, PairVerifier(oracle))
+    for i in range(40):
+        for result in session.push(oracle.images[i], meta=i):
+            closer.add(result, float(i))
+    arrays, state = export_loop(closer)
+    loaded = LoopCloser(config, 112, image_descriptor, PairVerifier(oracle))
+    loaded.restore(check_loop(arrays, state, config.depth_stride))
+    keyframes, edges = set(loaded.map.keyframes), len(loaded.graph.edges)
+    health = TrackingHealth(mapping=False)
+    health.reset(lost=True)
+    guard = LostAndFound(health, Relocaliser(loaded))
+    session.reset()
+    states, found = [], []
+    for i in range(12, 32):  # a new stream starting somewhere in the mapped room
+        for result in session.push(oracle.images[i], meta=i):
+            states.append(guard.frame(result, float(i)).state)
+            if guard.last is not None:
+                found.append((i, loaded.corrected(result.pose_c2w), loaded.map.keyframes[guard.last.match]))
+    assert states[0] is TrackingState.LOST and states[-1] is TrackingState.TRACKING, states
+    assert len(found) == 1, states
+    i, pose, match = found[0]
+    # the frame is placed near its true neighbour in the map: the distance to the matched keyframe's pose in
+    # map units agrees with the true distance in metres times the map's unit there
+    true_m = np.linalg.norm(scene.poses[i][:3, 3] - scene.poses[match.key][:3, 3])
+    placed = np.linalg.norm(pose.translation - match.pose.translation) / oracle.unit[match.key]
+    assert abs(placed - true_m) < 0.05, (placed, true_m)
+    assert set(loaded.map.keyframes) == keyframes and len(loaded.graph.edges) == edges

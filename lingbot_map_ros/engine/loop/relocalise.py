@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..geometry import Sim3, rotation_angle
-from ..health import HealthReport, TrackingHealth
+from ..health import HealthReport, TrackingHealth, TrackingState
 from ..result import FrameResult
 from .closer import LoopCloser
 from .keyframes import Keyframe
@@ -110,9 +110,10 @@ class Relocaliser:
         self._hint = Hint(camera, radius, place_after)
         self._searched = 0
 
-    def search(self, result: FrameResult, stamp_s: float) -> Relocalisation | None:
+    def search(self, result: FrameResult, stamp_s: float, extend: bool = True) -> Relocalisation | None:
         """One lost frame (stream pose, depth, confidence, image): a relocalisation when this frame completes
-        `agree` consistent verified frames (or a hint's patience ran out), else None."""
+        `agree` consistent verified frames (or a hint's patience ran out), else None. `extend` false
+        (localization mode): only the correction changes, the map and graph stay as loaded."""
         self._seen += 1
         if (self._seen - 1) % self.config.every_n_frames or result.depth is None or result.depth_conf is None:
             return None
@@ -138,7 +139,7 @@ class Relocaliser:
         self._pending.append(best)
         if len(self._pending) < self.config.agree:
             return None
-        return self._commit(best, query)
+        return self._commit(best, query, extend)
 
     # ------------------------------------------------------------------------------------------------
     def _matches(self, query: Keyframe) -> list[Match]:
@@ -176,10 +177,15 @@ class Relocaliser:
             and turn <= self.config.rotation_tolerance_deg
         )
 
-    def _commit(self, match: Match, query: Keyframe) -> Relocalisation:
+    def _commit(self, match: Match, query: Keyframe, extend: bool) -> Relocalisation:
         closer, loop = self.closer, self.closer.config
-        before = closer.correction
+        jump = compose(match.correction, inverse(closer.correction))
         closer.correction = match.correction
+        self.stats.relocalised += 1
+        self._hint = None
+        self.reset()
+        if not extend:
+            return Relocalisation(match.correction, jump, None, match.old.key)
         query.pose = compose(match.correction, query.stream_pose)
         closer.map.add(query)
         closer.graph.add_node(query.key, query.pose)
@@ -196,12 +202,7 @@ class Relocaliser:
         closer._restored_end = None
         closer.last_loop_key = query.key
         closer.stats.keyframes = len(closer.map)
-        self.stats.relocalised += 1
-        self._hint = None
-        self.reset()
-        return Relocalisation(
-            match.correction, compose(match.correction, inverse(before)), query.key, match.old.key
-        )
+        return Relocalisation(match.correction, jump, query.key, match.old.key)
 
     def _place(self, hint: Hint, query: Keyframe) -> Relocalisation:
         closer = self.closer
@@ -241,11 +242,11 @@ class LostAndFound:
         if self.health.lost and not was_lost:
             self.relocaliser.reset()
         if self.health.lost and not report.reasons:  # a frame that is itself bad cannot be matched
-            self.last = self.relocaliser.search(result, stamp_s)
+            self.last = self.relocaliser.search(result, stamp_s, extend=self.health.mapping)
             if self.last is not None:
                 report = self.health.relocalised()
-        elif was_lost:  # a new segment (mapping mode): unconnected to the keyframes before the loss
-            closer.start_segment()
+        if was_lost and report.state is TrackingState.TRACKING:  # a new segment (mapping mode only):
+            closer.start_segment()  # unconnected to the keyframes before the loss
         if report.maps and self.health.mapping:
             closer.add(result, stamp_s)
         return report
