@@ -9,6 +9,7 @@
     lingbot-map-ros synthetic-scene -o BAG    # render the demo's scene with ground truth
     lingbot-map-ros ate EST REF               # trajectory error between TUM files / recorded bags
     lingbot-map-ros loop-eval --laps 2        # loop closure on the drifting oracle: ATE with/without
+    lingbot-map-ros reloc-eval --kidnaps 5    # tracking health + relocalisation on the kidnapped oracle
     lingbot-map-ros evaluate BAG GT -o OUT    # a sequence's ATE with/without loop closure (--checkpoint)
     lingbot-map-ros export RUN_OR_SESSION --format colmap|nerfstudio -o OUT  # poses, images, points
     lingbot-map-ros parity | convert ...      # the model's parity run and checkpoint converter
@@ -34,6 +35,7 @@ _SUBCOMMAND_MODULES = (
     "synthetic_scene",
     "evaluate",
     "loop_eval",
+    "reloc_eval",
     "evaluate_sequence",
     "export",
 )

@@ -237,6 +237,14 @@ class LoopCloser:
         """A keyframe's stream pose under the current correction (where it is before a pending change)."""
         return compose(self.correction, keyframe.stream_pose)
 
+    def start_segment(self) -> None:
+        """The stream lost track (engine/health.py): the next keyframe gets no stream edge from the last
+        one, only the loose `EPOCH_SIGMA` edge, and the first loop into the keyframes before moves the new
+        segment rigidly (as a restored map's new epoch)."""
+        if self._last is not None:
+            self._restored_end = self._last.key
+        self._last = None
+
     def corrected(self, stream_pose: np.ndarray) -> Sim3:
         """A stream pose [4, 4] in the map now (the correction applied)."""
         return compose(self.correction, from_pose(stream_pose))

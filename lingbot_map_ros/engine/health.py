@@ -1,0 +1,228 @@
+"""Tracking health per camera and frame: `tracking | degraded | lost | relocalised` (docs/robot.md "Tracking
+state"). No rclpy; the node publishes the state, inflates the odometry covariance by `inflation` and skips
+the map for frames whose `maps` is false.
+
+Signals (each exists for the real model and for the stand-ins):
+
+* **confidence**: the median depth confidence of the frame (pixels with confidence > 0: the crop's rows are
+  0) below `min_confidence`, or below `confidence_drop` x its running mean while tracking;
+* **no information**: the grey image (decimated) too dark (`dark_level`), saturated (`bright_level`), flat
+  (standard deviation below `flat_std`: a covered lens) or blurred (variance of its Laplacian below
+  `blur_drop` x its running mean while tracking);
+* **implausible motion**: the stream's step since the previous frame longer than `max_step_depths` x the
+  frame's median depth (stream units, so no metric scale is needed), or turned more than `max_turn_deg`;
+* **odometry disagreement** (robot modes, when the caller has both lengths in metres): the stream's step and
+  the wheels' step differ by more than `odometry_tolerance_m` + `odometry_tolerance` x the wheels' step.
+
+Hysteresis: one bad frame makes `degraded`; `lost_after` bad frames in a row make `lost`; `degraded` returns
+to `tracking` after `recover_after` good frames. `lost` is sticky: only `relocalised(...)` (a verified match
+against the keyframe map, engine/loop/relocalise.py) ends it, or, in mapping mode only, `new_segment_after`
+good frames in a row (the stream then starts a new, unconnected segment of the map; 0 = never). Only
+`tracking` and `relocalised` frames add to the map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import cv2
+import numpy as np
+
+from .geometry import rotation_angle
+from .result import FrameResult
+
+
+class TrackingState(StrEnum):
+    TRACKING = "tracking"
+    DEGRADED = "degraded"
+    LOST = "lost"
+    RELOCALISED = "relocalised"
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """Thresholds of the signals and the hysteresis (module doc). `degraded_inflation` / `lost_inflation`:
+    the odometry covariance factors (lost >= 100); `running_rate`: weight of a good frame in the running
+    means; `thumbnail`: (w, h) of the grey image the statistics use."""
+
+    min_confidence: float = 1.2
+    confidence_drop: float = 0.5
+    dark_level: float = 12.0
+    bright_level: float = 245.0
+    flat_std: float = 4.0
+    blur_drop: float = 0.05
+    max_step_depths: float = 1.0
+    max_turn_deg: float = 45.0
+    odometry_tolerance_m: float = 0.1
+    odometry_tolerance: float = 0.5
+    lost_after: int = 3
+    recover_after: int = 2
+    new_segment_after: int = 0
+    degraded_inflation: float = 10.0
+    lost_inflation: float = 1e4
+    running_rate: float = 0.1
+    thumbnail: tuple[int, int] = (64, 48)
+
+    def __post_init__(self) -> None:
+        if self.lost_after < 1 or self.recover_after < 1 or self.new_segment_after < 0:
+            raise ValueError("health: need lost_after >= 1, recover_after >= 1, new_segment_after >= 0")
+        if self.degraded_inflation < 1.0 or self.lost_inflation < 100.0:
+            raise ValueError("health: need degraded_inflation >= 1 and lost_inflation >= 100")
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """One frame's verdict: `state`, the signals that fired (`reasons`), the covariance factor
+    (`inflation`, 1 while tracking) and whether the frame may add to the map (`maps`)."""
+
+    state: TrackingState
+    reasons: tuple[str, ...]
+    inflation: float
+    maps: bool
+    bad_run: int
+
+
+@dataclass
+class _Running:
+    confidence: float | None = None
+    sharpness: float | None = None
+
+    def update(self, name: str, value: float, rate: float) -> None:
+        old = getattr(self, name)
+        setattr(self, name, value if old is None else (1 - rate) * old + rate * value)
+
+
+def image_information(rgb: np.ndarray, size: tuple[int, int]) -> tuple[float, float, float]:
+    """(grey mean, grey standard deviation, Laplacian variance) of `rgb` [H, W, 3] uint8 at `size` (w, h)."""
+    grey = cv2.cvtColor(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
+    grey = grey.astype(np.float32)
+    return float(grey.mean()), float(grey.std()), float(cv2.Laplacian(grey, cv2.CV_32F).var())
+
+
+def median_confidence(result: FrameResult) -> float | None:
+    """Median depth confidence over the frame's pixels (None when the step skipped the depth head)."""
+    if result.depth_conf is None:
+        return None
+    conf = result.depth_conf[result.depth_conf > 0]
+    return float(np.median(conf)) if conf.size else 0.0
+
+
+class TrackingHealth:
+    """One camera's state machine (module doc). Feed every frame to `observe` in order."""
+
+    def __init__(self, config: HealthConfig | None = None, mapping: bool = True) -> None:
+        self.config = config or HealthConfig()
+        self.mapping = mapping
+        self.reset()
+
+    def reset(self, lost: bool = False) -> None:
+        """A new stream (the node's reset or a new epoch): tracking, no history; `lost`: a stream on a
+        loaded map in localization mode, whose place in it is unknown until a verified match."""
+        self.state = TrackingState.LOST if lost else TrackingState.TRACKING
+        self._bad = 0
+        self._good = 0
+        self._previous: np.ndarray | None = None
+        self._running = _Running()
+        self._measured: tuple[float | None, float] = (None, 0.0)
+
+    @property
+    def lost(self) -> bool:
+        return self.state is TrackingState.LOST
+
+    def observe(
+        self,
+        result: FrameResult,
+        odometry_step_m: float | None = None,
+        stream_step_m: float | None = None,
+    ) -> HealthReport:
+        """The verdict for `result` (its `pose_c2w`, `depth`, `depth_conf`, `rgb`); `odometry_step_m` /
+        `stream_step_m`: the wheels' and the stream's step since the previous frame in metres (robot modes
+        with a metric scale; both or neither)."""
+        reasons = self._signals(result, odometry_step_m, stream_step_m)
+        self._previous = result.pose_c2w
+        bad = bool(reasons)
+        self._bad, self._good = (self._bad + 1, 0) if bad else (0, self._good + 1)
+        cfg = self.config
+        if self.state is TrackingState.LOST:
+            if not bad and self.mapping and 0 < cfg.new_segment_after <= self._good:
+                self.state = TrackingState.TRACKING
+                reasons = ("new segment",)
+        elif bad:
+            self.state = TrackingState.LOST if self._bad >= cfg.lost_after else TrackingState.DEGRADED
+        elif self.state is TrackingState.RELOCALISED or self._good >= cfg.recover_after:
+            self.state = TrackingState.TRACKING
+        if not bad and self.state is TrackingState.TRACKING:
+            self._learn()
+        return self._report(reasons)
+
+    def relocalised(self) -> HealthReport:
+        """A verified match ended a loss (the current frame): `relocalised`, maps again."""
+        self.state = TrackingState.RELOCALISED
+        self._bad = 0
+        return self._report(("verified match",))
+
+    def report(self) -> HealthReport:
+        """The current state as a report (no new frame)."""
+        return self._report(())
+
+    # ------------------------------------------------------------------------------------------------
+    def _report(self, reasons: tuple[str, ...]) -> HealthReport:
+        cfg = self.config
+        inflation = {
+            TrackingState.TRACKING: 1.0,
+            TrackingState.RELOCALISED: 1.0,
+            TrackingState.DEGRADED: cfg.degraded_inflation,
+            TrackingState.LOST: cfg.lost_inflation,
+        }[self.state]
+        maps = self.state in (TrackingState.TRACKING, TrackingState.RELOCALISED)
+        return HealthReport(self.state, reasons, inflation, maps, self._bad)
+
+    def _signals(
+        self, result: FrameResult, odometry_step_m: float | None, stream_step_m: float | None
+    ) -> tuple[str, ...]:
+        cfg, running = self.config, self._running
+        reasons: list[str] = []
+        mean, std, sharpness = image_information(result.rgb, cfg.thumbnail)
+        if mean < cfg.dark_level:
+            reasons.append("black image")
+        elif mean > cfg.bright_level:
+            reasons.append("saturated image")
+        elif std < cfg.flat_std:
+            reasons.append("covered image")
+        elif running.sharpness is not None and sharpness < cfg.blur_drop * running.sharpness:
+            reasons.append("blurred image")
+        confidence = median_confidence(result)
+        self._measured = (confidence, sharpness)
+        if confidence is not None and (
+            confidence < cfg.min_confidence
+            or (running.confidence is not None and confidence < cfg.confidence_drop * running.confidence)
+        ):
+            reasons.append(f"low confidence {confidence:.2f}")
+        if self._previous is not None and self.state is not TrackingState.LOST:
+            step = np.linalg.inv(self._previous) @ result.pose_c2w
+            depth = _median_depth(result)
+            if depth is not None and np.linalg.norm(step[:3, 3]) > cfg.max_step_depths * depth:
+                reasons.append("jump")
+            elif np.degrees(rotation_angle(step[:3, :3])) > cfg.max_turn_deg:
+                reasons.append("jump (turn)")
+        if odometry_step_m is not None and stream_step_m is not None:
+            allowed = cfg.odometry_tolerance_m + cfg.odometry_tolerance * abs(odometry_step_m)
+            if abs(stream_step_m - odometry_step_m) > allowed:
+                reasons.append("disagrees with odometry")
+        return tuple(reasons)
+
+    def _learn(self) -> None:
+        """Fold the last good frame's confidence and sharpness into the running means."""
+        cfg, running = self.config, self._running
+        confidence, sharpness = self._measured
+        if confidence is not None:
+            running.update("confidence", confidence, cfg.running_rate)
+        running.update("sharpness", sharpness, cfg.running_rate)
+
+
+def _median_depth(result: FrameResult) -> float | None:
+    if result.depth is None:
+        return None
+    valid = result.depth[np.isfinite(result.depth) & (result.depth > 0)]
+    return float(np.median(valid)) if valid.size else None
