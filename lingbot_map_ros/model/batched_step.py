@@ -48,7 +48,7 @@ def batched_step(
         step = begin_batch(states[0].pool, caches, keyframes)
         try:
             with model._autocast():
-                layers = model.aggregator(
+                layers, descriptors = model.aggregator(
                     images.to(model.precision.aggregator_dtype), step, indices, states[0].config.scale_frames
                 )
         except BaseException:
@@ -71,6 +71,7 @@ def batched_step(
             pose_enc_raw_list=raw_list[i : i + 1].float(),
             depth=depth[i : i + 1].float(),
             depth_conf=conf[i : i + 1].float(),
+            place_descriptor=descriptors[i : i + 1],
         )
         for i in range(len(states))
     ]

@@ -6,6 +6,7 @@ history attention (made fixed-shape by masking). The step is therefore cut at th
 graphs replayed around eager calls::
 
     graph 0      prepare (DINOv2 patch embed, special tokens, RoPE tables from a static frame index)
+                 + the place descriptor pooled from the patch tokens (`aggregator.place_descriptor`)
                  + frame block 0 + global block 0 up to q, k, v                      (aggregator autocast)
     eager        CacheStep.attend(0, q, k, v) -> copied into the static `attended` buffer
     graph i      global block i-1 after its attention (+ intermediate output) + frame block i
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache.config import StageHook
-from lingbot_map_ros.model.aggregator import to_cache_layout
+from lingbot_map_ros.model.aggregator import place_descriptor, to_cache_layout
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.layers import AttendFn, Block
 from lingbot_map_ros.model.layers.rope2d import Rotation2D
@@ -99,6 +100,7 @@ class GraphedStreamStep:
         self.qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.layers: list[torch.Tensor] = []
         self.depth = self.conf = self.camera_tokens = self.pose_list = self.raw_list = torch.empty(0)
+        self.descriptor = torch.empty(0)  # [1, C] float32, the place descriptor (graph 0)
         self.history = history
         self._slots = torch.arange(history.capacity + 1, device=device)
         self.camera_slot = torch.full((1,), history.capacity, dtype=torch.long, device=device)  # scratch
@@ -114,13 +116,14 @@ class GraphedStreamStep:
     # ------------------------------------------------------------------------------------------ replay
     def run(
         self, images: torch.Tensor, step: CacheStep, first_index: int, keyframe: bool, depth: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """One streaming frame through the aggregator and both heads.
 
         images `[1, 3, H, W]` in the aggregator dtype; `step` the open cache step of this frame; `first_index`
         its temporal index; `keyframe` whether the camera history keeps the frame; `depth` False skips the
         depth head (depth and conf None). Returns static (pose_enc_list `[1, iters, 9]`, raw_list
-        `[1, iters, 9]`, depth `[1, H, W]`, conf `[1, H, W]`) in the heads dtype: valid until the next `run`.
+        `[1, iters, 9]`, depth `[1, H, W]`, conf `[1, H, W]`) in the heads dtype and the place descriptor
+        `[1, C]` float32: valid until the next `run`.
         """
         hook = self.stage_hook
         self.image.copy_(images)
@@ -146,8 +149,8 @@ class GraphedStreamStep:
         self._graphs[-1]()
         self.history.end(camera_step)
         if not depth:
-            return self.pose_list, self.raw_list, None, None
-        return self.pose_list, self.raw_list, self.depth, self.conf
+            return self.pose_list, self.raw_list, None, None, self.descriptor
+        return self.pose_list, self.raw_list, self.depth, self.conf, self.descriptor
 
     # ------------------------------------------------------------------------------------------ capture
     def _capture_all(self, dtype: torch.dtype) -> None:
@@ -203,6 +206,7 @@ class GraphedStreamStep:
             self.image, self.frame_index, self.num_scale_frames, self._backbone_block
         )
         self._rotations = (rotation_2d, rotation_3d)
+        self.descriptor = place_descriptor(x[:, self.model.config.num_special_tokens :])
         self.layers = []
         self.qkv = []
         self._frame_then_heads(0, x)

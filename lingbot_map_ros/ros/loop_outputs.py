@@ -220,15 +220,16 @@ def attach_loop_closure(
     outputs: MappingOutputs, facade: NodeFacade, params: NodeParams, pipeline: Pipeline | None, prefix: str
 ) -> None:
     """Activate: give a camera's outputs their `LoopOutputs` (once per configure; none when
-    `loop_closure.enabled` is false). Descriptors from the model's encoder tokens unless the pipeline brings
-    its own (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model."""
+    `loop_closure.enabled` is false). Descriptors pooled by the live step (`FrameResult.place_descriptor`),
+    else from the model's encoder tokens or the pipeline's own (`Pipeline.loop_descriptor`, a test's oracle);
+    verification through the pipeline's model, its passes run by the inference thread between live steps
+    (`Pipeline.gaps`, engine/gpu_gaps.py)."""
     if outputs.loop is not None or pipeline is None or not params.loop_closure_enabled:
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
     describe = pipeline.loop_descriptor or ModelDescriptor(pipeline.model)
-    closer = LoopCloser(
-        config, params.model_image_width, describe, PairVerifier(pipeline.model, config.verify)
-    )
+    verify = PairVerifier(pipeline.model, config.verify, run=pipeline.gaps.call)
+    closer = LoopCloser(config, params.model_image_width, describe, verify)
     outputs.loop = LoopOutputs(facade, outputs, closer, prefix)
 
 
