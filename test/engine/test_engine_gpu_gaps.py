@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 from lingbot_map_ros.engine.gpu_gaps import GpuGaps, GpuGapsDetached
@@ -105,3 +106,24 @@ def test_a_timed_out_call_is_withdrawn() -> None:
 def test_budget_is_checked() -> None:
     with pytest.raises(ValueError, match="budget"):
         GpuGaps(budget=0.0)
+
+
+def test_a_pair_pass_left_queued_by_a_stopped_inference_thread_is_a_quiet_rejection() -> None:
+    """The node deactivates while the closer waits for its verification pass: the pair is not verified
+    (a rejection with the reason), no exception reaches the closer's thread."""
+    from lingbot_map_ros.engine.geometry import Sim3
+    from lingbot_map_ros.engine.loop import PairVerifier
+    from lingbot_map_ros.engine.loop.keyframes import Keyframe
+
+    def keyframe(key: int) -> Keyframe:
+        empty = np.zeros((0, 3), np.float32)
+        return Keyframe(
+            key, 0.0, Sim3.identity(), Sim3.identity(), empty, empty.astype(np.uint8), np.ones(4, np.float32),
+            np.zeros((14, 14, 3), np.uint8), np.ones((7, 7), np.float32), np.ones((7, 7), np.float32), 2,
+        )  # fmt: skip
+
+    def stopped(task):  # noqa: ANN001, ANN202
+        raise GpuGapsDetached("the inference thread stopped before the task ran")
+
+    verdict = PairVerifier(model=None, run=stopped)(keyframe(0), keyframe(1))  # type: ignore[arg-type]
+    assert not verdict.accepted and verdict.reason == "inference thread stopped"

@@ -28,6 +28,7 @@ from lingbot_map_ros.model import StreamConfig
 
 from ..contracts import StreamingModel
 from ..geometry import Sim3
+from ..gpu_gaps import GpuGapsDetached
 from ..stream.decode import fov_to_intrinsics, pose_encoding_to_c2w
 from .keyframes import Keyframe
 
@@ -85,7 +86,10 @@ class PairVerifier:
         if a.image is None or b.image is None or a.image.shape != b.image.shape:
             return Verification(a.key, b.key, False, "no image to verify with", None, 0.0, 0.0, 0.0)
         image_a, image_b = a.image, b.image
-        pose_enc, depth, conf = self.run(lambda: self._pair_pass(image_a, image_b))
+        try:
+            pose_enc, depth, conf = self.run(lambda: self._pair_pass(image_a, image_b))
+        except GpuGapsDetached:  # the node deactivated with the pass queued: not verified, not an error
+            return Verification(a.key, b.key, False, "inference thread stopped", None, 0.0, 0.0, 0.0)
         stride = a.depth_stride
         depth, conf = depth[:, ::stride, ::stride], conf[:, ::stride, ::stride]
         c2w = pose_encoding_to_c2w(pose_enc)
