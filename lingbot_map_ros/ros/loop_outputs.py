@@ -32,6 +32,7 @@ from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker, MarkerArray
 
 from ..engine.geometry import Sim3
+from ..engine.gpu_gaps import GpuGaps
 from ..engine.lock_order import OrderedLock
 from ..engine.loop import LoopCloser, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from ..engine.loop.similarity import compose, inverse
@@ -85,12 +86,19 @@ class LoopOutputs:
         outputs: the camera's outputs (mapper, path, TF estimate, map thread).
         closer: the engine's closer for this camera's stream.
         topic_prefix: `~/` or `~/<camera>/`.
+        gaps: where the verification passes run (the inference thread's `GpuGaps`), for /diagnostics.
     """
 
     def __init__(
-        self, facade: NodeFacade, outputs: MappingOutputs, closer: LoopCloser, topic_prefix: str
+        self,
+        facade: NodeFacade,
+        outputs: MappingOutputs,
+        closer: LoopCloser,
+        topic_prefix: str,
+        gaps: GpuGaps | None = None,
     ) -> None:
         self._outputs = outputs
+        self._gaps = gaps
         self._markers = facade.create_publisher(MarkerArray, topic_prefix + "loop_closures", MAP_QOS)
         self._applied = Corrections()
         self._apply_lock = OrderedLock("loop.apply_lock")
@@ -139,6 +147,10 @@ class LoopOutputs:
         }
         values["loop_closure.corrections"] = self.corrections
         values["loop_closure.dropped"] = self.worker.dropped
+        if self._gaps is not None:  # verification passes run between live steps (engine/gpu_gaps.py)
+            values["loop_closure.gap_tasks"] = self._gaps.tasks_run
+            values["loop_closure.gap_seconds"] = round(self._gaps.task_seconds, 3)
+            values["loop_closure.gap_pending"] = self._gaps.pending()
         return values
 
     # ------------------------------------------------------------------------------------------------
@@ -230,7 +242,7 @@ def attach_loop_closure(
     describe = pipeline.loop_descriptor or ModelDescriptor(pipeline.model)
     verify = PairVerifier(pipeline.model, config.verify, run=pipeline.gaps.call)
     closer = LoopCloser(config, params.model_image_width, describe, verify)
-    outputs.loop = LoopOutputs(facade, outputs, closer, prefix)
+    outputs.loop = LoopOutputs(facade, outputs, closer, prefix, pipeline.gaps)
 
 
 def create_optimize_service(

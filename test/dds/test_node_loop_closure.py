@@ -161,6 +161,8 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
         and stats["loop_closure.candidates"] >= stats["loop_closure.verified"]
     )
     assert stats["loop_closure.last_optimize_ms"] > 0 and "loop_closure.last_correction_m" in stats
+    # issue 31: every verification pass ran on the inference thread between live steps (engine/gpu_gaps.py)
+    assert 1 <= stats["loop_closure.gap_tasks"] <= stats["loop_closure.candidates"], stats
     tracks = {"truth": truth, "stream": drifted, "tf": np.stack([edges[i] for i in range(n)]), "path": xyz}
     run = {"stats": stats, "path_rms": path_rms, "drift_rms": drift_rms, "edges": ends.tolist()}
     run.update({name: track.tolist() for name, track in tracks.items()})
