@@ -7,7 +7,9 @@ closer's thread hands the pass over (`call`: queue, then wait for its result) an
 (`run_due`) after a live step, never beside one's launch, when its budget allows: a token bucket that fills
 at `budget` seconds per second of wall time (at most `burst_s` ahead) and pays each task's wall time. So at a
 saturated camera rate the live stream gives at most `budget` of its time to verification, and at a camera
-slower than the model the passes fill the gaps. One task per gap: a live frame waits behind at most one.
+slower than the model the passes fill the gaps. One task per gap: a live frame waits behind at most one. Once
+no frame has come for a while (the camera stopped; `run_due(free=True)`, the scheduler's call) the tasks run
+back to back without paying: there is no live frame to delay, and the closer catches up.
 
 While no inference thread is attached (`attach` / `detach`: the node's activate / deactivate; offline tools
 never attach one) `call` runs the task on the caller's thread, as before. `detach` fails the tasks still
@@ -29,6 +31,10 @@ T = TypeVar("T")
 DEFAULT_BUDGET = 0.03
 #: Default credit the bucket may hold ahead (s): after a quiet spell, at most this much runs without paying.
 DEFAULT_BURST_S = 0.05
+
+
+#: The shortest wait `wait_s` reports for a task the budget holds back (an empty bucket refills from 0).
+MIN_WAIT_S = 1e-4
 
 
 class GpuGapsDetached(RuntimeError):
@@ -106,21 +112,23 @@ class GpuGaps:
             if future.set_running_or_notify_cancel():
                 future.set_exception(GpuGapsDetached("the inference thread stopped before the task ran"))
 
-    def wait_s(self) -> float | None:
-        """How long until a queued task may run: 0 now, None with nothing queued."""
+    def wait_s(self, free: bool = False) -> float | None:
+        """How long until a queued task may run (``free``: no live frame to delay, at once): 0 now, None with
+        nothing queued."""
         with self._lock:
             if not self._queue:
                 return None
             self._refill()
-            return 0.0 if self._credit > 0.0 else -self._credit / self.budget
+            return 0.0 if free or self._credit > 0.0 else max(-self._credit / self.budget, MIN_WAIT_S)
 
-    def run_due(self) -> bool:
+    def run_due(self, free: bool = False) -> bool:
         """Run the oldest queued task if the budget allows (one per call: a live frame waits behind at most
-        one); its wall time is paid from the bucket. True when a task ran (its exception goes to its
+        one); its wall time is paid from the bucket. ``free``: no live frame is coming (the camera stopped),
+        run it whatever the budget and without paying. True when a task ran (its exception goes to its
         caller)."""
         with self._lock:
             self._refill()
-            if self._credit <= 0.0:
+            if self._credit <= 0.0 and not free:
                 return False
             while self._queue:
                 task, future = self._queue.popleft()
@@ -135,7 +143,8 @@ class GpuGaps:
             future.set_exception(exc)
         spent = self._clock() - start
         with self._lock:
-            self._credit -= spent
+            if not free:
+                self._credit -= spent
             self.tasks_run += 1
             self.task_seconds += spent
         return True

@@ -11,7 +11,8 @@ thread after a step that left no frame queued (the node flushes its one-deep ove
 frame's result never waits for a next frame that is not there), and once more when the thread stops. `gaps`
 (engine/gpu_gaps.py): GPU work of other threads (the loop closer's verification passes) that this thread
 runs after a step, one task at a time within the gaps' time budget, never beside a step's launch; with no
-frame queued the thread wakes up for it.
+frame queued the thread wakes up for it, and once no frame has come for `GAPS_FREE_AFTER_S` (the cameras
+stopped) it runs them back to back, free of the budget.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from typing import Generic, TypeVar
 from ..engine.gpu_gaps import GpuGaps
 from ..engine.lane_worker import WorkerStopped
 from ..engine.lanes import Lane, WorkerStats
+
+#: Seconds without a frame after which gap tasks run free of their budget (no live frame to delay).
+GAPS_FREE_AFTER_S = 0.5
 
 Item = TypeVar("Item")
 Key = TypeVar("Key", bound=Hashable)
@@ -68,6 +72,7 @@ class StreamScheduler(Generic[Key, Item]):
         self._cond = threading.Condition()
         self._stopping = False
         self._next = 0  # index in `_keys` of the camera served first in the next batch
+        self._last_frame = time.monotonic()  # when the last frame came (gap tasks: `GAPS_FREE_AFTER_S`)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         if gaps is not None:
             gaps.attach(self._wake)
@@ -83,6 +88,7 @@ class StreamScheduler(Generic[Key, Item]):
             if self._stopping:
                 raise WorkerStopped("StreamScheduler is stopped")
             kept = self._lanes[key].push(item)
+            self._last_frame = time.monotonic()
             self._cond.notify_all()
         return kept
 
@@ -120,9 +126,12 @@ class StreamScheduler(Generic[Key, Item]):
         when stopping."""
         with self._cond:
             while not self._stopping and not any(lane.queue for lane in self._lanes.values()):
-                due = None if self._gaps is None else self._gaps.wait_s()
+                free_in = self._last_frame + GAPS_FREE_AFTER_S - time.monotonic()
+                due = None if self._gaps is None else self._gaps.wait_s(free=free_in <= 0)
                 if due == 0.0:
                     return []
+                if due is not None and free_in > 0:
+                    due = min(due, free_in)
                 self._cond.wait(due)
             gather_until = time.monotonic() + self._max_wait_s
             while not self._stopping and not all(lane.queue for lane in self._lanes.values()):
@@ -144,8 +153,8 @@ class StreamScheduler(Generic[Key, Item]):
         while (batch := self._take()) is not None:
             if batch:
                 self._step_batch(batch)
-            if self._gaps is not None:
-                self._gaps.run_due()  # after the step (and the flush of its frame in flight), one task
+            if self._gaps is not None:  # after the step (and the flush of its frame in flight), one task
+                self._gaps.run_due(free=not batch and self._idle_for() >= GAPS_FREE_AFTER_S)
         self._idle()  # stopping: what a step left in flight
 
     def _step_batch(self, batch: list[tuple[Key, Item]]) -> None:
@@ -165,6 +174,10 @@ class StreamScheduler(Generic[Key, Item]):
                 self._on_error(key, item, error)
         if not self._queued():
             self._idle()
+
+    def _idle_for(self) -> float:
+        with self._cond:
+            return time.monotonic() - self._last_frame
 
     def _queued(self) -> bool:
         with self._cond:

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from lingbot_map_ros.engine.gpu_gaps import GpuGaps, GpuGapsDetached
+from lingbot_map_ros.engine.gpu_gaps import MIN_WAIT_S, GpuGaps, GpuGapsDetached
 
 
 class FakeClock:
@@ -80,6 +80,33 @@ def test_attached_gaps_run_each_task_on_the_inference_thread_within_the_budget()
     second.join(5)
     assert isinstance(results[1], ValueError) and gaps.tasks_run == 2
     assert gaps.task_seconds == pytest.approx(0.05)
+
+
+def test_a_free_task_runs_whatever_the_budget_and_is_not_charged() -> None:
+    """`run_due(free=True)` (no live frame to delay): the task runs with the bucket empty, which it leaves as
+    it was (not 1 s in debt, which would hold the next task back 10 s at this budget)."""
+    clock = FakeClock()
+    gaps = GpuGaps(budget=0.1, burst_s=0.0, clock=clock)
+    gaps.attach(lambda: None)
+    results: list = []
+
+    def slow() -> str:
+        clock.now += 1.0
+        return "ran"
+
+    caller = _queue(gaps, slow, results)
+    _wait_queued(gaps, 1)
+    assert gaps.wait_s() == pytest.approx(MIN_WAIT_S) and not gaps.run_due()  # the bucket is empty
+    assert gaps.wait_s(free=True) == 0.0 and gaps.run_due(free=True)
+    caller.join(5)
+    assert results == ["ran"] and gaps.task_seconds == pytest.approx(1.0)
+    assert gaps.pending() == 0 and gaps.wait_s() is None
+    following = _queue(gaps, lambda: "next", results)
+    _wait_queued(gaps, 1)
+    assert gaps.wait_s() == pytest.approx(MIN_WAIT_S)  # no debt (charged, it would be 10 s)
+    assert gaps.run_due(free=True)
+    following.join(5)
+    assert results == ["ran", "next"]
 
 
 def test_detach_fails_the_queued_tasks_and_later_calls_run_inline() -> None:

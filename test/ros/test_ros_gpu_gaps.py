@@ -66,3 +66,21 @@ def test_gap_tasks_run_between_steps_one_per_gap_and_when_no_frame_comes() -> No
     finally:
         assert scheduler.stop(5)
     assert gaps.call(lambda: threading.current_thread().name) == threading.current_thread().name
+
+
+def test_with_no_frame_coming_the_tasks_run_back_to_back_free_of_the_budget() -> None:
+    """A budget that would allow one task a day: with no frame for `GAPS_FREE_AFTER_S` (the camera stopped)
+    the queued tasks still all run, one after another, and the bucket is not charged for them."""
+    gaps = GpuGaps(budget=1e-6, burst_s=0.0)
+    scheduler = StreamScheduler([""], lambda batch: [None] * len(batch), 2, lambda *_: None, gaps=gaps)
+    done: list[int] = []
+    try:
+        callers = [threading.Thread(target=lambda i=i: done.append(gaps.call(lambda: i))) for i in range(3)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(10)
+        assert sorted(done) == [0, 1, 2] and gaps.tasks_run == 3
+        assert gaps.wait_s() is None and gaps.task_seconds >= 0.0
+    finally:
+        assert scheduler.stop(5)
