@@ -132,7 +132,9 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     truth, drifted = np.vstack([truth, truth[-1:]]), np.vstack([drifted, drifted[-1:]])
     offset = np.array([np.linalg.norm(edges[i] - drifted[i]) for i in range(n + 1)])  # correction applied
     assert offset[:5].max() < 1e-3, offset  # before any loop: the stream's own poses
-    assert offset[n] - offset[n - 1] > 0.05, offset  # the jump (at least the forced pass's share of it)
+    # the corrections arrive as jumps between consecutive frames (which ones depends on when the closer's
+    # passes ran: since issue 31 on the inference thread between live steps, it may catch up before frame n)
+    assert np.diff(offset).max() > 0.05, offset
     error = np.linalg.norm(np.stack([edges[i] for i in range(n + 1)]) - truth, axis=1)
     drift_error = np.linalg.norm(drifted - truth, axis=1)
     assert error[n] < 0.35 * drift_error[n], (error, drift_error)
