@@ -34,7 +34,6 @@ captured), overwritten by the next replay: `LingBotMap.step` and `step_batch` co
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import weakref
 from collections.abc import Callable, Sequence
@@ -44,11 +43,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache.config import StageHook
-from lingbot_map_ros.model.aggregator import place_descriptor, to_cache_layout
+from lingbot_map_ros.model.aggregator import place_descriptor
+from lingbot_map_ros.model.block_regions import block_regions
 from lingbot_map_ros.model.camera_history import CameraHistory
-from lingbot_map_ros.model.layers import AttendFn, Block
-from lingbot_map_ros.model.layers.rope2d import Rotation2D
-from lingbot_map_ros.model.layers.rope3d import Rotation3D
+from lingbot_map_ros.model.layers import AttendFn
 
 if TYPE_CHECKING:
     from lingbot_map_ros.model.aggregator import GlobalAttentionStep
@@ -92,8 +90,8 @@ class GraphedStreamStep:
         self.image_hw = image_hw
         self.num_scale_frames = num_scale_frames
         self.stage_hook: StageHook | None = None
-        self._backbone_block, self._frame_block, self._global_inputs, self._global_finish = (
-            _compiled_regions() if compile_blocks else (None, _frame_block, _global_inputs, _global_finish)
+        self._backbone_block, self._frame_block, self._global_inputs, self._global_finish = block_regions(
+            compile_blocks
         )
         histories = (history,) if isinstance(history, CameraHistory) else tuple(history)
         if not histories or len({h.capacity for h in histories}) != 1:
@@ -364,32 +362,6 @@ def _set(static: torch.Tensor, values: list[int]) -> None:
         static.fill_(values[0])
     else:
         static.copy_(torch.tensor(values, dtype=static.dtype))
-
-
-# ---------------------------------------------------------------------------------------------- regions
-def _backbone_block(block: Block, x: torch.Tensor) -> torch.Tensor:
-    return block(x)
-
-
-def _frame_block(block: Block, x: torch.Tensor, rotation: Rotation2D) -> torch.Tensor:
-    return block(x, rotate=rotation.rotate)
-
-
-def _global_inputs(
-    block: Block, x: torch.Tensor, rotation: Rotation3D
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return to_cache_layout(*block.attention_inputs(x, rotate=rotation.rotate))
-
-
-def _global_finish(block: Block, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    return block.finish(x, attended)
-
-
-@functools.cache
-def _compiled_regions() -> tuple[Callable, ...]:
-    """The four block regions compiled once per process (blocks are inputs, so all layers share them)."""
-    regions = (_backbone_block, _frame_block, _global_inputs, _global_finish)
-    return tuple(torch.compile(fn, dynamic=False) for fn in regions)
 
 
 def default_compile_cache_dir() -> Path:
