@@ -24,10 +24,15 @@
 #            .device/gt (gtsam_slim.tar.xz: gtsam's wheel without its data files) and the tar.gz
 #   cameras  issue 33: the batched-graph GPU tests + the multi-stream GPU tests (default backend, no wheels),
 #            then multi_camera.py 1,2,4 cameras, eager and graphed batched steps side by side, single-stream row
+#   loop-ab  issue 31: node_e2e.py with the defaults at 60 and 30 Hz, loop closure on, off, on (interleaved A/B on
+#            one machine); carry .device/<you> with rosw, gt (gtsam_slim.tar.xz), device_ros_env.sh and src;
+#            there `cd .device/<you>/src && bash benchmarks/h200_call.sh loop-ab` (DEV defaults to ..).
+#            RV_PY / LOOP_AB_ARGS / LOOP_AB_SECONDS: the python with rclpy and extra node_e2e.py arguments
+#            (the CPU dry run: `RV_PY=.venv/bin/python DEV=<stub> LOOP_AB_ARGS="--set model.preset=tiny ..."`)
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | gpu-node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | gpu-node}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -105,6 +110,21 @@ case "$MODE" in
     (cd benchmarks && step 330 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
       --width 518 --cameras 1,2,4 --frames 60 --warmup 70 --batch-graphs both --cache-dir /tmp/cc \
       --profile-rounds 5 --record "$OUT/multi_camera_h200.json")
+    ;;
+  loop-ab)
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    PYTHONPATH=$(with_gtsam "$PYTHONPATH")
+    export PYTHONPATH
+    RV_PY=${RV_PY:-/tmp/rv/bin/python}
+    "$RV_PY" -c "import gtsam, rclpy; print('gtsam', gtsam.__file__)" 2>&1 | tee -a "$LOG"
+    for enabled in true false true; do
+      # shellcheck disable=SC2086 # LOOP_AB_ARGS: extra arguments, split on purpose
+      step 200 "$RV_PY" -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc \
+        --set loop_closure.enabled=$enabled --out "/tmp/ne_loop_$enabled" --rates 60,30 \
+        --seconds "${LOOP_AB_SECONDS:-25}" --settle-s 4 --segments 5 ${LOOP_AB_ARGS:-} \
+        --record "$OUT/node_e2e_loop_ab_h200.json"
+      grep -E "re-anchored|loop|Traceback|Error" "/tmp/ne_loop_$enabled/node_e2e.log" | tail -5 | tee -a "$LOG"
+    done
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }

@@ -9,7 +9,9 @@ unmeasured (the window fills: 72 keyframes at keyframe interval 1), then --secon
 
 * FPS posed: odometry messages per second; dropped: frames published in the window without odometry;
 * latency image stamp -> odometry arrival and -> /tf arrival (p50 / p90 / p99, ms);
-* GPU memory of the node (allocated / peak allocated / reserved, from /diagnostics `session.gpu_memory_gib`).
+* GPU memory of the node (allocated / peak allocated / reserved, from /diagnostics `session.gpu_memory_gib`);
+* the loop closer's counters at the end of the window (/diagnostics `loop_closure.*`: keyframes, candidates =
+  verification passes, verified, rejected; empty with `loop_closure.enabled` false).
 
 Start-up: process start -> first odometry (the camera publishes from the start; frames before the node is
 active are lost), and the node's configure line (warm-up seconds). Usage (docs/benchmarks.md)::
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                     if k.startswith("session.timings_ms.") and k.endswith(".mean")
                 },
                 "diagnostics_dropped_total": diag.get("frames_dropped"),
+                "loop_closure": {k: v for k, v in diag.items() if k.startswith("loop_closure.")},
                 "node_cpu_total": round(sum(t["cpu"] for t in threads), 3),
                 "node_busiest_threads": threads,
             }

@@ -26,6 +26,7 @@ from .geometry import Sim3
 from .lock_order import OrderedLock
 from .loop import LoopCloser, LoopClosureConfig, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from .loop.descriptor import Describe
+from .loop.verify import PassResult
 from .mapping.map_side import MapSide
 from .mapping.mapper import MapperConfig
 from .result import FrameResult
@@ -257,10 +258,15 @@ class CameraState:
 
 
 def loop_closer(
-    config: LoopClosureConfig, image_width: int, model: object, describe: Describe | None = None
+    config: LoopClosureConfig,
+    image_width: int,
+    model: object,
+    describe: Describe | None = None,
+    run: Callable[[Callable[[], PassResult]], PassResult] | None = None,
 ) -> LoopCloser:
-    """A camera's loop closer: descriptors from the model's encoder tokens unless `describe` is given (a
-    test's oracle), verification by the model's two-frame pass (docs/loop_closure.md)."""
-    return LoopCloser(
-        config, image_width, describe or ModelDescriptor(model), PairVerifier(model, config.verify)
-    )
+    """A camera's loop closer: descriptors pooled by the live step (`FrameResult.place_descriptor`), else
+    from the model's encoder tokens unless `describe` is given (a test's oracle); verification by the model's
+    two-frame pass, run through `run` (the node's `GpuGaps.call`: on the inference thread between live steps,
+    engine/gpu_gaps.py; default: on the closer's thread) (docs/loop_closure.md)."""
+    verify = PairVerifier(model, config.verify, run=run)
+    return LoopCloser(config, image_width, describe or ModelDescriptor(model), verify)

@@ -33,6 +33,8 @@ class FrameResult:
         reset_reason: set on the first result(s) of an epoch that started with an automatic reset
             (e.g. a change of resolution), else None.
         timings_ms: per-stage wall time of the step that produced this frame (shared by the anchor frames).
+        place_descriptor: [C] float32 unit vector, the frame's DINOv2 patch tokens pooled inside its model
+            step (the loop closer's place descriptor; None when the model returned none, e.g. a test double).
     """
 
     index: int
@@ -49,6 +51,7 @@ class FrameResult:
     segment: int = 0
     reset_reason: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    place_descriptor: np.ndarray | None = None
 
     @property
     def image_hw(self) -> tuple[int, int]:

@@ -88,7 +88,7 @@ class Aggregator(nn.Module):
         step: GlobalAttentionStep,
         first_frame_index: int | torch.Tensor,
         num_scale_frames: int,
-    ) -> list[torch.Tensor]:
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Run S frames through the aggregator.
 
         Args:
@@ -99,7 +99,8 @@ class Aggregator(nn.Module):
             num_scale_frames: number of anchor frames (scale-token variant 0 below this index).
 
         Returns:
-            4 tensors `[S, P, 2C]`, P = 6 + (H/p)(W/p), for the block pairs `config.intermediate_layers`.
+            4 tensors `[S, P, 2C]`, P = 6 + (H/p)(W/p), for the block pairs `config.intermediate_layers`, and
+            the frames' place descriptors `[S, C]` float32 (`place_descriptor` of their patch tokens).
         """
         c = self.config
         frames, tokens_per_frame = images.shape[0], self.tokens_per_frame(images.shape[-2:])
@@ -108,6 +109,7 @@ class Aggregator(nn.Module):
         else:
             indices = torch.arange(frames, device=images.device) + first_frame_index
         x, rotation_2d, rotation_3d = self.prepare(images, indices, num_scale_frames)
+        descriptor = place_descriptor(x[:, c.num_special_tokens :])
 
         outputs = []
         for layer in range(c.depth):
@@ -118,7 +120,7 @@ class Aggregator(nn.Module):
             x = x.reshape(frames, tokens_per_frame, -1)
             if layer in c.intermediate_layers:
                 outputs.append(torch.cat((frame_out, x), dim=-1))
-        return outputs
+        return outputs, descriptor
 
     def tokens_per_frame(self, image_hw: tuple[int, int]) -> int:
         """Tokens of one frame at `image_hw`: 6 specials + (H/p)(W/p) patches."""
@@ -147,6 +149,14 @@ class Aggregator(nn.Module):
         rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)
         rotation_3d = self.rope3d(video_positions(indices, grid_h, grid_w, c.num_special_tokens))
         return x, rotation_2d, rotation_3d
+
+
+def place_descriptor(patches: torch.Tensor) -> torch.Tensor:
+    """The place descriptor of S frames from their DINOv2 patch tokens `[S, N, C]`: each token L2-normalised
+    (float32), averaged over the N tokens, L2-normalised -> `[S, C]` float32 (the loop closer's,
+    docs/loop_closure.md)."""
+    pooled = torch.nn.functional.normalize(patches.float(), dim=-1).mean(dim=1)
+    return torch.nn.functional.normalize(pooled, dim=-1)
 
 
 def to_cache_layout(

@@ -57,7 +57,7 @@ def batched_step(
         try:
             with model._autocast():
                 index = torch.tensor(indices, dtype=torch.long, device=model.device)
-                layers = model.aggregator(
+                layers, descriptors = model.aggregator(
                     images.to(model.precision.aggregator_dtype), step, index, states[0].config.scale_frames
                 )
         except BaseException:
@@ -80,6 +80,7 @@ def batched_step(
             pose_enc_raw_list=raw_list[i : i + 1].float(),
             depth=depth[i : i + 1].float(),
             depth_conf=conf[i : i + 1].float(),
+            place_descriptor=descriptors[i : i + 1],
         )
         for i in range(len(states))
     ]
@@ -138,7 +139,7 @@ def _run_graphed(
         raise
     end_batch(step)
     # copies in float32: the graphs' outputs are overwritten by the next replay
-    pose_list, raw_list, depth, conf = (t.to(torch.float32, copy=True) for t in outputs)
+    pose_list, raw_list, depth, conf, descriptors = (t.to(torch.float32, copy=True) for t in outputs)
     return [
         StepOutput(
             pose_enc=pose_list[i : i + 1, -1],
@@ -146,6 +147,7 @@ def _run_graphed(
             pose_enc_raw_list=raw_list[i : i + 1],
             depth=depth[i : i + 1],
             depth_conf=conf[i : i + 1],
+            place_descriptor=descriptors[i : i + 1],
         )
         for i in range(len(states))
     ]

@@ -7,6 +7,7 @@ history attention (made fixed-shape by masking). The step is therefore cut at th
 graphs replayed around eager calls::
 
     graph 0      prepare (DINOv2 patch embed, special tokens, RoPE tables from a static frame index)
+                 + the place descriptor pooled from the patch tokens (`aggregator.place_descriptor`)
                  + frame block 0 + global block 0 up to q, k, v                      (aggregator autocast)
     eager        CacheStep.attend(0, q, k, v) -> copied into the static `attended` buffer
     graph i      global block i-1 after its attention (+ intermediate output) + frame block i
@@ -33,7 +34,6 @@ captured), overwritten by the next replay: `LingBotMap.step` and `step_batch` co
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import weakref
 from collections.abc import Callable, Sequence
@@ -43,11 +43,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from lingbot_map_ros.cache.config import StageHook
-from lingbot_map_ros.model.aggregator import to_cache_layout
+from lingbot_map_ros.model.aggregator import place_descriptor
+from lingbot_map_ros.model.block_regions import block_regions
 from lingbot_map_ros.model.camera_history import CameraHistory
-from lingbot_map_ros.model.layers import AttendFn, Block
-from lingbot_map_ros.model.layers.rope2d import Rotation2D
-from lingbot_map_ros.model.layers.rope3d import Rotation3D
+from lingbot_map_ros.model.layers import AttendFn
 
 if TYPE_CHECKING:
     from lingbot_map_ros.model.aggregator import GlobalAttentionStep
@@ -91,8 +90,8 @@ class GraphedStreamStep:
         self.image_hw = image_hw
         self.num_scale_frames = num_scale_frames
         self.stage_hook: StageHook | None = None
-        self._backbone_block, self._frame_block, self._global_inputs, self._global_finish = (
-            _compiled_regions() if compile_blocks else (None, _frame_block, _global_inputs, _global_finish)
+        self._backbone_block, self._frame_block, self._global_inputs, self._global_finish = block_regions(
+            compile_blocks
         )
         histories = (history,) if isinstance(history, CameraHistory) else tuple(history)
         if not histories or len({h.capacity for h in histories}) != 1:
@@ -111,6 +110,7 @@ class GraphedStreamStep:
         self.qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.layers: list[torch.Tensor] = []
         self.depth = self.conf = self.camera_tokens = self.pose_list = self.raw_list = torch.empty(0)
+        self.descriptor = torch.empty(0)  # [B, C] float32, the place descriptors (graph 0)
         self.histories = histories
         capacity = histories[0].capacity
         self._slots = torch.arange(capacity + 1, device=device)
@@ -135,7 +135,7 @@ class GraphedStreamStep:
         keyframe: bool | Sequence[bool],
         depth: bool = True,
         histories: Sequence[CameraHistory] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """One streaming frame of each of the B streams through the aggregator and both heads.
 
         images `[B, 3, H, W]` in the aggregator dtype; `step` the open cache step of these frames (a
@@ -143,7 +143,8 @@ class GraphedStreamStep:
         temporal index; `keyframe` whether each stream's camera history keeps its frame (an int / a bool for
         B = 1); `depth` False skips the depth head (depth and conf None); `histories` the B streams' camera
         histories (default: the constructor's). Returns static (pose_enc_list `[B, iters, 9]`, raw_list
-        `[B, iters, 9]`, depth `[B, H, W]`, conf `[B, H, W]`) in the heads dtype: valid until the next `run`.
+        `[B, iters, 9]`, depth `[B, H, W]`, conf `[B, H, W]`) in the heads dtype and the place descriptors
+        `[B, C]` float32: valid until the next `run`.
         """
         hook = self.stage_hook
         indices = [first_index] if isinstance(first_index, int) else list(first_index)
@@ -179,8 +180,8 @@ class GraphedStreamStep:
         for history, camera_step in zip(histories, camera_steps, strict=True):
             history.end(camera_step)
         if not depth:
-            return self.pose_list, self.raw_list, None, None
-        return self.pose_list, self.raw_list, self.depth, self.conf
+            return self.pose_list, self.raw_list, None, None, self.descriptor
+        return self.pose_list, self.raw_list, self.depth, self.conf, self.descriptor
 
     def camera_graph(self, histories: Sequence[CameraHistory]) -> Callable[[], None]:
         """The camera head's replay over these B histories (captured on first use; the oldest set beyond
@@ -279,6 +280,7 @@ class GraphedStreamStep:
             self.image, self.frame_index, self.num_scale_frames, self._backbone_block
         )
         self._rotations = (rotation_2d, rotation_3d)
+        self.descriptor = place_descriptor(x[:, self.model.config.num_special_tokens :])
         self.layers = []
         self.qkv = []
         self._frame_then_heads(0, x)
@@ -360,32 +362,6 @@ def _set(static: torch.Tensor, values: list[int]) -> None:
         static.fill_(values[0])
     else:
         static.copy_(torch.tensor(values, dtype=static.dtype))
-
-
-# ---------------------------------------------------------------------------------------------- regions
-def _backbone_block(block: Block, x: torch.Tensor) -> torch.Tensor:
-    return block(x)
-
-
-def _frame_block(block: Block, x: torch.Tensor, rotation: Rotation2D) -> torch.Tensor:
-    return block(x, rotate=rotation.rotate)
-
-
-def _global_inputs(
-    block: Block, x: torch.Tensor, rotation: Rotation3D
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return to_cache_layout(*block.attention_inputs(x, rotate=rotation.rotate))
-
-
-def _global_finish(block: Block, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    return block.finish(x, attended)
-
-
-@functools.cache
-def _compiled_regions() -> tuple[Callable, ...]:
-    """The four block regions compiled once per process (blocks are inputs, so all layers share them)."""
-    regions = (_backbone_block, _frame_block, _global_inputs, _global_finish)
-    return tuple(torch.compile(fn, dynamic=False) for fn in regions)
 
 
 def default_compile_cache_dir() -> Path:

@@ -149,10 +149,14 @@ class LingBotMap(nn.Module):
             images = images.to(self.precision.aggregator_dtype)
             if graphed is not None:  # the graphs' outputs are overwritten next step: copy them
                 outputs = graphed.run(images, cache_step, first_index, keyframe, depth)
-                pose_list, raw_list, depth_map, conf = (None if t is None else t.clone() for t in outputs)
+                pose_list, raw_list, depth_map, conf, descriptor = (
+                    None if t is None else t.clone() for t in outputs
+                )
             else:
                 with self._autocast():
-                    layers = self.aggregator(images, cache_step, first_index, state.config.scale_frames)
+                    layers, descriptor = self.aggregator(
+                        images, cache_step, first_index, state.config.scale_frames
+                    )
         except BaseException:
             if keyframe:
                 state.reset()  # a keyframe interrupted mid-way leaves the pools partly written
@@ -176,6 +180,7 @@ class LingBotMap(nn.Module):
             depth=None if depth_map is None else depth_map.float(),
             depth_conf=None if conf is None else conf.float(),
             aggregated_tokens=layers if keep_tokens else None,
+            place_descriptor=descriptor,
         )
 
     def _graphed_step(

@@ -69,7 +69,9 @@ class StepOutput:
     pose_enc `[S, 9]` (translation, quaternion xyzw, fov_h, fov_w; camera-to-world), pose_enc_list
     `[S, iters, 9]` (after each camera refinement pass), pose_enc_raw_list `[S, iters, 9]` (before the output
     activation), depth `[S, H, W]`, depth_conf `[S, H, W]` (both None after `step(..., depth=False)`), and the
-    4 aggregator outputs `[S, P, 2C]` when `step(..., keep_tokens=True)` (else None).
+    4 aggregator outputs `[S, P, 2C]` when `step(..., keep_tokens=True)` (else None), and place_descriptor
+    `[S, C]`: each frame's DINOv2 patch tokens pooled into a unit vector (`aggregator.place_descriptor`; the
+    loop closer's place descriptor, pooled inside the step: no second encoder pass; None from a model double).
     """
 
     pose_enc: torch.Tensor
@@ -78,6 +80,7 @@ class StepOutput:
     depth: torch.Tensor | None
     depth_conf: torch.Tensor | None
     aggregated_tokens: list[torch.Tensor] | None = None
+    place_descriptor: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

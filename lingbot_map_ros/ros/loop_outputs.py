@@ -8,7 +8,8 @@ mode; ``odom -> base`` is untouched), the trajectory moved, the map cloud and gr
 `LoopOutputs` is its `CorrectionOutputs`: `~/path` held while the trajectory moves and sent again, the map
 thread's queue integrated before the rebuild, and `~/loop_closures` (visualization_msgs/MarkerArray,
 latched): a LINE_LIST of the loop edges between keyframe positions in the map frame. /diagnostics gets the
-closer's counters (`loop_closure.*`, outputs.py).
+closer's counters (`loop_closure.*`, outputs.py) and where its verification passes ran (`stats`: the
+inference thread's `GpuGaps`).
 
 No new TF edge: the corrected edges go through the same broadcaster and the node's one-parent check.
 """
@@ -27,6 +28,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from ..engine.camera_state import loop_closer
 from ..engine.correction import LoopCorrection
+from ..engine.gpu_gaps import GpuGaps
 from ..engine.lock_order import OrderedLock
 from .entities import NodeFacade
 from .output_config import MAP_QOS
@@ -49,14 +51,30 @@ class LoopOutputs:
         facade: creates the kept `~/loop_closures` publisher.
         outputs: the camera's outputs (path, map thread, map frame).
         topic_prefix: `~/` or `~/<camera>/`.
+        gaps: where the verification passes run (the inference thread's `GpuGaps`), for /diagnostics.
     """
 
-    def __init__(self, facade: NodeFacade, outputs: MappingOutputs, topic_prefix: str) -> None:
+    def __init__(
+        self, facade: NodeFacade, outputs: MappingOutputs, topic_prefix: str, gaps: GpuGaps | None = None
+    ) -> None:
         self._outputs = outputs
+        self._gaps = gaps
         self._markers = facade.create_publisher(MarkerArray, topic_prefix + "loop_closures", MAP_QOS)
 
     def moving_trajectory(self) -> OrderedLock:
         return self._outputs.path.send_lock
+
+    def stats(self) -> dict[str, object]:
+        """/diagnostics: where the verification passes ran (`loop_closure.gap_tasks`, `.gap_seconds`,
+        `.gap_pending`: the inference thread's `GpuGaps`, engine/gpu_gaps.py); {} without gaps."""
+        gaps = self._gaps
+        if gaps is None:
+            return {}
+        return {
+            "loop_closure.gap_tasks": gaps.tasks_run,
+            "loop_closure.gap_seconds": round(gaps.task_seconds, 3),
+            "loop_closure.gap_pending": gaps.pending(),
+        }
 
     def trajectory_moved(self) -> None:
         outputs = self._outputs
@@ -104,13 +122,17 @@ def attach_loop_closure(
     outputs: MappingOutputs, facade: NodeFacade, params: NodeParams, pipeline: Pipeline | None, prefix: str
 ) -> None:
     """Activate: close a camera's loops (once per configure; not when `loop_closure.enabled` is false).
-    Descriptors from the model's encoder tokens unless the pipeline brings its own
-    (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model."""
+    Descriptors pooled by the live step (`FrameResult.place_descriptor`), else from the model's encoder
+    tokens or the pipeline's own (`Pipeline.loop_descriptor`, a test's oracle); verification through the
+    pipeline's model, its passes run by the inference thread between live steps (`Pipeline.gaps`,
+    engine/gpu_gaps.py)."""
     if outputs.loop is not None or pipeline is None or not params.loop_closure_enabled:
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
-    closer = loop_closer(config, params.model_image_width, pipeline.model, pipeline.loop_descriptor)
-    outputs.loop = LoopOutputs(facade, outputs, prefix)
+    closer = loop_closer(
+        config, params.model_image_width, pipeline.model, pipeline.loop_descriptor, run=pipeline.gaps.call
+    )
+    outputs.loop = LoopOutputs(facade, outputs, prefix, pipeline.gaps)
     outputs.state.outputs = outputs.loop
     outputs.state.attach_loop(closer, threaded=True)
 

@@ -346,6 +346,8 @@ class MappingOutputs:
         out.update(stats)
         out.update(self.map.stats())
         out.update({f"loop_closure.{k}": round(v, 3) for k, v in self.state.loop_stats().items()})
+        if self.loop is not None:  # where the verification passes ran (loop_outputs.py)
+            out.update(self.loop.stats())
         return out
 
     def clear(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ import torch
 
 from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
 from ..engine.config import SessionConfig
+from ..engine.gpu_gaps import GpuGaps
 from ..engine.stream.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.stream.session import StreamingModel
 from .params import NodeParams, owner_values, param_reader, parse_image_size
@@ -42,6 +43,9 @@ class Pipeline:
     #: Loop closure's place descriptor of a network image [h, w, 3] uint8 (None: the model's encoder
     #: tokens, engine/loop/descriptor.py); a test's oracle brings its own.
     loop_descriptor: Callable[[np.ndarray], np.ndarray] | None = None
+    #: GPU work of other threads (the loop closer's verification passes) that the inference thread runs
+    #: between live steps within a time budget (engine/gpu_gaps.py; attached by the node's `NodeRounds`).
+    gaps: GpuGaps = field(default_factory=GpuGaps)
 
     def release(self) -> None:
         """Drop the model and the cameras' sessions, return cached GPU memory and restore the process-wide

@@ -61,6 +61,7 @@ class NodeRounds:
             self._on_inference_error,
             max_wait_s=max_wait_ms / 1e3,
             on_idle=self._flush,
+            gaps=configured.gaps,
         )
 
     def submit(self, name: str, frame: InputFrame) -> bool:

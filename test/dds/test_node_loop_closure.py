@@ -144,9 +144,9 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
     truth, drifted = np.vstack([truth, truth[-1:]]), np.vstack([drifted, drifted[-1:]])
     offset = np.array([np.linalg.norm(edges[i] - drifted[i]) for i in range(n + 1)])  # correction applied
     assert offset[:5].max() < 1e-3, offset  # before any loop: the stream's own poses
-    # the jump of the loops processed after frame n-1 went out (the last loop's: ~0.065 in the engine; with
-    # issue 30's gate and stream sigmas earlier loops correct more and the last ones less than before, 0.076)
-    assert offset[n] - offset[n - 1] > 0.02, offset
+    # the corrections arrive as jumps between consecutive frames (which ones depends on when the closer's
+    # passes ran: since issue 31 on the inference thread between live steps, it may catch up before frame n)
+    assert np.diff(offset).max() > 0.05, offset
     error = np.linalg.norm(np.stack([edges[i] for i in range(n + 1)]) - truth, axis=1)
     drift_error = np.linalg.norm(drifted - truth, axis=1)
     assert error[n] < 0.35 * drift_error[n], (error, drift_error)
@@ -175,6 +175,8 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
         and stats["loop_closure.candidates"] >= stats["loop_closure.verified"]
     )
     assert stats["loop_closure.last_optimize_ms"] > 0 and "loop_closure.last_correction_m" in stats
+    # issue 31: every verification pass ran on the inference thread between live steps (engine/gpu_gaps.py)
+    assert 1 <= stats["loop_closure.gap_tasks"] <= stats["loop_closure.candidates"], stats
     tracks = {"truth": truth, "stream": drifted, "tf": np.stack([edges[i] for i in range(n)]), "path": xyz}
     run = {"stats": stats, "path_rms": path_rms, "drift_rms": drift_rms, "edges": ends.tolist()}
     run.update({name: track.tolist() for name, track in tracks.items()})

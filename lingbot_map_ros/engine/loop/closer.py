@@ -274,7 +274,7 @@ class LoopCloser:
             pose=compose(self.correction, stream_pose),
             points=cam_xyz.astype(np.float32),
             colors=result.rgb.reshape(-1, 3).take(flat, axis=0),
-            descriptor=self.describe(image),
+            descriptor=self.describe(image) if result.place_descriptor is None else result.place_descriptor,
             image=image,
             depth=network(result.depth),
             conf=network(result.depth_conf),

@@ -1,8 +1,11 @@
 """Place recognition: a global descriptor pooled from the model's own tokens, searched over keyframes.
 
-`ModelDescriptor` runs only the model's DINOv2 encoder (`aggregator.backbone_tokens`, no KV cache, no second
-network; as SwiftVGGT pools VGGT's encoder tokens) on a keyframe's network image and pools its patch tokens:
-each token L2-normalised, then averaged and L2-normalised ([C] float32, C = 1024 for the released model).
+The descriptor is the model's DINOv2 patch tokens of a keyframe's network image (as SwiftVGGT pools VGGT's
+encoder tokens), each token L2-normalised, then averaged and L2-normalised ([C] float32, C = 1024 for the
+released model; `model.aggregator.place_descriptor`). The live step pools it on the GPU from the tokens it
+computes anyway (`StepOutput.place_descriptor` -> `FrameResult.place_descriptor`), so the closer takes it from
+the keyframe's result: no second encoder pass (issue 31). `ModelDescriptor` is the same function as a second
+pass (the encoder alone, no KV cache): the closer's fallback for a result without one (a model double's).
 `DescriptorIndex` holds one row per keyframe and returns the top-k cosine similarities outside a
 recent-keyframe exclusion window (numpy).
 """
@@ -15,6 +18,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from lingbot_map_ros.model.aggregator import place_descriptor
+
 from ..contracts import StreamingModel
 
 
@@ -24,8 +29,8 @@ class Describe(Protocol):
 
 
 class ModelDescriptor:
-    """Descriptor from the model's encoder tokens (module doc). Runs on the model's device, under
-    `torch.inference_mode`; touches no stream state."""
+    """Descriptor from a second pass of the model's encoder (module doc). Runs on the model's device, under
+    `torch.inference_mode` and the model's autocast (as the live step); touches no stream state."""
 
     def __init__(self, model: StreamingModel) -> None:
         self.model = model
@@ -33,12 +38,11 @@ class ModelDescriptor:
     def __call__(self, image_net: np.ndarray) -> np.ndarray:
         model = self.model
         dtype = model.precision.aggregator_dtype  # type: ignore[attr-defined]
-        with torch.inference_mode():
+        with torch.inference_mode(), model._autocast():  # type: ignore[attr-defined]
             images = torch.from_numpy(np.ascontiguousarray(image_net)).to(model.device)
             images = images.permute(2, 0, 1)[None].to(torch.float32).div_(255.0).to(dtype)
-            tokens = model.aggregator.backbone_tokens(images)[0].float()  # type: ignore[attr-defined]
-            pooled = torch.nn.functional.normalize(tokens, dim=-1).mean(dim=0)
-            return torch.nn.functional.normalize(pooled, dim=0).cpu().numpy().astype(np.float32)
+            tokens = model.aggregator.backbone_tokens(images)  # type: ignore[attr-defined]
+            return place_descriptor(tokens)[0].cpu().numpy().astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ the Sim(3) ``a⁻¹ ∘ b`` in the keyframes' local units: rotation of T_ab, tra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from lingbot_map_ros.model import StreamConfig
 
 from ..contracts import StreamingModel
 from ..geometry import Sim3
+from ..gpu_gaps import GpuGapsDetached
 from ..stream.decode import fov_to_intrinsics, pose_encoding_to_c2w
 from .keyframes import Keyframe
 
@@ -59,18 +61,35 @@ class Verification:
     spread: float
 
 
-class PairVerifier:
-    """Two-frame passes through `model` in one scratch stream (module doc)."""
+PassResult = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-    def __init__(self, model: StreamingModel, config: VerifyConfig | None = None) -> None:
+
+class PairVerifier:
+    """Two-frame passes through `model` in one scratch stream (module doc).
+
+    ``run(task)`` runs a pair pass (a callable returning its host arrays) and returns its result: by default
+    on the calling thread; the node passes `GpuGaps.call` (engine/gpu_gaps.py), so the pass runs on the
+    inference thread between live steps, never beside one."""
+
+    def __init__(
+        self,
+        model: StreamingModel,
+        config: VerifyConfig | None = None,
+        run: Callable[[Callable[[], PassResult]], PassResult] | None = None,
+    ) -> None:
         self.model = model
         self.config = config or VerifyConfig()
+        self.run = run or (lambda task: task())
         self._state = None
 
     def __call__(self, a: Keyframe, b: Keyframe) -> Verification:
         if a.image is None or b.image is None or a.image.shape != b.image.shape:
             return Verification(a.key, b.key, False, "no image to verify with", None, 0.0, 0.0, 0.0)
-        pose_enc, depth, conf = self._pair_pass(a.image, b.image)
+        image_a, image_b = a.image, b.image
+        try:
+            pose_enc, depth, conf = self.run(lambda: self._pair_pass(image_a, image_b))
+        except GpuGapsDetached:  # the node deactivated with the pass queued: not verified, not an error
+            return Verification(a.key, b.key, False, "inference thread stopped", None, 0.0, 0.0, 0.0)
         stride = a.depth_stride
         depth, conf = depth[:, ::stride, ::stride], conf[:, ::stride, ::stride]
         c2w = pose_encoding_to_c2w(pose_enc)
@@ -93,9 +112,7 @@ class PairVerifier:
             return Verification(a.key, b.key, True, "accepted", relative, overlap, confidence, spread)
         return Verification(a.key, b.key, False, reason, None, overlap, confidence, spread)
 
-    def _pair_pass(
-        self, image_a: np.ndarray, image_b: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pair_pass(self, image_a: np.ndarray, image_b: np.ndarray) -> PassResult:
         """pose_enc [2, 9], depth [2, h, w], conf [2, h, w] (numpy) of the two-frame anchor step."""
         model = self.model
         if self._state is None:

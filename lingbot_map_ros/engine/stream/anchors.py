@@ -114,7 +114,7 @@ class StreamAnchors:
             else f"after {self.config.max_stored_frames} stored frames"
         )
         steps.state.reset()
-        pose_enc, depth, conf = steps.step([r.image_net for r in records], keyframe=True)
+        pose_enc, depth, conf, _ = steps.step([r.image_net for r in records], keyframe=True)
         align = estimate_alignment(
             records, pose_encoding_to_c2w(pose_enc), depth, conf, self.config.realign_conf_threshold
         )

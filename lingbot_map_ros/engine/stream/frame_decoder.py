@@ -46,16 +46,21 @@ class FrameDecoder:
             rgbs: S [H, W, 3] uint8 original images; ``metas`` their pass-through metas.
             images_net: S [h, w, 3] uint8 network inputs (kept with a keyframe for a re-anchor).
             outputs: the step's pose_enc [S, 9], depth and depth_conf [S, h, w] float32 (network grid; both
-                None for a step without the depth head).
+                None for a step without the depth head) and place descriptors [S, C] (None: none).
             keyframe, phase: the step's keyframe flag and phase (`PHASE_ANCHOR` / `PHASE_STREAMING`).
         """
-        pose_encs, depths, confs = outputs
+        pose_encs, depths, confs, descriptors = outputs
         if depths is None:  # a step without the depth head (engine/stream/depth_schedule.py)
             depths = confs = [None] * len(pose_encs)
-        return [
+        if descriptors is None:
+            descriptors = [None] * len(pose_encs)
+        results = [
             self._decode(*frame, keyframe, phase)
             for frame in zip(rgbs, metas, images_net, pose_encs, depths, confs, strict=True)
         ]
+        for result, descriptor in zip(results, descriptors, strict=True):
+            result.place_descriptor = descriptor
+        return results
 
     def _decode(
         self,

@@ -3,7 +3,9 @@
 The uint8 network images travel to the device (pinned and asynchronous on CUDA) and are converted there; the
 step's pose encodings, depth and confidence come back through pinned host memory with asynchronous copies, so
 a step can be launched (`launch`) and its outputs collected later (`collect`): one synchronisation instead of
-one blocking copy each. Collected outputs are checked finite (`NonFiniteOutputError`).
+one blocking copy each. Collected outputs are checked finite (`NonFiniteOutputError`). The frames' place
+descriptors (`StepOutput.place_descriptor`, [S, C], pooled on the GPU inside the step) come back the same way:
+the loop closer gets them on the CPU with the results, no second encoder pass.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ class LaunchedStep:
     """A queued model step of S frames: its outputs on the way to the host.
 
     Attributes:
-        outputs: pose_enc [S, 9], depth [S, h, w], depth_conf [S, h, w] float32 tensors (on CUDA: pinned host
-            buffers that the copies queued behind the step fill); depth and depth_conf None for a step
-            without the depth head.
+        outputs: pose_enc [S, 9], depth [S, h, w], depth_conf [S, h, w], place descriptor [S, C] float32
+            tensors (on CUDA: pinned host buffers that the copies queued behind the step fill); depth and
+            depth_conf None for a step without the depth head, the descriptor None from a model double.
         done: CUDA event recorded after those copies; None off CUDA (the outputs are ready).
     """
 
-    outputs: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+    outputs: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
     done: torch.cuda.Event | None = None
 
 
@@ -58,8 +60,9 @@ class ModelSteps:
         return images.to(self.dtype)
 
     def step(self, images_net: list[np.ndarray], keyframe: bool, depth: bool = True) -> tuple:
-        """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w]) float32 numpy
-        (depth and conf None when ``depth`` is False: the depth head did not run)."""
+        """Run ``model.step``; return (pose_enc [S, 9], depth [S, h, w], conf [S, h, w], descriptor [S, C])
+        float32 numpy (depth and conf None when ``depth`` is False: the depth head did not run; the
+        descriptor None when the model returns none)."""
         return self.collect(self.launch(images_net, keyframe, depth))
 
     def launch(self, images_net: list[np.ndarray], keyframe: bool, depth: bool = True) -> LaunchedStep:
@@ -75,10 +78,13 @@ class ModelSteps:
             return self.to_host(self.model.step(images, self.state, keyframe=keyframe, depth=False))
 
     def to_host(self, out: object) -> LaunchedStep:
-        """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf to the host (see `launch`)."""
+        """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf and place descriptor to the host
+        (see `launch`)."""
+        descriptor = getattr(out, "place_descriptor", None)  # a model double may have none
         with torch.inference_mode():
             outputs = tuple(
-                None if t is None else t.detach().float() for t in (out.pose_enc, out.depth, out.depth_conf)
+                None if t is None else t.detach().float()
+                for t in (out.pose_enc, out.depth, out.depth_conf, descriptor)
             )
             if self.device.type != "cuda":
                 return LaunchedStep(outputs)
@@ -93,7 +99,8 @@ class ModelSteps:
             return LaunchedStep(hosts, done)
 
     def collect(self, launched: LaunchedStep) -> tuple[np.ndarray, ...]:
-        """Wait for a launched step's outputs; (pose_enc, depth, conf) float32 numpy, checked finite.
+        """Wait for a launched step's outputs; (pose_enc, depth, conf, descriptor) float32 numpy, the first
+        three checked finite (a non-finite descriptor is dropped: None).
 
         Raises:
             NonFiniteOutputError: NaN or inf in any of them.
@@ -101,9 +108,11 @@ class ModelSteps:
         if launched.done is not None:
             launched.done.synchronize()
         arrays = tuple(None if t is None else t.numpy() for t in launched.outputs)
+        if arrays[3] is not None and not np.isfinite(arrays[3]).all():
+            arrays = (*arrays[:3], None)
         bad = [
             name
-            for name, a in zip(("pose", "depth", "depth_conf"), arrays, strict=True)
+            for name, a in zip(("pose", "depth", "depth_conf"), arrays[:3], strict=True)
             if a is not None and not np.isfinite(a).all()
         ]
         if bad:
