@@ -36,6 +36,7 @@ from .lock_order import OrderedLock
 from .loop import LoopCloser, LoopClosureConfig, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from .loop.descriptor import Describe
 from .loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
+from .loop.similarity import compose, from_pose, inverse
 from .mapping.map_side import MapSide
 from .mapping.mapper import MapperConfig
 from .result import FrameResult
@@ -139,18 +140,33 @@ class CameraState:
         with self.health.lock:
             return self.health.report()
 
-    def hint(self, camera_in_map: np.ndarray, radius: float, place_after: int) -> bool:
-        """A pose hint (`/initialpose`): the camera pose [4, 4] in the map narrows the relocalisation search
-        (`LostAndFound.place_hint`), on the closer's thread after what is queued. False without
-        relocalisation (health or loop closure off)."""
-        lost_and_found = self.lost_and_found
-        if lost_and_found is None:
+    def hint(self, body_in_map: np.ndarray, radius_m: float, place_after: int) -> bool:
+        """A pose hint (`/initialpose`): the odometry body's pose [4, 4] T_map_body in metres (the camera in
+        `map_to_camera`) narrows the relocalisation search to `radius_m` around it, and after `place_after`
+        searched frames without a verified match places the camera there (`Relocaliser.hint`; on the
+        closer's thread after what is queued). False without relocalisation (health or loop closure off) or
+        before the stream's first frame (no frame chain to take the pose into the keyframe map)."""
+        lost_and_found, chain, last = self.lost_and_found, self.mapper.chain, self.mapper.last_poses
+        if lost_and_found is None or chain is None or last is None:
             return False
+        body, camera = last
+        map_camera = np.asarray(body_in_map, np.float64) @ np.linalg.inv(body) @ camera
+        g = chain.sim3()
+        hinted = compose(inverse(g), from_pose(map_camera))  # the keyframe map's units (model world)
+        radius = radius_m / g.scale
+        relocaliser = lost_and_found.relocaliser
         if self._worker is not None:
-            self._worker.call(lambda: lost_and_found.place_hint(camera_in_map, radius, place_after))
+            self._worker.call(lambda: relocaliser.hint(hinted, radius, place_after))
         else:
-            lost_and_found.place_hint(camera_in_map, radius, place_after)
+            relocaliser.hint(hinted, radius, place_after)
         return True
+
+    def set_mapping(self, mapping: bool) -> None:
+        """Mapping (true) or localization mode (`mapping.enabled`): the map and, with health, the keyframe
+        map are extended or not."""
+        self.mapper.mapping_enabled = mapping
+        if self.health is not None:
+            self.health.mapping = mapping
 
     def posed(
         self, result: FrameResult, tracked: TrackedFrame, stamp_s: float, odometry: np.ndarray | None = None
