@@ -137,6 +137,7 @@ class TrackingHealth:
         self.state = TrackingState.LOST if lost else TrackingState.TRACKING
         self._bad = 0
         self._good = 0
+        self._reasons: tuple[str, ...] = ()
         self._previous: np.ndarray | None = None
         self._running = _Running()
         self._measured: tuple[float | None, float] = (None, 0.0)
@@ -169,6 +170,7 @@ class TrackingHealth:
             self.state = TrackingState.TRACKING
         if not bad and self.state is TrackingState.TRACKING:
             self._learn()
+        self._reasons = reasons
         return self._report(reasons)
 
     def assess(
@@ -190,11 +192,12 @@ class TrackingHealth:
         """A verified match ended a loss (the current frame): `relocalised`, maps again."""
         self.state = TrackingState.RELOCALISED
         self._bad = 0
-        return self._report(("verified match",))
+        self._reasons = ("verified match",)
+        return self._report(self._reasons)
 
     def report(self) -> HealthReport:
-        """The current state as a report (no new frame)."""
-        return self._report(())
+        """The current state as a report (no new frame), with the last frame's reasons."""
+        return self._report(self._reasons)
 
     # ------------------------------------------------------------------------------------------------
     def _report(self, reasons: tuple[str, ...]) -> HealthReport:
