@@ -5,6 +5,7 @@ closer, and when it sees a mapped place again it relocalises through the one cor
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.health import HealthConfig, TrackingState
@@ -16,12 +17,14 @@ from lingbot_map_ros.tools.reloc_oracle import kidnap_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
 
-def test_a_covered_camera_adds_no_points_inflates_its_covariance_and_relocalises() -> None:
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "closer-thread"])
+def test_a_covered_camera_adds_no_points_inflates_its_covariance_and_relocalises(threaded: bool) -> None:
+    """Inline (tools/) and with the search on the loop closer's thread (the node), waited for per frame."""
     scene = LoopScene.render(SceneConfig(112, 84, 50, seed=9, supersample=1), 1.25)
     session, oracle = kidnap_session(scene, DriftConfig(), frames=80)
     state = CameraState(MapperConfig(scale=ScaleConfig("none")), health=HealthConfig())
     closer = LoopCloser(LoopClosureConfig(min_similarity=0.5), 112, image_descriptor, PairVerifier(oracle))
-    state.attach_loop(closer, threaded=False)
+    state.attach_loop(closer, threaded=threaded)
     black = np.zeros_like(oracle.images[0])
 
     def push(image: np.ndarray, i: int) -> list[tuple[TrackingState, float, int]]:
@@ -30,6 +33,7 @@ def test_a_covered_camera_adds_no_points_inflates_its_covariance_and_relocalises
             tracked = state.track(result, "", float(i))
             state.map_side.integrate(tracked.work)
             state.posed(result, tracked, float(i))
+            state.join_loop(30.0)  # threaded: the closer's side of this frame is done (at once inline)
             assert tracked.health is not None
             seen.append(
                 (tracked.health.report.state, float(tracked.frame.pose_covariance[0, 0]), len(closer.map))
