@@ -10,6 +10,14 @@ forced pass (`optimize`), is applied by `apply_correction` (engine/correction.py
 for the following frames, the trajectory moved (`Mapper.correct`), the `map -> odom` estimate jumped, the map
 rebuilt from the keyframes; its `CorrectionOutputs` (the node's publishers; none in tools/) hold the
 trajectory while it moves and publish what changed.
+
+Tracking health (docs/robot.md "Tracking state"; with `health` given): `track` judges every frame
+(`TrackingHealth.assess`, cheap, on the pose path): while degraded or lost the frame's pose and twist
+covariances are multiplied by the report's `inflation` at once, and a frame whose report does not `map` is
+not integrated into the map (its `MapWork.mapping_enabled` is off) nor given to the loop closer. With loop
+closure, `posed` hands the verdict to the closer's side (`LostAndFound.follow`, engine/loop/relocalise.py,
+on the closer's thread or inline): a lost frame is searched against the keyframe map, and a relocalisation
+is applied by `apply_correction` like a loop (`map -> odom` / `map -> camera` jump).
 """
 
 from __future__ import annotations
@@ -23,9 +31,12 @@ import numpy as np
 
 from .correction import Corrections, LoopCorrection, plan_correction
 from .geometry import Sim3
+from .health import HealthConfig, HealthReport, TrackingHealth, Verdict
 from .lock_order import OrderedLock
 from .loop import LoopCloser, LoopClosureConfig, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
 from .loop.descriptor import Describe
+from .loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
+from .loop.similarity import compose, from_pose, inverse
 from .loop.verify import PassResult
 from .mapping.map_side import MapSide
 from .mapping.mapper import MapperConfig
@@ -67,7 +78,9 @@ class NoOutputs:
 
 
 class CameraState:
-    """One camera's engine (module doc). The tracker's arguments are `CameraTracker`'s (engine/tracker.py)."""
+    """One camera's engine (module doc). The tracker's arguments are `CameraTracker`'s (engine/tracker.py);
+    `health`: judge each frame's tracking (None: off), `mapping` false: localization mode (a loaded map is
+    never extended; a relocalisation only moves the correction)."""
 
     def __init__(
         self,
@@ -78,6 +91,8 @@ class CameraState:
         depth: DepthSource | None = None,
         robot_map: Callable[[], np.ndarray | None] | None = None,
         on_notice: Notice | None = None,
+        health: HealthConfig | None = None,
+        mapping: bool = True,
     ) -> None:
         self.tracker = CameraTracker(
             mapper_config,
@@ -91,6 +106,8 @@ class CameraState:
         self.mapper = self.tracker.mapper
         self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
         self.outputs: CorrectionOutputs = NoOutputs()
+        self.health = TrackingHealth(health, mapping) if health is not None else None
+        self.lost_and_found: LostAndFound | None = None  # health and relocalisation, with loop closure
         self.closer: LoopCloser | None = None
         self._worker: LoopClosureWorker | None = None
         self._applied = Corrections()
@@ -99,8 +116,58 @@ class CameraState:
 
     # ------------------------------------------------------------------------------------------ frames
     def track(self, result: FrameResult, camera: str, stamp_s: float) -> TrackedFrame:
-        """`CameraTracker.track`: the pose side of one frame. Raises `TransformUnavailable`."""
-        return self.tracker.track(result, camera, stamp_s)
+        """`CameraTracker.track`: the pose side of one frame, judged by the tracking health when on (module
+        doc: covariances inflated, the map work off for a frame that does not map). Raises
+        `TransformUnavailable`."""
+        tracked = self.tracker.track(result, camera, stamp_s)
+        if self.health is None:
+            return tracked
+        if tracked.frame.new_epoch:
+            with self.health.lock:
+                self.health.reset()
+        verdict = self.health.assess(result)
+        report = verdict.report
+        if report.inflation != 1.0:
+            frame = tracked.frame
+            frame.pose_covariance = frame.pose_covariance * report.inflation
+            frame.twist_covariance = frame.twist_covariance * report.inflation
+        work = tracked.work if report.maps else replace(tracked.work, mapping_enabled=False)
+        return replace(tracked, work=work, health=verdict)
+
+    def tracking_report(self) -> HealthReport | None:
+        """The camera's tracking state now (None with health off): `~/tracking_state`."""
+        if self.health is None:
+            return None
+        with self.health.lock:
+            return self.health.report()
+
+    def hint(self, body_in_map: np.ndarray, radius_m: float, place_after: int) -> bool:
+        """A pose hint (`/initialpose`): the odometry body's pose [4, 4] T_map_body in metres (the camera in
+        `map_to_camera`) narrows the relocalisation search to `radius_m` around it, and after `place_after`
+        searched frames without a verified match places the camera there (`Relocaliser.hint`; on the
+        closer's thread after what is queued). False without relocalisation (health or loop closure off) or
+        before the stream's first frame (no frame chain to take the pose into the keyframe map)."""
+        lost_and_found, chain, last = self.lost_and_found, self.mapper.chain, self.mapper.last_poses
+        if lost_and_found is None or chain is None or last is None:
+            return False
+        body, camera = last
+        map_camera = np.asarray(body_in_map, np.float64) @ np.linalg.inv(body) @ camera
+        g = chain.sim3()
+        hinted = compose(inverse(g), from_pose(map_camera))  # the keyframe map's units (model world)
+        radius = radius_m / g.scale
+        relocaliser = lost_and_found.relocaliser
+        if self._worker is not None:
+            self._worker.call(lambda: relocaliser.hint(hinted, radius, place_after))
+        else:
+            relocaliser.hint(hinted, radius, place_after)
+        return True
+
+    def set_mapping(self, mapping: bool) -> None:
+        """Mapping (true) or localization mode (`mapping.enabled`): the map and, with health, the keyframe
+        map are extended or not."""
+        self.mapper.mapping_enabled = mapping
+        if self.health is not None:
+            self.health.mapping = mapping
 
     def posed(
         self, result: FrameResult, tracked: TrackedFrame, stamp_s: float, odometry: np.ndarray | None = None
@@ -114,11 +181,17 @@ class CameraState:
             return None
         if tracked.frame.new_epoch:
             self.clear_loop()
-        if not result.is_keyframe:
+        verdict = tracked.health
+        if self.lost_and_found is not None and verdict is not None:
+            if not (result.is_keyframe or verdict.search or verdict.lost_started or verdict.new_segment):
+                return None
+        elif not result.is_keyframe:
             return None
         frame = tracked.frame
         if odometry is None and frame.map_odom is not None:
             odometry = np.linalg.inv(frame.map_odom) @ frame.body_pose
+        if self.lost_and_found is not None and verdict is not None:
+            return self._follow(result, stamp_s, verdict, odometry)
         if self._worker is not None:
             self._worker.submit(result, stamp_s, odometry)  # a queue put: never blocks
             return None
@@ -126,10 +199,15 @@ class CameraState:
         return self.apply_correction() if event is not None else None
 
     # ------------------------------------------------------------------------------------------ loop closure
-    def attach_loop(self, closer: LoopCloser, threaded: bool) -> None:
-        """Close this camera's loops with `closer`: on its own thread (`threaded`, the node) or inline."""
+    def attach_loop(
+        self, closer: LoopCloser, threaded: bool, relocalise: RelocaliseConfig | None = None
+    ) -> None:
+        """Close this camera's loops with `closer`: on its own thread (`threaded`, the node) or inline; with
+        health on, a lost camera relocalises against its keyframe map (`relocalise`: None, the defaults)."""
         self.closer = closer
         self._worker = LoopClosureWorker(closer, self._on_event) if threaded else None
+        if self.health is not None:
+            self.lost_and_found = LostAndFound(self.health, Relocaliser(closer, relocalise))
 
     def apply_correction(self) -> LoopCorrection | None:
         """THE correction rule (module doc; engine/correction.py): the closer's keyframe poses now applied to
@@ -247,6 +325,27 @@ class CameraState:
     # ------------------------------------------------------------------------------------------------
     def _on_event(self, event: LoopEvent) -> None:
         self.apply_correction()
+
+    def _follow(
+        self, result: FrameResult, stamp_s: float, verdict: Verdict, odometry: np.ndarray | None
+    ) -> LoopCorrection | None:
+        """The closer's side of a judged frame (`LostAndFound.follow`): on the closer's thread (None), or
+        inline (the correction a loop or a relocalisation caused, applied)."""
+        lost_and_found = self.lost_and_found
+        if lost_and_found is None:
+            return None
+
+        def follow() -> bool:
+            found = lost_and_found.follow(result, stamp_s, verdict, result.is_keyframe, odometry)
+            return found is not None or lost_and_found.event is not None
+
+        if self._worker is not None:
+            self._worker.call(follow, lambda changed: self._apply_if(bool(changed)))
+            return None
+        return self._apply_if(follow())
+
+    def _apply_if(self, changed: bool) -> LoopCorrection | None:
+        return self.apply_correction() if changed else None
 
     def _rebuild_map(self, plan: LoopCorrection) -> bool:
         """Map cloud and grid from the keyframes at their optimised poses (after the queued map works)."""

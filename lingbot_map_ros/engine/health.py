@@ -23,6 +23,7 @@ good frames in a row (the stream then starts a new, unconnected segment of the m
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -83,6 +84,19 @@ class HealthReport:
     bad_run: int
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One frame's health as the pose path saw it (`TrackingHealth.assess`) and what the loop closer's side
+    does with it (engine/loop/relocalise.py `LostAndFound.follow`): `lost_started` (a new loss: forget partial
+    agreements), `search` (a lost frame that is itself good: match it against the map), `new_segment` (a
+    loss ended without a match, in mapping mode: the stream starts an unconnected segment)."""
+
+    report: HealthReport
+    lost_started: bool
+    search: bool
+    new_segment: bool
+
+
 @dataclass
 class _Running:
     confidence: float | None = None
@@ -114,6 +128,7 @@ class TrackingHealth:
     def __init__(self, config: HealthConfig | None = None, mapping: bool = True) -> None:
         self.config = config or HealthConfig()
         self.mapping = mapping
+        self.lock = threading.Lock()  # a leaf: the pose path's `assess` against the closer's `relocalised`
         self.reset()
 
     def reset(self, lost: bool = False) -> None:
@@ -122,6 +137,7 @@ class TrackingHealth:
         self.state = TrackingState.LOST if lost else TrackingState.TRACKING
         self._bad = 0
         self._good = 0
+        self._reasons: tuple[str, ...] = ()
         self._previous: np.ndarray | None = None
         self._running = _Running()
         self._measured: tuple[float | None, float] = (None, 0.0)
@@ -154,17 +170,34 @@ class TrackingHealth:
             self.state = TrackingState.TRACKING
         if not bad and self.state is TrackingState.TRACKING:
             self._learn()
+        self._reasons = reasons
         return self._report(reasons)
+
+    def assess(
+        self, result: FrameResult, odometry_step_m: float | None = None, stream_step_m: float | None = None
+    ) -> Verdict:
+        """`observe` under `lock`, with what the closer's side needs to know (`Verdict`)."""
+        with self.lock:
+            was_lost = self.lost
+            report = self.observe(result, odometry_step_m, stream_step_m)
+            lost = self.lost
+        return Verdict(
+            report,
+            lost_started=lost and not was_lost,
+            search=lost and not report.reasons,  # a frame that is itself bad cannot be matched
+            new_segment=was_lost and report.state is TrackingState.TRACKING,
+        )
 
     def relocalised(self) -> HealthReport:
         """A verified match ended a loss (the current frame): `relocalised`, maps again."""
         self.state = TrackingState.RELOCALISED
         self._bad = 0
-        return self._report(("verified match",))
+        self._reasons = ("verified match",)
+        return self._report(self._reasons)
 
     def report(self) -> HealthReport:
-        """The current state as a report (no new frame)."""
-        return self._report(())
+        """The current state as a report (no new frame), with the last frame's reasons."""
+        return self._report(self._reasons)
 
     # ------------------------------------------------------------------------------------------------
     def _report(self, reasons: tuple[str, ...]) -> HealthReport:

@@ -33,6 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .health import Verdict
 from .lock_order import OrderedLock
 from .mapping.frames import TfMode
 from .mapping.mapper import Mapper, MapperConfig, MapWork, PosedFrame, RobotSample
@@ -62,6 +63,7 @@ class TrackedFrame:
         root: the child of a `map_to_camera` edge: the camera, or the root of its subtree (a URDF gap).
         root_cam: T_root_cam [4, 4] when `root` is not the camera, else None.
         first_map_odom: the stream's first `map -> odom` (published at the image stamp too).
+        health: the frame's tracking health (`CameraState` with health on; engine/health.py), else None.
     """
 
     frame: PosedFrame
@@ -69,6 +71,7 @@ class TrackedFrame:
     root: str
     root_cam: np.ndarray | None
     first_map_odom: bool
+    health: Verdict | None = None
 
 
 class CameraTracker:

@@ -9,11 +9,8 @@ releases the model (and the GPU). No callback raises: failures are counted and l
 converts and enqueues (intake.py) and never blocks; the inference thread runs one round over the cameras that
 have a frame (ONE engine call, `CameraPipeline.step`); the engine's pose stage tracks each result and hands it
 back to its camera once, which publishes it, in input order with the input stamps. `~/reset` and live
-`kv_cache.sliding_window` take the cameras' session locks; results of steps from before a reset are not
-published.
-
-Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` or
-`python -m lingbot_map_ros.ros.node --ros-args ...`.
+`kv_cache.sliding_window` take the cameras' session locks; results of steps from before a reset are dropped.
+Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` (or `python -m`).
 """
 
 from __future__ import annotations
@@ -53,6 +50,7 @@ from .shutdown import run_node
 from .streams import CameraFrames
 from .tf_listener import TfLookup
 from .timers import MapOutput, NodeTimers
+from .tracking_outputs import TrackingOutputs
 
 NODE_NAME = "lingbot_map"
 #: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
@@ -127,6 +125,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._triggers.create(self)
         create_optimize_service(self, self._service_group, self._loops, self._causes.callback_failed)
         create_reject_loop_service(self, self._service_group, self._loops, self._causes.callback_failed)
+        self._tracking = TrackingOutputs(self._facade, self._timer_group, self._camera_outputs, failed)
         self._diag_pub = self._kept.publisher(DiagnosticArray, "/diagnostics", 10)
         self._periodic = NodeTimers(
             self,

@@ -72,6 +72,7 @@ class NodeParams:
     session_load_path: str
     session_save_with_map: bool
     mapping_enabled: bool
+    tracking_health: bool
     max_input_pixels: int
     max_aspect_ratio: float
     stream_change_confirm_frames: int

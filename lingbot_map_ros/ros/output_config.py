@@ -102,6 +102,10 @@ class OutputConfig:
         return self.params.mapping_enabled
 
     @property
+    def tracking_health(self) -> bool:
+        return self.params.tracking_health
+
+    @property
     def path_max_length(self) -> int:
         return self.mapper.path_max_length
 

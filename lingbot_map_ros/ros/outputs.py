@@ -36,6 +36,7 @@ from std_msgs.msg import Header
 
 from ..engine import persistence
 from ..engine.camera_state import CameraState
+from ..engine.health import HealthConfig
 from ..engine.mapping.grid import write_nav2_map
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.mapping.voxel_map import write_ply, write_tum
@@ -116,6 +117,8 @@ class MappingOutputs:
             depth_input if config.scale.source == "depth" else None,
             robot_map,
             partial(log_notice, node.get_logger()),
+            HealthConfig() if config.tracking_health else None,
+            config.mapping_enabled,
         )
         self.tracker = self.state.tracker
         self.lock = self.tracker.lock  # the pose side: mapper pose state, path
@@ -134,7 +137,7 @@ class MappingOutputs:
         }
         self._pubs["map_cloud"] = node.create_publisher(PointCloud2, topic_prefix + "map_cloud", MAP_QOS)
         self._pubs["grid"] = node.create_publisher(OccupancyGrid, topic_prefix + "grid", MAP_QOS)
-        self.mapper.mapping_enabled = config.mapping_enabled
+        self.state.set_mapping(config.mapping_enabled)
         map_pubs = {name: self._pubs[name] for name in ("frame_cloud", "map_cloud", "grid")}
         self.map_side = self.state.map_side  # the map's one owner (engine/mapping/map_side.py)
         self.map = MapWorker(self.map_side, map_pubs, config.map_queue_size, on_map_error or (lambda e: None))
@@ -155,7 +158,7 @@ class MappingOutputs:
                 pixel_stride=config.map_stride,
             )
             self.mapper.config = replace(self.mapper.config, voxel=voxel)
-            self.mapper.mapping_enabled = config.mapping_enabled
+            self.state.set_mapping(config.mapping_enabled)
 
     @property
     def map_frame(self) -> str:

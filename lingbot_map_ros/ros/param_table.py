@@ -186,6 +186,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         live=True,
     ),
     ParamSpec(
+        "tracking.health",
+        False,
+        "Judge each frame's tracking (tracking | degraded | lost | relocalised, ~/tracking_state): while "
+        "degraded or lost the odometry covariance is inflated and the frame does not map; with loop "
+        "closure a lost camera relocalises against the keyframe map (docs/robot.md 'Tracking state'). "
+        "Read at configure.",
+    ),
+    ParamSpec(
         "max_input_pixels",
         16_777_216,
         "Largest input image (width x height, from the Image or PNG/JPEG header) accepted; larger ones are "

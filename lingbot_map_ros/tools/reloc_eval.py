@@ -38,10 +38,13 @@ from pathlib import Path
 
 import numpy as np
 
+from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
 from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.health import HealthConfig, TrackingHealth, TrackingState
-from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
-from lingbot_map_ros.engine.loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
+from lingbot_map_ros.engine.health import HealthConfig, TrackingState
+from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig
+from lingbot_map_ros.engine.loop.relocalise import RelocaliseConfig
+from lingbot_map_ros.engine.mapping.mapper import MapperConfig
+from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
 from lingbot_map_ros.tools.reloc_oracle import KidnapOracle, TwinRooms, kidnap_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
@@ -117,16 +120,15 @@ def evaluate(config: RelocEvalConfig) -> tuple[dict[str, object], float]:
     budget += config.cover_frames * config.kidnaps
     session, oracle = kidnap_session(scene, drift, budget, config.seed, twins)
     frames, starts = plan(config, oracle, laps)
-    closer = LoopCloser(
-        LoopClosureConfig(min_similarity=0.5, merge_size=5),
-        config.width,
-        image_descriptor,
-        PairVerifier(oracle),
-    )
+    loops = LoopClosureConfig(min_similarity=0.5, merge_size=5)
+    closer = loop_closer(loops, config.width, oracle, image_descriptor)
     relocalise = config.relocalise
     if relocalise.min_similarity is None:  # the mapping phase's floor, kept when the loops stop
         relocalise = replace(relocalise, min_similarity=closer.config.min_similarity)
-    guard = LostAndFound(TrackingHealth(config.health, mapping=True), Relocaliser(closer, relocalise))
+    state = CameraState(MapperConfig(scale=ScaleConfig("none")), health=config.health)  # the camera's engine
+    state.attach_loop(closer, threaded=False, relocalise=relocalise)
+    guard = state.lost_and_found
+    assert guard is not None  # health and loop closure are on
     mapped = starts[0] - config.segment
     black = np.zeros_like(oracle.images[0])
     results = {}

@@ -39,6 +39,7 @@ from tqdm import tqdm
 from lingbot_map_ros.engine import persistence
 from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
 from lingbot_map_ros.engine.correction import LoopCorrection
+from lingbot_map_ros.engine.health import HealthConfig
 from lingbot_map_ros.engine.loop import LoopClosureConfig
 from lingbot_map_ros.engine.loop.descriptor import Describe
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
@@ -104,7 +105,7 @@ def camera_state(
     """A bare camera's engine for `config` (`CameraState`: TF mode map_to_camera), closing loops inline unless
     `config.loop_closure` is off: descriptors from `model`'s tokens (or `describe`), verification by it,
     `loop_config` (None: the node's `loop_closure.*` defaults)."""
-    state = CameraState(config.mapper_config())
+    state = CameraState(config.mapper_config(), health=HealthConfig() if config.tracking_health else None)
     if config.loop_closure:
         closer = loop_closer(loop_config or LoopClosureConfig(), config.image_width, model, describe)
         state.attach_loop(closer, threaded=False)

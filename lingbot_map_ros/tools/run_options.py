@@ -71,6 +71,7 @@ class RunConfig:
     load_session: Path | None = None
     save_session: Path | None = None
     loop_closure: bool = True  # close loops (engine/camera_state.py), as the node's loop_closure.enabled
+    tracking_health: bool = False  # judge each frame's tracking (engine/health.py), as tracking.health
     keep_frames: bool = False  # `run --keep-frames`: the posed frames for `export` (tools/run_frames.py)
 
     @property
@@ -125,6 +126,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         dest="loop_closure",
         action="store_false",
         help="no loop closure (node: loop_closure.enabled false); default: loops are closed as in the node",
+    )
+    p.add_argument(
+        "--tracking-health",
+        action="store_true",
+        help="judge each frame's tracking as the node's tracking.health: a lost camera maps nothing and "
+        "relocalises against the keyframe map (docs/robot.md 'Tracking state'); default: off as in the node",
     )
 
 
@@ -183,5 +190,6 @@ def run_config(args: argparse.Namespace, bag: Path, output: Path) -> RunConfig:
         load_session=getattr(args, "load", None),
         save_session=getattr(args, "save", None),
         loop_closure=args.loop_closure,
+        tracking_health=getattr(args, "tracking_health", False),
         keep_frames=getattr(args, "keep_frames", False),
     )

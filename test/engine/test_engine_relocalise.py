@@ -14,7 +14,11 @@ from lingbot_map_ros.tools.reloc_eval import RelocEvalConfig, evaluate
 from lingbot_map_ros.tools.reloc_oracle import kidnap_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 
-SMALL = dict(kidnaps=2, frames_per_lap=40, segment=40)
+#: Small scenes (a few seconds each on a quiet 2-core machine); the full-size numbers: `reloc-eval`
+#: (docs/benchmarks.md).
+SMALL = dict(kidnaps=2, frames_per_lap=32, segment=24, width=84, height=56)
+#: Twin rooms need a longer lap: their distinct quarter must hold enough frames to relocalise in.
+TWINS = {**SMALL, "frames_per_lap": 40, "segment": 40}
 
 
 def assert_found(result: dict[str, object], kidnaps: int, ate_m: float = 0.1) -> None:
@@ -42,11 +46,11 @@ def test_covered_camera_carried_elsewhere() -> None:
 def test_twin_rooms_never_relocalise_into_the_wrong_room() -> None:
     """Two identical rooms: only the quarter where they differ relocalises; the same scenario with a
     relocaliser that trusts its first verified candidate (top 1, no agreement) goes wrong."""
-    result, _ = evaluate(RelocEvalConfig(seed=23, aliasing="twin-rooms", **SMALL))
+    result, _ = evaluate(RelocEvalConfig(seed=23, aliasing="twin-rooms", **TWINS))
     assert_found(result, 2, ate_m=1.0)  # no loop closure after the mapping with twin rooms: the stream drifts
     naive, _ = evaluate(
         RelocEvalConfig(
-            seed=23, aliasing="twin-rooms", relocalise=RelocaliseConfig(top_k=1, agree=1), **SMALL
+            seed=23, aliasing="twin-rooms", relocalise=RelocaliseConfig(top_k=1, agree=1), **TWINS
         )
     )
     assert naive["false_relocalisations"] >= 1, naive

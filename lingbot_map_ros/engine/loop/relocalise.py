@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..geometry import Sim3, rotation_angle
-from ..health import HealthReport, TrackingHealth, TrackingState
+from ..health import HealthReport, TrackingHealth, Verdict
 from ..result import FrameResult
-from .closer import LoopCloser
+from .closer import LoopCloser, LoopEvent
 from .keyframes import Keyframe
 from .pose_graph import Edge, EdgeSigma
 from .similarity import compose, from_pose, inverse
@@ -220,11 +220,17 @@ class Relocaliser:
 class LostAndFound:
     """One camera's tracking health and relocalisation together: `frame` per result gives the health
     report; while lost it searches (`Relocaliser`); only frames whose report `maps` reach the closer, and
-    none in localization mode (``health.mapping`` false: a loaded map is never extended)."""
+    none in localization mode (``health.mapping`` false: a loaded map is never extended).
+
+    `frame` is `health.assess` (the pose path: the health verdict, cheap) then `follow` (where the closer
+    runs: the search and the keyframe); `CameraState` calls them on their two threads (the node) or in a row
+    (tools/)."""
 
     def __init__(self, health: TrackingHealth, relocaliser: Relocaliser) -> None:
         self.health, self.relocaliser = health, relocaliser
+        self.event: LoopEvent | None = None
         self.last: Relocalisation | None = None
+        self.report: HealthReport = health.report()  # the last frame's, after its search
 
     def frame(
         self,
@@ -235,21 +241,37 @@ class LostAndFound:
     ) -> HealthReport:
         """Health of `result`; a relocalisation (kept in `last`) when this lost frame completed one; the
         keyframe goes to the closer only when the frame maps."""
-        was_lost = self.health.lost
-        report = self.health.observe(result, odometry_step_m, stream_step_m)
-        self.last = None
+        verdict = self.health.assess(result, odometry_step_m, stream_step_m)
+        self.follow(result, stamp_s, verdict)
+        return self.report
+
+    def follow(
+        self,
+        result: FrameResult,
+        stamp_s: float,
+        verdict: Verdict,
+        keyframe: bool = True,
+        odometry: np.ndarray | None = None,
+    ) -> Relocalisation | None:
+        """The closer's part of `frame` (its thread, under its lock): the search of a lost frame (a
+        relocalisation ends the loss: `health.relocalised()`, kept in `last`), a new segment, and the frame
+        to the closer when it maps (`keyframe`: a keyframe result, the only ones the node gives it; with the
+        robot's `odometry` pose [4, 4], `LoopCloser.add`); the loop event it caused is kept in `event`."""
         closer = self.relocaliser.closer
-        if self.health.lost and not was_lost:
+        self.last, self.event = None, None
+        if verdict.lost_started:
             self.relocaliser.reset()
-        if self.health.lost and not report.reasons:  # a frame that is itself bad cannot be matched
+        self.report = verdict.report
+        if verdict.search:
             self.last = self.relocaliser.search(result, stamp_s, extend=self.health.mapping)
             if self.last is not None:
-                report = self.health.relocalised()
-        if was_lost and report.state is TrackingState.TRACKING:  # a new segment (mapping mode only):
-            closer.start_segment()  # unconnected to the keyframes before the loss
-        if report.maps and self.health.mapping:
-            closer.add(result, stamp_s)
-        return report
+                with self.health.lock:
+                    self.report = self.health.relocalised()
+        if verdict.new_segment:  # unconnected to the keyframes before the loss
+            closer.start_segment()
+        if self.report.maps and keyframe and self.health.mapping:
+            self.event = closer.add(result, stamp_s, odometry)
+        return self.last
 
     def place_hint(self, camera_in_map: np.ndarray, radius: float, place_after: int) -> None:
         """`/initialpose`: the camera pose [4, 4] in the map narrows the search (see `Relocaliser.hint`)."""

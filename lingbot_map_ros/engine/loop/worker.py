@@ -40,6 +40,12 @@ class LoopClosureWorker:
         never blocks: the oldest waiting one is dropped when full."""
         self._put(("frame", (result, odometry), stamp_s))
 
+    def call(self, under_lock: Callable[[], object], after: Callable[[object], None] | None = None) -> None:
+        """Run `under_lock()` on the closer's thread under its lock (after what is queued; drop-oldest like
+        `submit`), then `after(its result)` outside the lock (a relocalisation's search, then its
+        correction)."""
+        self._put(("call", (under_lock, after), 0.0))
+
     def request_optimize(self) -> None:
         self._put(("optimize", None, 0.0))
 
@@ -77,11 +83,14 @@ class LoopClosureWorker:
             if kind == "stop":
                 return
             try:
-                event = None
+                event, called, after = None, None, None
                 with self.lock:
                     if kind == "frame":
                         result, odometry = payload  # type: ignore[misc]
                         event = self.closer.add(result, stamp_s, odometry)
+                    elif kind == "call":
+                        under_lock, after = payload  # type: ignore[misc]
+                        called = under_lock()
                     elif kind == "optimize":
                         self.closer.optimize()
                     elif kind == "clear":
@@ -92,5 +101,7 @@ class LoopClosureWorker:
                         payload.set()  # type: ignore[union-attr]
                 if event is not None and self.on_event is not None:
                     self.on_event(event)
+                if after is not None:
+                    after(called)
             except Exception:  # the closer must never take the node down; the map keeps its last poses
                 _LOG.exception("loop closure failed on a %s item", kind)

@@ -216,6 +216,11 @@ class Mapper:
         map_changed = work.is_keyframe and self._integrate(work, points, colors, cam_xyz)
         return FrameCloud(points=points, colors=colors, map_changed=map_changed, map_cleared=cleared)
 
+    @property
+    def last_poses(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The last frame's (body, camera) poses [4, 4] in the map (None before a frame of this stream)."""
+        return self._last
+
     def correct(
         self, correction: Sim3, move: Callable[[np.ndarray, np.ndarray], np.ndarray]
     ) -> np.ndarray | None:
