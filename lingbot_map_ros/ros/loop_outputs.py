@@ -34,6 +34,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from ..engine.geometry import Sim3
 from ..engine.lock_order import OrderedLock
 from ..engine.loop import LoopCloser, LoopClosureWorker, LoopEvent, ModelDescriptor, PairVerifier
+from ..engine.loop.gtsam_import import gtsam_missing
 from ..engine.loop.similarity import compose, inverse
 from ..engine.mapping.frames import FrameChain
 from ..engine.result import FrameResult
@@ -221,8 +222,13 @@ def attach_loop_closure(
 ) -> None:
     """Activate: give a camera's outputs their `LoopOutputs` (once per configure; none when
     `loop_closure.enabled` is false). Descriptors from the model's encoder tokens unless the pipeline brings
-    its own (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model."""
+    its own (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model. Without
+    gtsam the camera maps on without loop closure: one WARN and `loop_closure_off` in /diagnostics."""
     if outputs.loop is not None or pipeline is None or not params.loop_closure_enabled:
+        return
+    if (missing := gtsam_missing()) is not None:
+        facade.stats.notes["loop_closure_off"] = missing
+        facade.get_logger().warning(f"loop closure off: {missing}", once=True)
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
     describe = pipeline.loop_descriptor or ModelDescriptor(pipeline.model)
