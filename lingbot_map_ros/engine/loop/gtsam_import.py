@@ -8,7 +8,6 @@ builds a closer and maps on without loop closure (one WARN, `loop_closure_off` i
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 #: What a user installs to get loop closure (README.md, docs/robot.md).
@@ -18,9 +17,10 @@ INSTALL_HINT = "pip install gtsam"
 def require_gtsam() -> ModuleType:
     """The gtsam module; ImportError naming the install line when it is absent."""
     try:
-        return importlib.import_module("gtsam")
+        import gtsam  # noqa: PLC0415 - the one import of gtsam, at first use
     except ImportError as exc:
         raise ImportError(f"loop closure needs gtsam ({exc}); {INSTALL_HINT}") from exc
+    return gtsam
 
 
 def gtsam_missing() -> str | None:
