@@ -14,7 +14,8 @@ the root
 of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
 `sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
 `T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
-missing edge: the caller drops the frame (`tf_unavailable`).
+missing edge: the caller drops the frame (`tf_unavailable`; `FrameTooOld`, `frame_too_old`: the stamp is older
+than the TF history kept).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ class TransformUnavailable(LookupError):
         super().__init__(message)
         self.edge = edge
         self.mode = mode
+
+
+class FrameTooOld(TransformUnavailable):
+    """The image stamp is older than the TF history kept (`tf.cache_time` behind the newest sample): the
+    transform was pruned, so the frame is dropped at once (`frame_too_old`), not reported as an
+    extrapolation into the past."""
 
 
 class RobotTfSource(Protocol):

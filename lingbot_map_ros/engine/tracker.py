@@ -130,7 +130,7 @@ class CameraTracker:
         try:
             robot, root_cam = self._sample(mode, camera, stamp_s, new_epoch)
         except TransformUnavailable as exc:
-            raise TransformUnavailable(str(exc), exc.edge, mode) from exc
+            raise type(exc)(str(exc), exc.edge, mode) from exc  # FrameTooOld stays one
         shared = self._robot_map() if self._robot_map is not None else None
         if shared is not None and robot.mode == "map_to_odom" and mapper.needs_new_epoch(result):
             robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame

@@ -31,7 +31,7 @@ from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.persistence.store import SessionError, SessionSnapshot
 from ..engine.result import FrameResult
-from ..engine.robot_tf import TransformUnavailable
+from ..engine.robot_tf import FrameTooOld, TransformUnavailable
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
 from ..engine.tracker import CameraTracker, TrackedFrame
@@ -261,8 +261,15 @@ class CameraStream:
         self.stats.record_output(time.monotonic() - result.meta.received)
 
     def untracked(self, result: FrameResult, exc: TransformUnavailable) -> None:
-        """A frame dropped before anything was published: a transform its TF mode needs is missing."""
-        self.causes.rejected("tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}")
+        """A frame dropped before anything was published: a transform its TF mode needs is missing (or
+        pruned: `frame_too_old`, its stamp older than the TF history kept)."""
+        too_old = isinstance(exc, FrameTooOld)
+        why = (
+            f"{exc} (TF mode {exc.mode})"
+            if too_old
+            else f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
+        )
+        self.causes.rejected("frame_too_old" if too_old else "tf_unavailable", why)
 
     def inference_failed(self, exc: Exception) -> None:
         """A failed step of this camera: counted and logged (`failed_<type>`) with the recovery."""

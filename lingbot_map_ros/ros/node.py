@@ -85,8 +85,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._stream_change = OrderedLock("node.stream_change")  # resets and loads (services' own groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
-        self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)
+        p = self.params  # TF lookups (robot modes), the depth topic: subscriptions kept for the node's life
+        self._tf_lookup = TfLookup(self._facade, cache_s=p.tf_cache_time, max_future_s=p.tf_max_future_s)
         self._depth_input: DepthInput | None = None
         host = CameraHost(
             self,

@@ -12,7 +12,7 @@ from robot_scene import BASE_CAM, StandInSession, make_scene, random_sim3
 from lingbot_map_ros.engine.geometry import rigid
 from lingbot_map_ros.engine.mapping.mapper import MapperConfig
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
-from lingbot_map_ros.engine.robot_tf import RobotTfConfig, TransformUnavailable
+from lingbot_map_ros.engine.robot_tf import FrameTooOld, RobotTfConfig, TransformUnavailable
 from lingbot_map_ros.engine.tracker import CameraTracker
 
 ODOM_ORIGIN = rigid(np.eye(3), [5.0, -2.0, 0.0])  # odometry's own origin, away from map's
@@ -98,3 +98,17 @@ def test_a_missing_transform_names_the_mode_that_needed_it() -> None:
     with pytest.raises(TransformUnavailable) as err:
         tracker.track(results[0], "cam", 1000.0)
     assert err.value.mode == "map_to_odom" and err.value.edge == "odom -> base_link"
+
+
+def test_a_frame_too_old_stays_too_old_with_its_mode() -> None:
+    tracker = _tracker(1e9, mode="map_to_base")
+
+    def pruned(target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
+        raise FrameTooOld("older than the TF history", f"{target} -> {source}")
+
+    tracker.robot.lookup.lookup = pruned
+    session = StandInSession(make_scene(4, 48, 32), random_sim3(3, 0.37), scale_frames=4)
+    results = [r for i in range(4) for r in session.push_index(i)]
+    with pytest.raises(FrameTooOld) as err:
+        tracker.track(results[0], "cam", 1000.0)
+    assert err.value.mode == "map_to_base" and err.value.edge == "base_link -> cam"
