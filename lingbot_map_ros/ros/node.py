@@ -86,7 +86,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._stream_change = OrderedLock("node.stream_change")  # resets and loads (services' own groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
         p = self.params  # TF lookups (robot modes), the depth topic: subscriptions kept for the node's life
-        self._tf_lookup = TfLookup(self._facade, cache_s=p.tf_cache_time, max_future_s=p.tf_max_future_s)
+        tf_history = {"cache_s": p.tf_cache_time, "max_future_s": p.tf_max_future_s, "map_frame": p.map_frame}
+        self._tf_lookup = TfLookup(self._facade, **tf_history)
         self._depth_input: DepthInput | None = None
         host = CameraHost(
             self,

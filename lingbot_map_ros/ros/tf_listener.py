@@ -89,17 +89,26 @@ class TfLookup:
         use_tf2_ros: use tf2's C++ core when importable.
         cache_s: seconds of history kept per edge (`tf.cache_time`).
         max_future_s: `tf.max_future_s` (later changes: set `max_future_s`).
+        map_frame: the node's own map frame: its edges (`map -> odom`, republished stamped now; the cameras'
+            `<map>_<camera>`) heard back do not count as the robot's newest TF (`FrameTooOld`'s age check).
     """
 
     def __init__(
-        self, node: Node, use_tf2_ros: bool = True, cache_s: float = 10.0, max_future_s: float = MAX_FUTURE_S
+        self,
+        node: Node,
+        use_tf2_ros: bool = True,
+        cache_s: float = 10.0,
+        max_future_s: float = MAX_FUTURE_S,
+        map_frame: str = "map",
     ) -> None:
         self._tf2 = None
         self._graph: tuple[float, dict[str, str]] = (-GRAPH_REFRESH_S, {})
         self.buffer: TfBuffer | None = None
         self._ingest: TfIngest | None = None
         self.cache_s = cache_s
-        self.newest_s = 0.0  # stamp of the newest dynamic sample stored (s)
+        self.map_frame = map_frame
+        self.newest_s = 0.0  # stamp of the newest dynamic sample stored (s), not counting map -> *
+        self._static_parents: dict[str, str] = {}  # child -> parent of every static edge
         logger = node.get_logger()
         if use_tf2_ros and tf2_ros is not None:  # pragma: no cover - only on a real ROS install
             self._tf2 = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
@@ -136,9 +145,16 @@ class TfLookup:
             self._ingest.max_future_s = value
 
     def store(self, sample: TfSample, static: bool) -> None:
-        """Store one checked sample in the backend (the listener thread; tests) and note the newest stamp."""
+        """Store one checked sample in the backend (the listener thread; tests) and note the newest stamp.
+        A static parent wins over a dynamic one of the same child: the node's own `map -> camera_link`, heard
+        back, must not hide the robot's `base_link -> camera_link` published later (issue 29)."""
+        if static:
+            self._static_parents[sample.child] = sample.parent
+        elif self._static_parents.get(sample.child, sample.parent) != sample.parent:
+            return
         self._store_sample(sample, static)
-        if not static and sample.stamp_s > self.newest_s:
+        ours = sample.parent == self.map_frame or sample.parent.startswith(f"{self.map_frame}_")
+        if not static and not ours and sample.stamp_s > self.newest_s:
             self.newest_s = sample.stamp_s
 
     def drain(self) -> int:

@@ -72,3 +72,34 @@ def test_a_stamp_older_than_the_history_is_too_old_not_missing(node: object, use
         assert lookup.lookup("base_link", "camera", 50.0, 0.0)[0, 3] == pytest.approx(0.1)  # static: any time
     finally:
         lookup.destroy()
+
+
+def test_a_static_parent_wins_over_the_nodes_own_edge_heard_back(node: object) -> None:
+    """`map -> camera_link` (the node's edge while the mount is unknown, heard back on /tf) must not hide the
+    robot's `base_link -> camera_link` published later on /tf_static (issue 29)."""
+    lookup = TfLookup(node, use_tf2_ros=False)
+    try:
+        mount = TfSample("base_link", "camera_link", 0.0, (0.2, 0.0, 0.0), (0, 0, 0, 1.0))
+        ours = TfSample("map", "camera_link", 10.0, (1.0, 0.0, 0.0), (0, 0, 0, 1.0))
+        lookup.store(ours, False)
+        lookup.store(mount, True)
+        lookup.store(TfSample("map", "camera_link", 10.1, (1.0, 0.0, 0.0), (0, 0, 0, 1.0)), False)
+        assert lookup.parents()["camera_link"] == "base_link"
+        assert lookup.lookup("base_link", "camera_link", 10.1, 0.0)[0, 3] == pytest.approx(0.2)
+    finally:
+        lookup.destroy()
+
+
+def test_the_nodes_own_map_edges_do_not_age_the_robots_tf(node: object) -> None:
+    """`map -> odom` republished stamped now (wall clock) while the robot's TF has bag stamps: no frame is
+    too old because of the node's own edge."""
+    lookup = TfLookup(node, use_tf2_ros=False, cache_s=5.0)
+    try:
+        odometry(lookup, 100.0, 101.0)
+        lookup.store(TfSample("map", "odom", 1.8e9, (0.0, 0.0, 0.0), (0, 0, 0, 1.0)), False)
+        lookup.store(TfSample("map_front", "front_link", 1.8e9, (0.0, 0.0, 0.0), (0, 0, 0, 1.0)), False)
+        with pytest.raises(TransformUnavailable) as missing:
+            lookup.lookup("base_link", "camera", 100.5, 0.0)
+        assert not isinstance(missing.value, FrameTooOld) and lookup.newest_s == 101.0
+    finally:
+        lookup.destroy()
