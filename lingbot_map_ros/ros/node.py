@@ -238,6 +238,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         """Release everything; a step still running after `SHUTDOWN_STEP_WAIT_S` is left to the exit. The map
         threads end here in either case: the context's shutdown destroys the publishers they use."""
         stopped = self._release_active(SHUTDOWN_STEP_WAIT_S)
+        self._periodic.map_odom.stop()  # like the map threads: it publishes
         for _, outputs in self._camera_outputs():
             outputs.map.stop()
         if not stopped:
