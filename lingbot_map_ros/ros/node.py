@@ -46,7 +46,7 @@ from .node_status import node_status
 from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
-from .rounds import PUBLISH_DRAIN_S, NodeRounds
+from .rounds import NodeRounds
 from .services import MappingServices
 from .session_files import SessionFiles
 from .shutdown import run_node
@@ -265,8 +265,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         if self._rounds is not None:
             stopped = self._rounds.stop(step_wait_s)
             self._rounds = None
-        for _, outputs in self._camera_outputs():  # the map work of what was published, and the last path
-            outputs.flush(PUBLISH_DRAIN_S, publish_path=self.context.ok())
+        if self.context.ok():  # the last path; the map thread integrates the queued map work by itself
+            for _, outputs in self._camera_outputs():  # (not waited for: deactivate answers at once)
+                outputs.publish_path()
         return stopped
 
     def _release_configured(self) -> None:
