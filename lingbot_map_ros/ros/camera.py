@@ -33,6 +33,7 @@ from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.persistence.store import SessionError, SessionSnapshot
 from ..engine.result import FrameResult
+from ..engine.robot_tf import FrameTooOld
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
 from .depth_input import DepthInput
@@ -262,13 +263,18 @@ class CameraStream:
 
     def delivered(self, posed: list[PosedResult]) -> None:
         """One round's frames (`publish_lock` held by `pose_round`): each tracked one published, each whose
-        transform is missing counted and dropped before anything of it was published."""
+        transform is missing (or pruned: `frame_too_old`, its stamp older than the TF history kept) counted
+        and dropped before anything of it was published."""
         for item in posed:
             result, exc = item.result, item.missing
             if item.frame is None:
-                self.causes.rejected(
-                    "tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
+                too_old = isinstance(exc, FrameTooOld)
+                why = (
+                    f"{exc} (TF mode {exc.mode})"
+                    if too_old
+                    else f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
                 )
+                self.causes.rejected("frame_too_old" if too_old else "tf_unavailable", why)
                 continue
             self.outputs.publish(result, result.meta.header, item.frame)
             self.stats.record_output(time.monotonic() - result.meta.received)

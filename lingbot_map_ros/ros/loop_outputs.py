@@ -28,6 +28,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from ..engine.camera_state import loop_closer
 from ..engine.correction import LoopCorrection
 from ..engine.lock_order import OrderedLock
+from ..engine.loop.gtsam_import import gtsam_missing
 from .entities import NodeFacade
 from .output_config import MAP_QOS
 from .outputs import MAP_DRAIN_S, MappingOutputs
@@ -105,8 +106,13 @@ def attach_loop_closure(
 ) -> None:
     """Activate: close a camera's loops (once per configure; not when `loop_closure.enabled` is false).
     Descriptors from the model's encoder tokens unless the pipeline brings its own
-    (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model."""
+    (`Pipeline.loop_descriptor`, a test's oracle); verification through the pipeline's model. Without gtsam
+    the camera maps on without loop closure: one WARN and `loop_closure_off` in /diagnostics."""
     if outputs.loop is not None or pipeline is None or not params.loop_closure_enabled:
+        return
+    if (missing := gtsam_missing()) is not None:
+        facade.stats.notes["loop_closure_off"] = missing
+        facade.get_logger().warning(f"loop closure off: {missing}", once=True)
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
     closer = loop_closer(config, params.model_image_width, pipeline.model, pipeline.loop_descriptor)
