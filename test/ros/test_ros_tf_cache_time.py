@@ -84,7 +84,7 @@ def test_a_static_parent_wins_over_the_nodes_own_edge_heard_back(node: object) -
         lookup.store(ours, False)
         lookup.store(mount, True)
         lookup.store(TfSample("map", "camera_link", 10.1, (1.0, 0.0, 0.0), (0, 0, 0, 1.0)), False)
-        assert lookup.parents()["camera_link"] == "base_link"
+        assert lookup.graph.parents()["camera_link"] == "base_link"
         assert lookup.lookup("base_link", "camera_link", 10.1, 0.0)[0, 3] == pytest.approx(0.2)
     finally:
         lookup.destroy()
