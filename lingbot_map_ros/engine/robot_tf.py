@@ -34,16 +34,28 @@ class TransformUnavailable(LookupError):
     """No transform: `edge` names the missing or out-of-range `parent -> child` (or unconnected frames);
     `mode`: the TF mode that needed it (set by `CameraTracker.track`; None from a plain lookup)."""
 
+    #: The drop cause of a frame it stops (/diagnostics `rejected.<cause>`).
+    cause = "tf_unavailable"
+
     def __init__(self, message: str, edge: str, mode: str | None = None) -> None:
         super().__init__(message)
         self.edge = edge
         self.mode = mode
+
+    def reason(self) -> str:
+        """Why the frame was dropped, for the log."""
+        return f"missing transform {self.edge} (TF mode {self.mode}): {self}"
 
 
 class FrameTooOld(TransformUnavailable):
     """The image stamp is older than the TF history kept (`tf.cache_time` behind the newest sample): the
     transform was pruned, so the frame is dropped at once (`frame_too_old`), not reported as an
     extrapolation into the past."""
+
+    cause = "frame_too_old"
+
+    def reason(self) -> str:
+        return f"{self} (TF mode {self.mode})"
 
 
 class RobotTfSource(Protocol):

@@ -33,7 +33,6 @@ from ..engine.lock_order import OrderedLock
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.persistence.store import SessionError, SessionSnapshot
 from ..engine.result import FrameResult
-from ..engine.robot_tf import FrameTooOld
 from ..engine.stream.multi_stream import MultiStreamSession
 from ..engine.stream.session import StreamingSession
 from .depth_input import DepthInput
@@ -268,13 +267,7 @@ class CameraStream:
         for item in posed:
             result, exc = item.result, item.missing
             if item.frame is None:
-                too_old = isinstance(exc, FrameTooOld)
-                why = (
-                    f"{exc} (TF mode {exc.mode})"
-                    if too_old
-                    else f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
-                )
-                self.causes.rejected("frame_too_old" if too_old else "tf_unavailable", why)
+                self.causes.rejected(exc.cause, exc.reason())
                 continue
             self.outputs.publish(result, result.meta.header, item.frame)
             self.stats.record_output(time.monotonic() - result.meta.received)
