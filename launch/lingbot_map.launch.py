@@ -6,7 +6,11 @@
 `ros2 launch lingbot_map_ros lingbot_map.launch.py --show-args` lists every argument. Topics follow the
 image_transport convention: `camera:=<ns>` subscribes `<ns>/image_raw` and `<ns>/camera_info`;
 `image_topic:=` overrides the image (its `camera_info` is then taken from the image topic's namespace unless
-`camera_info_topic:=` is given). Knob arguments left empty keep the params file's value.
+`camera_info_topic:=` is given). Knob arguments left empty keep the params file's value. What integrators
+change without a copied params file: `image_transport:=compressed`, `qos_reliability:=best_effort`,
+`output_dir:=...`; `params_file:=my.yaml` is an overlay on the shipped config/lingbot_map.yaml (only what it
+sets changes). The argument descriptions come from lingbot_map_ros/ros/param_docs.py (plain data): listing
+them (`--show-args`) imports no torch.
 
 Several cameras in one node: `cameras:=[front,rear]` (docs/node.md, "Several cameras"). Camera `<name>` then
 subscribes `<camera>/<name>/image_raw` and `<camera>/<name>/camera_info` (the node's `<name>/image`,
@@ -66,6 +70,9 @@ KNOBS = {
     "path_publish_rate": "path.publish_rate",
     "loop_closure": "loop_closure.enabled",
     "cameras": "cameras",
+    "image_transport": "image_transport",
+    "qos_reliability": "qos.reliability",
+    "output_dir": "output_dir",
 }
 
 
@@ -98,6 +105,17 @@ def node_exit_reason(code: int, output_lines: list[str]) -> str:
     meaning = EXIT_CODE_MEANINGS.get(code, "killed by a signal" if code < 0 else "see its output above")
     detail = (errors or lines or [""])[-1]
     return f"lingbot_map exited with code {code} ({meaning})" + (f": {detail}" if detail else "")
+
+
+def params_overlay(params_file: str) -> list[str]:
+    """The user's parameters file applied after the shipped one (empty: none); a missing file is an error
+    naming it, before the node starts."""
+    if not params_file:
+        return []
+    path = Path(params_file).expanduser()
+    if not path.is_file():
+        raise ValueError(f"params_file {params_file!r} does not exist")
+    return [str(path)]
 
 
 def image_topic_for(camera: str, image_topic: str) -> str:
@@ -213,7 +231,11 @@ def _node(context: LaunchContext) -> list:
         executable="lingbot_map_node",
         name="lingbot_map",
         namespace=arg("namespace"),
-        parameters=[arg("params_file"), overrides],
+        parameters=[
+            str(share / "config" / "lingbot_map.yaml"),
+            *params_overlay(arg("params_file")),
+            overrides,
+        ],
         remappings=remappings,
         additional_env=env,
         arguments=["--ros-args", "--log-level", arg("log_level")],
@@ -285,9 +307,8 @@ def _rviz(share: Path, names: list[str]) -> list:
 
 
 def generate_launch_description() -> LaunchDescription:
-    from lingbot_map_ros.ros.params import SPECS  # the parameter table (imports the engine: torch)
+    from lingbot_map_ros.ros.param_docs import PARAMETER_DOCS  # plain data: no torch, no rclpy (issue 29)
 
-    share = Path(get_package_share_directory(PACKAGE))
     args = [
         DeclareLaunchArgument(
             "camera",
@@ -311,14 +332,15 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument(
                 name,
                 default_value="",
-                description=knob_description(SPECS[param].description, SPECS[param].default),
+                description=knob_description(PARAMETER_DOCS[param][1], PARAMETER_DOCS[param][0]),
             )
             for name, param in KNOBS.items()
         ],
         DeclareLaunchArgument(
             "params_file",
-            default_value=str(share / "config" / "lingbot_map.yaml"),
-            description="ROS parameters file of the node",
+            default_value="",
+            description="a ROS parameters file applied over the shipped config/lingbot_map.yaml (an overlay: "
+            "only the parameters it sets change); the knob arguments above override both",
         ),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
         DeclareLaunchArgument(

@@ -4,6 +4,8 @@
 `--odom-rate` Hz (starting `--odom-delay` s after the first image; before it when negative), images looping
 over the scene until killed;
 `--gap` publishes only `camera_link -> camera_optical` (a URDF without `base_link -> camera_link`);
+`--static-delay S` (live) publishes `base_link -> camera_link` only S s after the first image (a
+robot_state_publisher started late; the camera driver's `camera_link -> camera_optical` from the start);
 `--map-frame-every N` gives every N-th image the frame_id `map` (a misconfigured camera); `--second-camera`
 also publishes each image on `/robot/camera2/image_raw` as `camera2_optical` (mounted like `camera_optical`);
 `--tf-subscribers N`: publish nothing on /tf before N readers of it matched (the node's listener and each of
@@ -68,6 +70,7 @@ def main() -> int:
     parser.add_argument("--odom-rate", type=float, default=30.0)
     parser.add_argument("--odom-delay", type=float, default=0.0, help="live: odometry starts this late")
     parser.add_argument("--gap", action="store_true", help="no base_link -> camera_link (a URDF gap)")
+    parser.add_argument("--static-delay", type=float, default=0.0, help="live: base_link -> camera_link late")
     parser.add_argument("--map-frame-every", type=int, default=0)
     parser.add_argument("--second-camera", action="store_true")
     parser.add_argument("--tf-subscribers", type=int, default=0, help="wait for N matched /tf readers")
@@ -82,7 +85,7 @@ def main() -> int:
     second_pub = node.create_publisher(Image, "/robot/camera2/image_raw", RELIABLE)
     if not args.no_static:
         static = [transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera_optical")]
-        if not args.gap:
+        if not args.gap and args.static_delay <= 0.0:
             static.insert(0, transform_msg(BASE_CAMLINK, stamp(0.0), "base_link", "camera_link"))
         if args.second_camera:
             static.append(transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera2_optical"))
@@ -95,7 +98,7 @@ def main() -> int:
         time.sleep(0.05)
     time.sleep(0.5)
     if args.live:
-        return live(args, scene, tf_pub, image_pub)
+        return live(args, scene, tf_pub, image_pub, static_pub)
     rng = np.random.default_rng(1)
     odoms, stamps = [], []
     for i in range(args.frames):
@@ -122,11 +125,25 @@ def main() -> int:
         time.sleep(0.2)
 
 
-def live(args: argparse.Namespace, scene: object, tf_pub: object, image_pub: object) -> int:
+def live(
+    args: argparse.Namespace, scene: object, tf_pub: object, image_pub: object, static_pub: object
+) -> int:
     """A robot as it runs: wall-clock stamps, odometry at its own rate, images looping until killed. Writes
     OUT.npz (`start`: the first image's stamp, `odom_start`: the first odometry stamp) once odometry runs."""
     state = {"i": 0}
     start = time.time() + max(0.0, -args.odom_delay)  # the first image
+
+    def robot_state_publisher() -> None:  # the whole static tree, late (the last message is what joiners get)
+        time.sleep(max(0.0, start + args.static_delay - time.time()))
+        static = [
+            transform_msg(BASE_CAMLINK, stamp(0.0), "base_link", "camera_link"),
+            transform_msg(CAMLINK_OPTICAL, stamp(0.0), "camera_link", "camera_optical"),
+        ]
+        static_pub.publish(TFMessage(transforms=static))
+        print(f"robot_sim: base_link -> camera_link published at {time.time():.3f}", flush=True)
+
+    if args.static_delay > 0.0 and not args.no_static:
+        threading.Thread(target=robot_state_publisher, daemon=True).start()
 
     def odometry() -> None:
         time.sleep(max(0.0, start + args.odom_delay - time.time()))

@@ -7,14 +7,16 @@ The robot's TF comes in as plain data through `RobotTfSource` (`lookup(target, s
 `resolve_mode` makes the `tf.mode: auto` choice when a stream starts (and after a reset): `map_to_odom` when
 `base_frame -> <camera>` is in TF at the image stamp and `odom_frame -> base_frame` is in TF at all (data
 newer than the stamp counts: odometry that starts just after the camera), `map_to_base` when only the
-extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While a stream is in
-`map_to_base`, `odometry_at` (no waiting) tells the caller that odometry has appeared, so `auto` can switch to
-`map_to_odom` without a jump (engine/mapping/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in
+extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While an `auto` stream waits
+for the robot, `extrinsics_at` and `odometry_at` (no waiting) tell the caller that the extrinsics or the
+odometry have appeared, so it switches to `map_to_base` / `map_to_odom` without a jump
+(engine/mapping/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in
 the root
 of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
 `sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
 `T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
-missing edge: the caller drops the frame (`tf_unavailable`).
+missing edge: the caller drops the frame (`tf_unavailable`; `FrameTooOld`, `frame_too_old`: the stamp is older
+than the TF history kept).
 """
 
 from __future__ import annotations
@@ -32,10 +34,28 @@ class TransformUnavailable(LookupError):
     """No transform: `edge` names the missing or out-of-range `parent -> child` (or unconnected frames);
     `mode`: the TF mode that needed it (set by `CameraTracker.track`; None from a plain lookup)."""
 
+    #: The drop cause of a frame it stops (/diagnostics `rejected.<cause>`).
+    cause = "tf_unavailable"
+
     def __init__(self, message: str, edge: str, mode: str | None = None) -> None:
         super().__init__(message)
         self.edge = edge
         self.mode = mode
+
+    def reason(self) -> str:
+        """Why the frame was dropped, for the log."""
+        return f"missing transform {self.edge} (TF mode {self.mode}): {self}"
+
+
+class FrameTooOld(TransformUnavailable):
+    """The image stamp is older than the TF history kept (`tf.cache_time` behind the newest sample): the
+    transform was pruned, so the frame is dropped at once (`frame_too_old`), not reported as an
+    extrapolation into the past."""
+
+    cause = "frame_too_old"
+
+    def reason(self) -> str:
+        return f"{self} (TF mode {self.mode})"
 
 
 class RobotTfSource(Protocol):
@@ -88,7 +108,9 @@ class RobotFrames:
             TfMode.MAP_TO_BASE: f"{cfg.base_frame} -> {camera} is in TF, {cfg.odom_frame} -> "
             f"{cfg.base_frame} is not (within {cfg.timeout_s} s); a later {cfg.odom_frame} -> "
             f"{cfg.base_frame} switches to {TfMode.MAP_TO_ODOM}",
-            TfMode.MAP_TO_CAMERA: f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s",
+            TfMode.MAP_TO_CAMERA: f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s; mapping "
+            f"as a bare camera until it appears, then {TfMode.MAP_TO_BASE} ({TfMode.MAP_TO_ODOM} with "
+            f"{cfg.odom_frame} -> {cfg.base_frame}) without a reset",
         }[mode]
         return mode, why
 
@@ -108,10 +130,17 @@ class RobotFrames:
         return RobotSample(mode, base_cam, odom_base)
 
     def odometry_at(self, stamp_s: float) -> np.ndarray | None:
-        """T_odom_base [4, 4] at `stamp_s` if it is in TF now (no waiting), else None."""
+        """T_odom_base [4, 4] at `stamp_s` (0: the newest) if it is in TF now (no waiting), else None."""
         cfg = self.config
+        return self._now(cfg.odom_frame, cfg.base_frame, stamp_s)
+
+    def extrinsics_at(self, camera: str, stamp_s: float) -> np.ndarray | None:
+        """T_base_cam [4, 4] at `stamp_s` if it is in TF now (no waiting), else None."""
+        return self._now(self.config.base_frame, camera, stamp_s)
+
+    def _now(self, target: str, source: str, stamp_s: float) -> np.ndarray | None:
         try:
-            return self.lookup.lookup(cfg.odom_frame, cfg.base_frame, stamp_s, 0.0)
+            return self.lookup.lookup(target, source, stamp_s, 0.0)
         except TransformUnavailable:
             return None
 

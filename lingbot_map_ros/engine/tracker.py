@@ -10,8 +10,12 @@ engine/robot_tf.py) and an optional metric depth source (`DepthSource`):
   mode (`RobotFrames.resolve_mode`; `tf.mode: auto`); in `map_to_camera` the frame `map` is attached to the
   camera, or to the root of the camera's own subtree when it already has a parent in TF (a URDF gap), reported
   in `gap`;
-* the `auto` switch: a stream in `map_to_base` whose odometry appeared continues as `map_to_odom` without a
-  jump (`Mapper.switch_mode`; `switches`, a warning);
+* the `auto` switches as the robot comes up (robot_state_publisher or odometry started after the node): a
+  stream in `map_to_camera` whose extrinsics `base_frame -> camera` appeared continues as `map_to_base` (or
+  `map_to_odom` when odometry is there too), one in `map_to_base` whose odometry appeared as `map_to_odom`,
+  without a reset and without a jump (`Mapper.switch_mode`; `switches`, a warning); odometry that starts
+  after the frame's stamp (frames waited in the queue) is taken at its newest sample for the switch, so `map`
+  keeps a child while the queued frames drain (exact again from the next frame with odometry at its stamp);
 * the shared robot map of a later camera: its new `map_to_odom` stream starts in the driving camera's map
   frame (`robot_map`: that camera's T_map_odom);
 * the `map -> odom` estimate (slam_toolbox's `map_to_odom_`, under its own lock): set by each frame, moved by
@@ -134,15 +138,15 @@ class CameraTracker:
         try:
             robot, root_cam = self._sample(mode, camera, stamp_s, new_epoch)
         except TransformUnavailable as exc:
-            raise TransformUnavailable(str(exc), exc.edge, mode) from exc
+            raise type(exc)(str(exc), exc.edge, mode) from exc  # FrameTooOld stays one
         shared = self._robot_map() if self._robot_map is not None else None
         if shared is not None and robot.mode == TfMode.MAP_TO_ODOM and mapper.needs_new_epoch(result):
             robot = replace(robot, map_base=shared @ robot.odom_base)  # the driving camera's map frame
         sensor = self._depth.take(stamp_s, result.image_hw) if self._depth is not None else None
         with self.lock:
-            if robot.mode != mode and not new_epoch:  # auto: odometry appeared in map_to_base
+            if robot.mode != mode and not new_epoch:  # auto: the robot's TF came up
                 mapper.switch_mode(robot.mode)
-                self._switched(stamp_s)
+                self._switched(mode, robot.mode, camera, stamp_s)
             bad_stamps = mapper.stamps_backwards + mapper.stamps_duplicate
             frame, work = mapper.locate(result, stamp_s, robot, sensor)
             if mapper.stamps_backwards + mapper.stamps_duplicate > bad_stamps:
@@ -172,7 +176,8 @@ class CameraTracker:
                 self.gap = (
                     f"{self.tf_config.base_frame} -> {root} is missing: '{camera}' is below '{root}' in TF "
                     f"(a URDF gap, or its publisher is not up yet), so map is attached above '{root}' "
-                    f"(map -> {root}); ~/reset once the link is there"
+                    f"(map -> {root}) until it appears; then the node switches to map_to_base (map_to_odom "
+                    "with odometry) by itself, no reset needed"
                 )
                 reason = f"{reason}; {self.gap}"
         if (mode, reason) != self._logged_mode:  # once, not again for every frame dropped meanwhile
@@ -188,29 +193,44 @@ class CameraTracker:
         camera's subtree root, else None); `map_to_odom` when odometry appeared in an `auto` `map_to_base`
         stream. Raises `TransformUnavailable`."""
         robot = self.robot.sample(mode, camera, stamp_s)
+        if mode != TfMode.MAP_TO_ODOM and not new_epoch and self.tf_config.mode == TfMode.AUTO:
+            robot = self._robot_came_up(robot, camera, stamp_s)
         root_cam = None
-        if mode == TfMode.MAP_TO_CAMERA and self.root not in (None, camera):
+        if robot.mode == TfMode.MAP_TO_CAMERA and self.root not in (None, camera):
             root_cam = self.robot.root_pose(self.root, camera, stamp_s)
-        if mode == TfMode.MAP_TO_BASE and not new_epoch and self.tf_config.mode == TfMode.AUTO:
-            odom_base = self.robot.odometry_at(stamp_s)
-            if odom_base is not None:
-                robot = replace(robot, mode=TfMode.MAP_TO_ODOM, odom_base=odom_base)
         return robot, root_cam
 
-    def _switched(self, stamp_s: float) -> None:
-        """The mapper went from `map_to_base` to `map_to_odom` at `stamp_s`: a warning, /diagnostics."""
+    def _robot_came_up(self, robot: RobotSample, camera: str, stamp_s: float) -> RobotSample:
+        """`auto`: the sample in the mode the robot's TF allows now (module doc), else `robot` unchanged."""
+        if robot.mode == TfMode.MAP_TO_CAMERA:
+            base_cam = self.robot.extrinsics_at(camera, stamp_s)
+            if base_cam is None:
+                return robot
+            robot = replace(robot, mode=TfMode.MAP_TO_BASE, base_cam=base_cam)
+        odom_base = self.robot.odometry_at(stamp_s)
+        if odom_base is None:  # odometry that started after this (queued) frame: its newest sample
+            odom_base = self.robot.odometry_at(0.0)
+        return robot if odom_base is None else replace(robot, mode=TfMode.MAP_TO_ODOM, odom_base=odom_base)
+
+    def _switched(self, before: TfMode, after: TfMode, camera: str, stamp_s: float) -> None:
+        """The mapper went from `before` to `after` at `stamp_s` (the robot came up): a WARN, /diagnostics."""
         cfg = self.tf_config
         self.switches += 1
+        appeared = (
+            f"{cfg.odom_frame} -> {cfg.base_frame}"
+            if before == TfMode.MAP_TO_BASE
+            else f"{cfg.base_frame} -> {camera}"
+        )
+        edge = f"map -> {cfg.odom_frame}" if after == TfMode.MAP_TO_ODOM else f"map -> {cfg.base_frame}"
         self.mode_reason = (
-            f"{cfg.odom_frame} -> {cfg.base_frame} appeared in TF at {stamp_s:.3f} s: switched "
-            f"from map_to_base (map unchanged)"
+            f"{appeared} appeared in TF at {stamp_s:.3f} s: switched from {before} (map unchanged)"
         )
         self._logged_mode = None
+        self.root, self.gap = camera, ""
         self._notice(
             "warning",
-            f"TF mode map_to_base -> map_to_odom: {cfg.odom_frame} -> {cfg.base_frame} appeared in TF (image "
-            f"{stamp_s:.3f} s); publishing map -> {cfg.odom_frame} = T_map_base · T_odom_base⁻¹ from now on "
-            f"(no jump in map) and no more map -> {cfg.base_frame}",
+            f"TF mode {before} -> {after}: {appeared} appeared in TF (image {stamp_s:.3f} s); publishing "
+            f"{edge} from now on (no jump in map, no reset needed) instead of the previous edge",
             None,
         )
 

@@ -262,13 +262,12 @@ class CameraStream:
 
     def delivered(self, posed: list[PosedResult]) -> None:
         """One round's frames (`publish_lock` held by `pose_round`): each tracked one published, each whose
-        transform is missing counted and dropped before anything of it was published."""
+        transform is missing (or pruned: `frame_too_old`, its stamp older than the TF history kept) counted
+        and dropped before anything of it was published."""
         for item in posed:
             result, exc = item.result, item.missing
             if item.frame is None:
-                self.causes.rejected(
-                    "tf_unavailable", f"missing transform {exc.edge} (TF mode {exc.mode}): {exc}"
-                )
+                self.causes.rejected(exc.cause, exc.reason())
                 continue
             self.outputs.publish(result, result.meta.header, item.frame)
             self.stats.record_output(time.monotonic() - result.meta.received)

@@ -37,6 +37,7 @@ class RuntimeStats:
         self.frames_published = 0
         self.resets = 0
         self.frames_ignored_inactive = 0
+        self.notes: dict[str, str] = {}  # why a feature is off, e.g. `loop_closure_off` (gtsam missing)
 
     def record_output(self, latency_s: float) -> None:
         """One frame's results were published `latency_s` after its image arrived."""
@@ -68,7 +69,8 @@ class RuntimeStats:
             self.frames_ignored_inactive += 1
 
     def snapshot(self) -> dict[str, float | int | str]:
-        """Flat key -> value: fps, latency_ms_mean/max, frames_published, rejected_<cause>, failed_<cause>."""
+        """Flat key -> value: fps, latency_ms_mean/max, frames_published, rejected_<cause>, failed_<cause>,
+        and the `notes` (why a feature is off)."""
         now = time.monotonic()
         with self._lock:
             self._trim(now)
@@ -87,6 +89,7 @@ class RuntimeStats:
             }
             out.update({f"rejected_{cause}": n for cause, n in sorted(self._rejected.items())})
             out.update({f"failed_{cause}": n for cause, n in sorted(self._failed.items())})
+            out.update(self.notes)
         return out
 
     def _trim(self, now: float) -> None:

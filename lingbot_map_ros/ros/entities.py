@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
@@ -161,6 +162,12 @@ def service_failure(what: str | None = None) -> Callable[..., Any]:
         return response
 
     return answer
+
+
+def parameters_refused(exc: Exception, params: list[Any]) -> SetParametersResult:
+    """The `guard_callback` fallback of the node's set-parameters check: the update rejected with the
+    reason."""
+    return SetParametersResult(successful=False, reason=f"{type(exc).__name__}: {exc}")
 
 
 def _name(text: str) -> str:

@@ -39,6 +39,7 @@ from .conversions import (
 )
 from .diagnostics import CauseLog
 from .params import NodeParams
+from .qos_check import incompatible_qos_warning
 from .streams import (
     DEFAULT_CAMERA_FRAME,
     CameraFrames,
@@ -162,21 +163,22 @@ class FrameIntake:
 
             return deliver
 
-        if params.image_transport == "compressed":
-            image = node.create_subscription(
-                CompressedImage,
-                self._prefix + "image/compressed",
-                gated(self.on_compressed),
+        def subscribe(msg_type: type, topic: str, callback: Callable[[object], None]) -> object:
+            events = incompatible_qos_warning(node, self._prefix + topic, qos)  # names topic, QoS, the fix
+            return node.create_subscription(
+                msg_type,
+                self._prefix + topic,
+                gated(callback),
                 qos,
                 callback_group=group,
+                event_callbacks=events,
             )
+
+        if params.image_transport == "compressed":
+            image = subscribe(CompressedImage, "image/compressed", self.on_compressed)
         else:
-            image = node.create_subscription(
-                Image, self._prefix + "image", gated(self.on_image), qos, callback_group=group
-            )
-        info = node.create_subscription(
-            CameraInfo, self._prefix + "camera_info", gated(self.on_camera_info), qos, callback_group=group
-        )
+            image = subscribe(Image, "image", self.on_image)
+        info = subscribe(CameraInfo, "camera_info", self.on_camera_info)
         return [image, info]
 
     def on_image(self, msg: Image) -> None:

@@ -30,6 +30,7 @@ from ..engine.camera_state import loop_closer
 from ..engine.correction import LoopCorrection
 from ..engine.gpu_gaps import GpuGaps
 from ..engine.lock_order import OrderedLock
+from ..engine.loop.gtsam_import import gtsam_missing
 from .entities import NodeFacade
 from .output_config import MAP_QOS
 from .outputs import MAP_DRAIN_S, MappingOutputs
@@ -125,8 +126,13 @@ def attach_loop_closure(
     Descriptors pooled by the live step (`FrameResult.place_descriptor`), else from the model's encoder
     tokens or the pipeline's own (`Pipeline.loop_descriptor`, a test's oracle); verification through the
     pipeline's model, its passes run by the inference thread between live steps (`Pipeline.gaps`,
-    engine/gpu_gaps.py)."""
+    engine/gpu_gaps.py). Without gtsam the camera maps on without loop closure: one WARN and
+    `loop_closure_off` in /diagnostics."""
     if outputs.loop is not None or pipeline is None or not params.loop_closure_enabled:
+        return
+    if (missing := gtsam_missing()) is not None:
+        facade.stats.notes["loop_closure_off"] = missing
+        facade.get_logger().warning(f"loop closure off: {missing}", once=True)
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
     closer = loop_closer(

@@ -35,7 +35,7 @@ from ..engine.persistence.store import SessionError
 from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
-from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback
+from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback, parameters_refused
 from .fused import FusedMap
 from .intake import InputFrame
 from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
@@ -43,7 +43,7 @@ from .node_status import node_status
 from .outputs import MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
-from .rounds import PUBLISH_DRAIN_S, NodeRounds
+from .rounds import NodeRounds
 from .services import MappingServices, create_reject_loop_service
 from .session_files import SessionFiles
 from .shutdown import run_node
@@ -72,7 +72,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._causes = CauseLog(self.stats, self.get_logger())  # rejections and failures by cause
         failed = self._causes.callback_failed
         self.add_on_set_parameters_callback(
-            guard_callback("set_parameters", self._check_parameters, failed, _parameters_refused)
+            guard_callback("set_parameters", self._check_parameters, failed, parameters_refused)
         )
         self.add_post_set_parameters_callback(
             guard_callback("apply_parameters", self._apply_parameters, failed)
@@ -88,8 +88,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         self._service_group = MutuallyExclusiveCallbackGroup()
         self._stream_change = OrderedLock("node.stream_change")  # resets and loads (services' own groups)
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # TF lookups (robot modes) and the metric depth topic: subscriptions kept for the node's life too.
-        self._tf_lookup = TfLookup(self._facade, max_future_s=self.params.tf_max_future_s)
+        p = self.params  # TF lookups (robot modes), the depth topic: subscriptions kept for the node's life
+        tf_history = {"cache_s": p.tf_cache_time, "max_future_s": p.tf_max_future_s, "map_frame": p.map_frame}
+        self._tf_lookup = TfLookup(self._facade, **tf_history)
         self._depth_input: DepthInput | None = None
         host = CameraHost(
             self,
@@ -242,6 +243,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         """Release everything; a step still running after `SHUTDOWN_STEP_WAIT_S` is left to the exit. The map
         threads end here in either case: the context's shutdown destroys the publishers they use."""
         stopped = self._release_active(SHUTDOWN_STEP_WAIT_S)
+        self._periodic.map_odom.stop()  # like the map threads: it publishes
         for _, outputs in self._camera_outputs():
             outputs.map.stop()
         if not stopped:
@@ -268,8 +270,9 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
         if self._rounds is not None:
             stopped = self._rounds.stop(step_wait_s)
             self._rounds = None
-        for _, outputs in self._camera_outputs():  # the map work of what was published, and the last path
-            outputs.flush(PUBLISH_DRAIN_S, publish_path=self.context.ok())
+        if self.context.ok():  # the last path; the map thread integrates the queued map work by itself
+            for _, outputs in self._camera_outputs():  # (not waited for: deactivate answers at once)
+                outputs.publish_path()
         return stopped
 
     def _release_configured(self) -> None:
@@ -382,11 +385,6 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             if outputs is not None:
                 outputs.update_config(camera.output_config(self.params, primary=i == 0))
         self._periodic.diagnostics_soon()
-
-
-def _parameters_refused(exc: Exception, params: list[Parameter]) -> SetParametersResult:
-    """The `guard_callback` fallback of the set-parameters check: the update rejected with the reason."""
-    return SetParametersResult(successful=False, reason=f"{type(exc).__name__}: {exc}")
 
 
 def main(args: list[str] | None = None, exit_process: bool = True) -> int:

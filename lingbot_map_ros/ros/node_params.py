@@ -38,6 +38,7 @@ class NodeParams:
     tf_timeout: float
     tf_transform_tolerance: float
     tf_publish_rate: float
+    tf_cache_time: float
     tf_max_future_s: float
     scale_source: str
     scale_factor: float

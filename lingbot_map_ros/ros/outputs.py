@@ -234,14 +234,6 @@ class MappingOutputs:
         stamp = self.last_stamp or self._node.get_clock().now().to_msg()
         return self.map.publish_grid(stamp, self.map_frame, force)
 
-    def flush(self, timeout: float, publish_path: bool = True) -> bool:
-        """Deactivate, shutdown: integrate the queued map works (False: not within `timeout`), then publish
-        `~/path` if it changed."""
-        drained = self.map.drain(timeout)
-        if publish_path:
-            self.publish_path()
-        return drained
-
     @contextmanager
     def both_sides(self, drain: bool = True) -> Iterator[None]:
         """Hold the map's lock, then `lock`, once the queued map works are integrated (`drain`) or dropped."""

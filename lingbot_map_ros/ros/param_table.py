@@ -93,6 +93,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         float_range=(0.1, 1000.0),
     ),
     ParamSpec(
+        "tf.cache_time",
+        60.0,
+        "Seconds of TF history the node keeps (tf2 Buffer cache_time; tf2's default is 10 s). It must cover "
+        "the oldest frame the node still poses: a frame waits up to queue_size x the model's step time; one "
+        "whose stamp is older than the newest TF by more than this is dropped at once (frame_too_old), not "
+        "as a missing transform. Fixed for the node's life.",
+        float_range=(1.0, 3600.0),
+    ),
+    ParamSpec(
         "tf.max_future_s",
         5.0,
         "An incoming /tf sample stamped more than this many seconds after the node's clock is rejected, "

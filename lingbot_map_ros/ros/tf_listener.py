@@ -4,13 +4,16 @@ on every robot, else the package's `TfBuffer` (tf_buffer.py); both fed by `TfIng
 
 `TfLookup.lookup(target, source, stamp_s, timeout_s)` returns `T_target_source` [4, 4] or raises
 `TransformUnavailable` naming the missing edge, after waiting up to `timeout_s` for the data (the caller's
-thread polls; the listener thread stores). `stats()` gives the /diagnostics keys (`tf.backend`, `tf.samples`,
-`tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`, and the graph's `tf.edges`, `tf.edges_evicted`,
-`tf.static_refused`).
+thread polls; the listener thread stores). History: `cache_s` (`tf.cache_time`) in both backends; a lookup
+that fails at a stamp more than `cache_s` behind the newest dynamic sample raises `FrameTooOld` at once (the
+data was pruned: no waiting, never reported as an extrapolation into the past). `stats()` gives the
+/diagnostics keys (`tf.backend`, `tf.samples`, `tf.rejected_total`, `tf.rejected.<edge>`, `tf.malformed`, and
+the graph's `tf.edges`, `tf.edges_evicted`, `tf.static_refused`).
 
 `graph` (engine/mapping/tf_graph.py `TfGraph`) is the stored edges' child -> parent map that every sample
-passes first, bounded; the one-parent guard reads it incrementally. With tf2's C++ core an evicted edge stays
-in tf2 (it has no call to drop one frame) but leaves the graph, so the node's own per-edge work stays bounded.
+passes first, bounded; the one-parent guard reads it incrementally, and a static parent in it wins over a
+dynamic sample of the same child from another parent (`store`). With tf2's C++ core an evicted edge stays in
+tf2 (it has no call to drop one frame) but leaves the graph, so the node's own per-edge work stays bounded.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from rclpy.node import Node
 
 from ..engine.geometry import pose_from_quat
 from ..engine.mapping.tf_graph import TfGraph
+from ..engine.robot_tf import FrameTooOld
 from .tf_buffer import TfBuffer, TransformUnavailable
 from .tf_ingest import TF_STATIC_QOS, TfIngest
 from .tf_wire import TfSample
@@ -90,26 +94,36 @@ class TfLookup:
     Args:
         node: the node (or its `NodeFacade`): the subscriptions are created on it.
         use_tf2_ros: use tf2's C++ core when importable.
-        cache_s: seconds of history kept per edge.
+        cache_s: seconds of history kept per edge (`tf.cache_time`).
         max_future_s: `tf.max_future_s` (later changes: set `max_future_s`).
+        map_frame: the node's own map frame: its edges (`map -> odom`, republished stamped now; the cameras'
+            `<map>_<camera>`) heard back do not count as the robot's newest TF (`FrameTooOld`'s age check).
     """
 
     def __init__(
-        self, node: Node, use_tf2_ros: bool = True, cache_s: float = 10.0, max_future_s: float = MAX_FUTURE_S
+        self,
+        node: Node,
+        use_tf2_ros: bool = True,
+        cache_s: float = 10.0,
+        max_future_s: float = MAX_FUTURE_S,
+        map_frame: str = "map",
     ) -> None:
         self._tf2 = None
         self.buffer: TfBuffer | None = None
         self._ingest: TfIngest | None = None
+        self.cache_s = cache_s
+        self.map_frame = map_frame
+        self.newest_s = 0.0  # stamp of the newest dynamic sample stored (s), not counting map -> *
         logger = node.get_logger()
         if use_tf2_ros and tf2_ros is not None:  # pragma: no cover - only on a real ROS install
             self._tf2 = tf2_ros.Buffer(cache_time=Duration(seconds=cache_s))
             self.graph = TfGraph()
-            store = _Tf2Store(self._tf2, self.graph)
+            self._store_sample = _Tf2Store(self._tf2, self.graph)
             self.backend = "tf2_ros BufferCore (C++)"
         else:
             self.buffer = TfBuffer(cache_s)
             self.graph = self.buffer.graph
-            store = self.buffer.add_sample
+            self._store_sample = self.buffer.add_sample
             self.backend = "lingbot_map_ros TfBuffer"
         if TFMessage is None:
             logger.error(
@@ -125,7 +139,7 @@ class TfLookup:
             return ns * 1e-9 if ns > 0 else None  # sim time before /clock: no future check
 
         context = node.context
-        self._ingest = TfIngest(node, store, now_s, max_future_s, logger.warning, context.ok)
+        self._ingest = TfIngest(node, self.store, now_s, max_future_s, logger.warning, context.ok)
         logger.info(f"TF backend {self.backend}; /tf and /tf_static taken on the listener thread")
 
     @property
@@ -136,6 +150,17 @@ class TfLookup:
     def max_future_s(self, value: float) -> None:
         if self._ingest is not None:
             self._ingest.max_future_s = value
+
+    def store(self, sample: TfSample, static: bool) -> None:
+        """Store one checked sample in the backend (the listener thread; tests) and note the newest stamp.
+        A static parent wins over a dynamic one of the same child: the node's own `map -> camera_link`, heard
+        back, must not hide the robot's `base_link -> camera_link` published later (issue 29)."""
+        if not static and self.graph.static_parent(sample.child) not in (None, sample.parent):
+            return
+        self._store_sample(sample, static)
+        ours = sample.parent == self.map_frame or sample.parent.startswith(f"{self.map_frame}_")
+        if not static and not ours and sample.stamp_s > self.newest_s:
+            self.newest_s = sample.stamp_s
 
     def drain(self) -> int:
         """Store what arrived now (the listener thread does it every few ms; tests call it not to wait)."""
@@ -159,7 +184,8 @@ class TfLookup:
             stored = self._stored()
             try:
                 return self._lookup_now(target, source, stamp_s)
-            except TransformUnavailable:
+            except TransformUnavailable as exc:
+                self._raise_if_pruned(target, source, stamp_s, exc)
                 if time.monotonic() >= deadline:
                     raise
             # Waiting anyway: take what arrived (the listener thread would only in its next batch), and look
@@ -167,6 +193,17 @@ class TfLookup:
             while self._stored() == stored and time.monotonic() < deadline:
                 if not self.drain():
                     time.sleep(POLL_S)
+
+    def _raise_if_pruned(self, target: str, source: str, stamp_s: float, exc: TransformUnavailable) -> None:
+        """`FrameTooOld` when `stamp_s` lies more than `cache_s` behind the newest dynamic sample."""
+        age = self.newest_s - stamp_s
+        if stamp_s > 0.0 and age > self.cache_s:
+            raise FrameTooOld(
+                f"image stamp {stamp_s:.3f} s is {age:.1f} s behind the newest TF, beyond the TF history "
+                f"kept (tf.cache_time {self.cache_s:g} s): dropped at once; raise tf.cache_time or shorten "
+                "the queue (queue_size) so frames are posed sooner",
+                f"{target} -> {source}",
+            ) from exc
 
     def _stored(self) -> int:
         return self._ingest.check.accepted if self._ingest is not None else 0

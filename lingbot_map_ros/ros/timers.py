@@ -3,18 +3,21 @@
 The timers are created once with the node and kept (entities.py: never destroyed while the executor may wait
 on them), run on the steady clock (so they go on under `use_sim_time` without `/clock`, or when `/clock`
 jumps back), work on the outputs only while the node is active, and never raise: a failure is counted and
-logged (an exception escaping a timer would end the executor's spin). The `map -> odom` republish has a
-callback group of its own, so a long map cloud or grid message never delays it (its consumers look it up at
-now - a few tens of ms).
+logged (an exception escaping a timer would end the executor's spin). The `map -> odom` republish runs on a
+thread of its own (`MapOdomThread`), not through the executor: its consumers look it up at now - a few tens
+of ms, and an executor timer ran at ~13 of 20 Hz while the model step and the other callbacks held Python
+(issue 29: each dispatch takes the GIL several times; a thread that sleeps on an event takes it once).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from builtin_interfaces.msg import Time
-from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
@@ -72,15 +75,11 @@ class NodeTimers:
         bodies = {
             "diagnostics_timer": diagnostics,
             "map_timer": self._publish_map,
-            "map_odom_timer": lambda: self._each(lambda outputs: outputs.republish_map_odom()),
             "grid_timer": self._publish_grid,
             "path_timer": lambda: self._each(lambda outputs: outputs.publish_path()),
         }
-        groups = {"map_odom_timer": MutuallyExclusiveCallbackGroup()}
         self._timers = {
-            name: node.create_timer(
-                1.0, self._guarded(name, body), callback_group=groups.get(name, group), clock=steady
-            )
+            name: node.create_timer(1.0, self._guarded(name, body), callback_group=group, clock=steady)
             for name, body in bodies.items()
         }
         self._diagnostics = diagnostics
@@ -91,6 +90,8 @@ class NodeTimers:
             clock=steady,
             autostart=False,
         )
+        republish = self._guarded("map_odom_timer", lambda: self._each(lambda o: o.republish_map_odom()))
+        self.map_odom = MapOdomThread(republish, ok)
         self.set_rates(params)
 
     def diagnostics_soon(self) -> None:
@@ -108,12 +109,15 @@ class NodeTimers:
         rates = {
             "diagnostics_timer": p.diagnostics_rate,
             "map_timer": p.map_publish_rate,
-            "map_odom_timer": p.tf_publish_rate,
             "grid_timer": p.grid_rate,
             "path_timer": p.path_publish_rate,
         }
         for name, rate in rates.items():
-            self._timers[name].timer_period_ns = int(1e9 / rate)
+            timer, period_ns = self._timers[name], int(1e9 / rate)
+            if timer.timer_period_ns != period_ns:  # the new period from now, not after the old one's tick
+                timer.timer_period_ns = period_ns
+                timer.reset()
+        self.map_odom.period_s = 1.0 / p.tf_publish_rate
 
     def _guarded(self, name: str, body: Callable[[], object]) -> Callable[[], object]:
         """`body` under the one callback guard (`guard_callback`), its failures reported as `name`'s."""
@@ -135,3 +139,33 @@ class NodeTimers:
     def _publish_grid(self) -> None:
         for output in self._maps():
             output.publish_grid()
+
+
+class MapOdomThread:
+    """Runs `body` (the `map -> odom` republish of every active camera) every `period_s` on a daemon thread
+    of its own, on a fixed schedule (a late run is not repeated to catch up), until `ok()` is False or `stop`.
+
+    Args:
+        body: the republish (never raises: `NodeTimers._guarded`).
+        ok: False once the node's context is shutting down.
+    """
+
+    def __init__(self, body: Callable[[], None], ok: Callable[[], bool], period_s: float = 0.05) -> None:
+        self.period_s = period_s
+        self._body, self._ok = body, ok
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lingbot_map_odom_tf", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        due = time.monotonic()
+        while self._ok():
+            due = max(due + self.period_s, time.monotonic())  # behind schedule: the next run now, not a burst
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return
+            self._body()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """End the thread (the node's shutdown, before its publishers are destroyed)."""
+        self._stop.set()
+        self._thread.join(timeout_s)

@@ -42,6 +42,7 @@ from lingbot_map_ros.engine.correction import LoopCorrection
 from lingbot_map_ros.engine.health import HealthConfig
 from lingbot_map_ros.engine.loop import LoopClosureConfig
 from lingbot_map_ros.engine.loop.descriptor import Describe
+from lingbot_map_ros.engine.loop.gtsam_import import gtsam_missing
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
 from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
@@ -104,9 +105,12 @@ def camera_state(
 ) -> CameraState:
     """A bare camera's engine for `config` (`CameraState`: TF mode map_to_camera), closing loops inline unless
     `config.loop_closure` is off: descriptors from `model`'s tokens (or `describe`), verification by it,
-    `loop_config` (None: the node's `loop_closure.*` defaults)."""
+    `loop_config` (None: the node's `loop_closure.*` defaults). Without gtsam it maps on without loop closure
+    (one line on stderr), as the node does."""
     state = CameraState(config.mapper_config(), health=HealthConfig() if config.tracking_health else None)
-    if config.loop_closure:
+    if config.loop_closure and (missing := gtsam_missing()) is not None:
+        print(f"loop closure off: {missing}", file=sys.stderr)
+    elif config.loop_closure:
         closer = loop_closer(loop_config or LoopClosureConfig(), config.image_width, model, describe)
         state.attach_loop(closer, threaded=False)
     return state

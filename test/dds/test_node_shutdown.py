@@ -3,6 +3,8 @@
 * A stop while frames flow logs no ERROR: the context's shutdown destroyed the publishers while the map
   thread still integrated and published (`[ERROR] map_worker failed (InvalidHandle)`, ~1 stop in 15 with a
   light map). Here the map work is heavy (every pixel mapped), so a stop nearly always finds it busy.
+* `deactivate` and `cleanup` while 30 Hz frames flow answer within the spec's bounds (1 s, 2 s; issue 29)
+  times a margin for a loaded CI machine.
 * Two SIGINTs 0.1 s apart (what one Ctrl-C under a non-interactive `ros2 launch` delivers: from the terminal
   and again from launch) are one request: the clean shutdown runs to its end (rc 0, "clean shutdown
   complete"), where the second signal used to take the fast exit.
@@ -18,6 +20,8 @@ from pathlib import Path
 import pytest
 from attack_helpers import RELIABLE, collect, warm_up
 from builtin_interfaces.msg import Time
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from nav_msgs.msg import Odometry
 from ros_helpers import RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
@@ -98,3 +102,46 @@ def test_stop_while_frames_flow_is_clean_and_a_quick_second_sigint_is_the_same_r
         if signals == 2:
             assert "SIGINT again" in out and "the same request" in out, out[-3000:]
         print(f"\nrun {run}: {signals} SIGINT(s), {stream.sent} frames streamed, clean exit 0, no ERROR")
+
+
+#: Bounds asserted here: the spec's (deactivate 1 s, cleanup 2 s; issue 29) times a margin for a loaded 2-core
+#: CI machine; the precise times are benchmarks/lifecycle_stop.py's (docs/performance.md).
+DEACTIVATE_BOUND_S = 3.0
+CLEANUP_BOUND_S = 4.0
+
+
+def test_deactivate_and_cleanup_answer_quickly_while_frames_flow(
+    ros_client: RosClient, tmp_path: Path
+) -> None:
+    name = "stop_lifecycle"
+    node = f"/{name}/{name}"
+    frames = load_frames(4)
+    proc = start_tiny_node(tmp_path, name, BUSY_MAP_PARAMS, client=ros_client)
+    odom = collect(ros_client, Odometry, f"{node}/odometry")
+    pub = ros_client.publisher(Image, f"/{name}/image", RELIABLE)
+    ros_client.wait_for_subscribers(pub)
+
+    def change(transition: int) -> float:
+        start = time.monotonic()
+        request = ChangeState.Request(transition=Transition(id=transition))
+        assert ros_client.call(ChangeState, f"{node}/change_state", request).success
+        return time.monotonic() - start
+
+    stream = FrameStream(pub, frames, period_s=1.0 / 30.0)
+    try:
+        for cycle in range(2):
+            start = len(odom)
+            odom.wait_for(start + 3, timeout=60.0)  # frames flow through the node now
+            deactivate = change(Transition.TRANSITION_DEACTIVATE)
+            cleanup = change(Transition.TRANSITION_CLEANUP)
+            print(
+                f"\ncycle {cycle}: deactivate {deactivate:.2f} s, cleanup {cleanup:.2f} s (frames at 30 Hz)"
+            )
+            assert deactivate < DEACTIVATE_BOUND_S and cleanup < CLEANUP_BOUND_S
+            change(Transition.TRANSITION_CONFIGURE)
+            change(Transition.TRANSITION_ACTIVATE)
+        code = proc.stop(timeout=30)
+    finally:
+        stream.stop()
+    out = proc.output()
+    assert code == 0 and "exiting now" not in out, out[-3000:]

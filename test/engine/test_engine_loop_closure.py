@@ -3,6 +3,8 @@ pass, and `loop-eval` on the drifting oracle (docs/loop_closure.md)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,15 @@ def test_worker_thread_closes_the_loop_off_the_callers_thread() -> None:
     finally:
         worker.stop()
     assert worker.dropped == 0
+
+
+def test_model_descriptor_of_a_read_only_image_gives_no_warning() -> None:
+    """A keyframe's network image is stored read-only: torch warned on every launch (issue 29)."""
+    config = SessionConfig(scale_frames=2, sliding_window=4, max_window=4, image_width=56)
+    session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config)).only
+    image = np.random.default_rng(0).integers(0, 256, (42, 56, 3), dtype=np.uint8)
+    image.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        descriptor = ModelDescriptor(session.model)(image)
+    assert descriptor.dtype == np.float32 and np.isclose(np.linalg.norm(descriptor), 1.0, atol=1e-4)

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from ros_helpers import REPO
+from without_module import hide_modules
 
-from lingbot_map_ros.ros.params import PARAMETERS, SPECS, params_yaml
+from lingbot_map_ros.ros.param_docs import PARAMETER_DOCS
+from lingbot_map_ros.ros.params import PARAMETERS, SPECS, param_docs_source, params_yaml
 
 LAUNCH_FILE = REPO / "launch" / "lingbot_map.launch.py"
 PARAMS_FILE = REPO / "config" / "lingbot_map.yaml"
@@ -42,6 +47,9 @@ EXPECTED_ARGS = {
     "cameras",
     "scale_source",
     "scale_factor",
+    "image_transport",
+    "qos_reliability",
+    "output_dir",
     "params_file",
     "namespace",
     "rviz",
@@ -82,7 +90,7 @@ def test_launch_file_declares_its_arguments() -> None:
     parameters = {spec.name for spec in PARAMETERS}
     assert set(helpers["KNOBS"].values()) <= parameters  # every knob sets a real parameter
     # a knob's description is derived from its parameter's row: nothing typed in the launch file
-    assert "knob_description(SPECS[param].description, SPECS[param].default)" in source
+    assert "knob_description(PARAMETER_DOCS[param][1], PARAMETER_DOCS[param][0])" in source
     scale = SPECS["scale.factor"]
     text = helpers["knob_description"](scale.description, scale.default)
     assert text.startswith(scale.description) and "Node default: 1.0;" in text
@@ -125,6 +133,7 @@ def _launch_helpers() -> dict[str, object]:
                 "rviz_config_for",
                 "node_exit_reason",
                 "knob_description",
+                "params_overlay",
             )
         )
         or (
@@ -132,7 +141,7 @@ def _launch_helpers() -> dict[str, object]:
             and node.targets[0].id in ("KNOBS", "PROFILE_VARIABLE", "EXIT_CODE_MEANINGS", "ANSI_ESCAPE")
         )
     ]
-    namespace: dict[str, object] = {"re": re}
+    namespace: dict[str, object] = {"re": re, "Path": Path}
     exec(compile(ast.Module(body=keep, type_ignores=[]), str(LAUNCH_FILE), "exec"), namespace)  # noqa: S102
     return namespace
 
@@ -231,3 +240,37 @@ def test_node_doc_lists_every_parameter_and_output() -> None:
     for topic in ("`~/grid`", "`~/camera_pose`", "`depth_image`", "`tf_unavailable`", "`scale_spread`"):
         assert topic in text
     assert (REPO / "docs" / "robot.md").is_file()
+
+
+def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
+    """Issue 29: `--show-args` took ~15 s because the launch file imported the parameter table (the engine,
+    torch). It imports only lingbot_map_ros.ros.param_docs, which a Python without torch and rclpy imports;
+    that module is the table's data, regenerated (a drift fails here)."""
+    written = (REPO / "lingbot_map_ros" / "ros" / "param_docs.py").read_text()
+    assert written == param_docs_source(), (
+        "stale: python -m lingbot_map_ros.ros.params --param-docs > lingbot_map_ros/ros/param_docs.py"
+    )
+    assert {spec.name: (spec.default, spec.description) for spec in PARAMETERS} == PARAMETER_DOCS
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(LAUNCH_FILE.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lingbot_map_ros")
+    }
+    assert imported == {"lingbot_map_ros.ros.param_docs"}
+    env = {**os.environ, "PYTHONPATH": hide_modules(tmp_path, "torch", "rclpy", "numpy")}
+    code = (
+        "import sys, lingbot_map_ros.ros.param_docs as d; assert d.PARAMETER_DOCS; print(sorted(sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "torch" not in done.stdout and "rclpy" not in done.stdout
+
+
+def test_params_file_is_an_overlay_on_the_shipped_one(tmp_path: Path) -> None:
+    overlay = _launch_helpers()["params_overlay"]
+    assert overlay("") == []
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("/**:\n  ros__parameters:\n    queue_size: 3\n")
+    assert overlay(str(mine)) == [str(mine)]
+    with pytest.raises(ValueError, match="does not exist"):
+        overlay(str(tmp_path / "missing.yaml"))

@@ -39,7 +39,8 @@ class ModelDescriptor:
         model = self.model
         dtype = model.precision.aggregator_dtype  # type: ignore[attr-defined]
         with torch.inference_mode(), model._autocast():  # type: ignore[attr-defined]
-            images = torch.from_numpy(np.ascontiguousarray(image_net)).to(model.device)
+            # writable and contiguous (copied only when not): torch warns on a read-only array (issue 29)
+            images = torch.from_numpy(np.require(image_net, requirements=["C", "W"])).to(model.device)
             images = images.permute(2, 0, 1)[None].to(torch.float32).div_(255.0).to(dtype)
             tokens = model.aggregator.backbone_tokens(images)  # type: ignore[attr-defined]
             return place_descriptor(tokens)[0].cpu().numpy().astype(np.float32)

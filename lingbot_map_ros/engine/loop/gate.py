@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import gtsam
 import numpy as np
 
 from ..geometry import Sim3
+from .gtsam_import import gtsam
 from .keyframes import Keyframe
 from .pose_graph import Edge, PoseGraph
 from .similarity import between, to_gtsam

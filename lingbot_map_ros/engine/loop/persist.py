@@ -16,11 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import gtsam
 import numpy as np
 
 from ..geometry import Sim3
 from ..npz_input import SessionError
+from .gtsam_import import gtsam
 from .keyframes import Keyframe
 from .pose_graph import Edge, EdgeSigma
 from .similarity import between, to_gtsam

@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import gtsam
 import numpy as np
 
 from ..geometry import Sim3
 from ..settings import setting
+from .gtsam_import import gtsam
 from .similarity import between, compose, interpolate, inverse, to_gtsam
 
 

@@ -8,10 +8,10 @@ keyframe) into the map: its rigid part is the camera pose, its scale the local u
 
 from __future__ import annotations
 
-import gtsam
 import numpy as np
 
 from ..geometry import Sim3, matrix_to_quat_xyzw, quat_xyzw_to_matrix, rotation_vector, slerp
+from .gtsam_import import gtsam
 
 
 def compose(a: Sim3, b: Sim3) -> Sim3:

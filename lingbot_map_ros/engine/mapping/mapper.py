@@ -120,14 +120,21 @@ class Mapper:
         return self._epoch is None or result.epoch != self._epoch
 
     def switch_mode(self, mode: TfMode) -> None:
-        """Odometry appeared while the epoch is in `map_to_base` (`tf.mode: auto`): continue it in
-        `map_to_odom`. The map frame and the chain stay, so `map` does not jump; from the next `locate` on
-        (whose `robot.odom_base` must be set) `T_map_odom = T_map_base(t) · T_odom_base(t)⁻¹`.
+        """The robot came up while the epoch runs (`tf.mode: auto`): the extrinsics appeared in
+        `map_to_camera` (-> `map_to_base`, or `map_to_odom` with odometry too), or odometry in `map_to_base`
+        (-> `map_to_odom`). The map frame and the chain stay, so `map` does not jump; from the next `locate`
+        on (whose `robot.base_cam`, and for `map_to_odom` `robot.odom_base`, must be set)
+        `T_map_base = T_map_cam(t) · T_base_cam⁻¹` and `T_map_odom = T_map_base(t) · T_odom_base(t)⁻¹`.
 
         Raises:
             ValueError: any other change (a new mode needs a new epoch: another map frame).
         """
-        if (self.mode, mode) != (TfMode.MAP_TO_BASE, TfMode.MAP_TO_ODOM):
+        allowed = {
+            (TfMode.MAP_TO_CAMERA, TfMode.MAP_TO_BASE),
+            (TfMode.MAP_TO_CAMERA, TfMode.MAP_TO_ODOM),
+            (TfMode.MAP_TO_BASE, TfMode.MAP_TO_ODOM),
+        }
+        if (self.mode, mode) not in allowed:
             raise ValueError(f"TF mode {self.mode} cannot become {mode} within an epoch")
         self.mode = TfMode(mode)
 

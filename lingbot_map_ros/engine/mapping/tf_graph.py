@@ -90,6 +90,11 @@ class TfGraph:
             self._start += len(self._journal)
             self._journal = []
 
+    def static_parent(self, child: str) -> str | None:
+        """The parent of `child`'s static edge, or None when `child` has none."""
+        with self._lock:
+            return self._static.get(child)
+
     def parents(self) -> dict[str, str]:
         """child -> parent of every edge now (a copy)."""
         with self._lock:
