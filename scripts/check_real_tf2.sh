@@ -3,7 +3,8 @@
 #   scripts/check_real_tf2.sh build SCRATCH MIRRORS   # once: venv copy + colcon workspace (~2-9 min, 2 cores)
 #   scripts/check_real_tf2.sh check SCRATCH           # the tests that skip without tf2_ros / launch_ros
 # SCRATCH: an empty folder; MIRRORS: a folder holding git mirrors of ros2/{geometry2,launch,launch_ros,ros2cli,
-# rosidl_runtime_py,rcl_interfaces} (named like that). The steps are ../shared/ros/LOCAL_LAUNCH_TF2.md's.
+# rosidl_runtime_py,rcl_interfaces} (named like that: links to each mirror's git dir, e.g. the search tool's
+# fetch gives /work/.mirror/ros2+geometry2/repo). The steps are ../shared/ros/LOCAL_LAUNCH_TF2.md's.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:?build|check}
@@ -48,8 +49,8 @@ check() {
   echo "== ros2 launch --show-args (issue 29: under 3 s, no torch imported)"
   /usr/bin/time -f "%e s" ros2 launch lingbot_map_ros lingbot_map.launch.py --show-args > /dev/null
   echo "== the tests that need tf2_ros / launch_ros (they skip elsewhere)"
-  "$SCRATCH/venv/bin/python" -m pytest -q -s test/ros/test_ros_tf_cache_time.py test/ros/test_ros_launch.py \
-    test/dds/test_robot_live.py
+  "$SCRATCH/venv/bin/python" -m pytest -q -rs test/ros/test_ros_tf_cache_time.py test/ros/test_ros_launch.py \
+    test/ros/test_ros_tf_ingest.py test/dds/test_launch_process.py test/dds/test_robot_live.py
 }
 
 case $what in

@@ -339,7 +339,7 @@ def test_a_camera_mount_published_late_is_adopted_without_a_reset(
         )  # the next frame posed after it (2 s on an idle machine: docs/robot.md)
         time.sleep(1.0)
         ok = sum(
-            consumer.lookup("map", "camera_optical", time.time() - 0.05, 0.1) or time.sleep(0.1)
+            consumer.lookup("map", "camera_optical", time.time() - 0.05, 0.1) or bool(time.sleep(0.1))
             for _ in range(LOOKUPS)
         )
         print(

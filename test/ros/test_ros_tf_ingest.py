@@ -190,10 +190,11 @@ def test_checked_samples_in_tf2s_cpp_core_interpolate_like_the_package_buffer() 
     from rclpy.duration import Duration
     from rclpy.time import Time as RclTime
 
+    from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
     from lingbot_map_ros.ros.tf_listener import _Tf2Store, transform_to_matrix
 
     core, ours = tf2_ros.Buffer(cache_time=Duration(seconds=10.0)), TfBuffer()
-    store = _Tf2Store(core)
+    store = _Tf2Store(core, TfGraph())
     mount = sample(q=(-0.5, 0.5, -0.5, 0.5), parent="base_link", child="camera", stamp=0.0)
     for s, static in [(mount, True)] + [
         (
