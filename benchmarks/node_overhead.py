@@ -205,8 +205,9 @@ def with_overrides(config: OutputConfig, overrides: list[str]) -> OutputConfig:
 def track_and_publish(outputs: MappingOutputs, result: FrameResult, header: Header) -> None:
     """What the camera pipeline's pose stage does with one result (engine/camera_pipeline.py): track it,
     then publish it."""
-    tracked = outputs.tracker.track(result, outputs.camera_frame(header), stamp_seconds(header.stamp))
+    tracked = outputs.state.track(result, outputs.camera_frame(header), stamp_seconds(header.stamp))
     outputs.publish(result, header, tracked)
+    outputs.state.posed(result, tracked, tracked.frame.stamp_s)  # a keyframe to the closer's thread
 
 
 def timed(samples: dict[str, list[float]], name: str, fn, *args):
@@ -259,7 +260,9 @@ def main() -> None:
     config = with_overrides(OutputConfig.from_params(params), args.set)
     outputs = MappingOutputs(node, config, TfLookup(node))
     if params.loop_closure_enabled and not args.no_loop_closure:  # the closer's thread runs alongside
-        outputs.loop = LoopOutputs(node, outputs, bench_closer(params), "~/")
+        outputs.loop = LoopOutputs(node, outputs, "~/")
+        outputs.state.outputs = outputs.loop
+        outputs.state.attach_loop(bench_closer(params), threaded=True)
     subscriber = subscribe_all("overhead_subscriber", node.get_name()) if args.subscribers else None
     time.sleep(0.5 if subscriber else 0.0)  # discovery
     handoff = Handoff()
