@@ -70,6 +70,7 @@ _DATA = r"""{
   "session.load_path": ["", "Saved session (a folder name below session.dir) to continue: loaded when the node activates after configure, and by ~/load_session: one folder name (letters, digits, '_', '-', '.'; no '/', not starting with '.'). Empty: start a new map."],
   "session.save_with_map": [false, "~/save_map also saves a session (as ~/save_session does)."],
   "mapping.enabled": [true, "false = localisation mode: poses, TF and odometry go on, the map and the grid are not extended."],
+  "tracking.health": [false, "Judge each frame's tracking (tracking | degraded | lost | relocalised, ~/tracking_state): while degraded or lost the odometry covariance is inflated and the frame does not map; with loop closure a lost camera relocalises against the keyframe map (docs/robot.md 'Tracking state'). Read at configure."],
   "max_input_pixels": [16777216, "Largest input image (width x height, from the Image or PNG/JPEG header) accepted; larger ones are rejected before decoding (rejected_oversized_image). 16,777,216 = 4096 x 4096."],
   "max_aspect_ratio": [8.0, "Largest long side / short side of an input image; flatter ones are rejected before decoding (rejected_unsupported_aspect_ratio), which bounds the resized intermediate to 518 x 8 rows."],
   "stream.change_confirm_frames": [3, "Consecutive frames of a new size or frame_id needed to restart the stream (a new map); fewer are rejected (rejected_unconfirmed_stream_change). 1: restart at the first one."],
