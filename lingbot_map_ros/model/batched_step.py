@@ -9,8 +9,9 @@ attending over its own stream's camera history (`model/camera_history.py`).
 
 Only streaming steps (S = 1 per stream, after the anchor phase) are batched: the anchor step of a stream
 (S = scale_frames frames, bidirectional) runs on its own through `LingBotMap.step`, which also serves
-B = 1 with its CUDA-graph path. Batched steps run eagerly (no CUDA graphs yet). All frames of one batch
-have one resolution (the caller groups streams by resolution).
+B = 1 with its CUDA-graph path. On CUDA a batched step replays the CUDA graphs captured for its batch size
+(`graphed_batch`, model/graphed.py; `graphs=False` runs it eagerly). All frames of one batch have one
+resolution (the caller groups streams by resolution).
 """
 
 from __future__ import annotations
