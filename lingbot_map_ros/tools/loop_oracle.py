@@ -240,17 +240,7 @@ class DriftingOracle:
         rng = np.random.default_rng([self._seed, a, b])
         pair_unit = float(rng.uniform(0.5, 2.0))
         relative = np.linalg.inv(self.scene.poses[a]) @ self.scene.poses[b]
-        if self.scene.overlap(a, b) < self.drift.overlap_floor:  # the model cannot relate them: a wrong pose
-            relative = rigid(
-                _axis_angle(rng.normal(size=3), np.radians(rng.uniform(20, 60))), rng.normal(size=3)
-            )
-        else:
-            noise = rigid(
-                _axis_angle(rng.normal(size=3), np.radians(self.drift.pair_noise_deg)),
-                rng.normal(scale=self.drift.pair_noise_m, size=3),
-            )
-            relative = relative @ noise
-        relative[:3, 3] *= pair_unit
+        relative = pair_relative(rng, self.drift, relative, self.scene.overlap(a, b), pair_unit)
         return [np.eye(4), relative], [self.scene.depths[a] * pair_unit, self.scene.depths[b] * pair_unit]
 
     def _encode(self, pose: np.ndarray) -> np.ndarray:
@@ -301,3 +291,21 @@ def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
     axis = np.asarray(axis, np.float64) / np.linalg.norm(axis)
     cross = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
     return np.eye(3) + np.sin(angle) * cross + (1 - np.cos(angle)) * cross @ cross
+
+
+def pair_relative(
+    rng: np.random.Generator, drift: DriftConfig, relative: np.ndarray, overlap: float, pair_unit: float
+) -> np.ndarray:
+    """What the oracle's two-frame pass returns for a pair whose true relative pose is `relative` [4, 4]: a
+    wrong pose when the views overlap less than `drift.overlap_floor` (the model cannot relate them), else the
+    truth with `drift.pair_noise_*`; translation in the pair's own unit `pair_unit`."""
+    if overlap < drift.overlap_floor:
+        relative = rigid(_axis_angle(rng.normal(size=3), np.radians(rng.uniform(20, 60))), rng.normal(size=3))
+    else:
+        noise = rigid(
+            _axis_angle(rng.normal(size=3), np.radians(drift.pair_noise_deg)),
+            rng.normal(scale=drift.pair_noise_m, size=3),
+        )
+        relative = relative @ noise
+    relative[:3, 3] *= pair_unit
+    return relative

@@ -28,7 +28,14 @@ from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.geometry import rigid
 from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.model import StepOutput
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, DriftingOracle, LoopScene, _axis_angle, _digest
+from lingbot_map_ros.tools.loop_oracle import (
+    DriftConfig,
+    DriftingOracle,
+    LoopScene,
+    _axis_angle,
+    _digest,
+    pair_relative,
+)
 
 
 @dataclass(frozen=True)
@@ -178,17 +185,7 @@ class KidnapOracle(DriftingOracle):
             overlap = self.scene.overlap(ra, rb)
         else:
             relative, overlap = np.eye(4), 0.0
-        if overlap < self.drift.overlap_floor:
-            relative = rigid(
-                _axis_angle(rng.normal(size=3), np.radians(rng.uniform(20, 60))), rng.normal(size=3)
-            )
-        else:
-            noise = rigid(
-                _axis_angle(rng.normal(size=3), np.radians(self.drift.pair_noise_deg)),
-                rng.normal(scale=self.drift.pair_noise_m, size=3),
-            )
-            relative = relative @ noise
-        relative[:3, 3] *= pair_unit
+        relative = pair_relative(rng, self.drift, relative, overlap, pair_unit)
         depths = [self.scene.depths[ra] * pair_unit, self.scene.depths[rb] * pair_unit]
         return [np.eye(4), relative], depths, [np.full_like(d, self.drift.confidence) for d in depths]
 
