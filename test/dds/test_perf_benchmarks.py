@@ -91,25 +91,27 @@ def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
 
 
 def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
-    """benchmarks/multi_camera.py: 1 and 2 tiny cameras, a table row each, batches of 2 for 2 cameras (one
-    camera: the single-stream path)."""
+    """benchmarks/multi_camera.py: 1 and 2 tiny cameras, unpipelined and pipelined rounds (issue 33), a table
+    row each, batches of 2 for 2 cameras (one camera: the single-stream path), and both single-stream rows
+    (`push`, `push_overlapped`) of the same process."""
     out = run(
         [
             "benchmarks/multi_camera.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width",
             "56", "--frames", "3", "--cameras", "1,2", "--anchors", "2", "--window", "2", "--max-window", "4",
-            "--warmup", "1", "--max-stored-frames", "4", "--json", str(tmp_path / "runs.json"),
-            "--record", str(tmp_path / "multi_camera_cpu.json"),
+            "--warmup", "1", "--max-stored-frames", "4", "--overlap", "both",
+            "--json", str(tmp_path / "runs.json"), "--record", str(tmp_path / "multi_camera_cpu.json"),
         ]
     )  # fmt: skip
     runs = json.loads((tmp_path / "runs.json").read_text())
-    assert [r["cameras"] for r in runs] == [1, 2]
-    assert runs[1]["batches"] == {"2": 4}  # warm-up + timed rounds
+    assert [(r["cameras"], r["overlap"]) for r in runs] == [(1, False), (1, True), (2, False), (2, True)]
+    assert runs[2]["batches"] == runs[3]["batches"] == {"2": 4}  # warm-up + timed rounds
     assert runs[0]["batches"] == {}  # a set of one camera runs the single-stream path (no batched step)
     assert all(r["aggregate_fps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in runs)
-    assert runs[1]["pool_gib"] > runs[0]["pool_gib"] > 0
-    assert "| 2 | auto |" in out
+    assert all(r["single_stream_fps"] > 0 and r["single_overlapped_fps"] > 0 for r in runs)
+    assert runs[2]["pool_gib"] > runs[0]["pool_gib"] > 0
+    assert "| 2 | auto | graphs | pipelined |" in out and "| 2 | auto | graphs | sync |" in out
     table = run(["benchmarks/render_results.py", str(tmp_path / "multi_camera_cpu.json")])
-    assert "| auto | 2 | 8 |" in table and "| cpu |" in table
+    assert "| auto | 2 | 8 | graphs, pipelined |" in table and "| cpu |" in table
 
 
 def test_results_are_recorded_and_rendered(tmp_path: Path) -> None:

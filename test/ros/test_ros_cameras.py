@@ -212,7 +212,8 @@ def test_overlapped_rounds_deliver_each_frame_in_flight_once_and_none_after_a_re
     node: LingBotMapNode,
 ) -> None:
     """Issue 33's pipeline of rounds through `step_cameras`: a round decodes the round before, also the frame
-    of a camera without a frame in it; a reset drops that camera's frame in flight; `flush_cameras` ends it."""
+    of a camera without a frame in it; a reset drops that camera's frame in flight; `flush_cameras`
+    ends it."""
     images = load_frames(8, step=2)
     front, rear = node.cameras["front"], node.cameras["rear"]
     for name in ("front", "rear"):
