@@ -90,6 +90,32 @@ def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
     assert "8 works queued, 0 dropped" in out and "drained at the end: True" in out  # every timed keyframe
 
 
+@pytest.mark.dds
+def test_node_e2e_with_two_cameras_reports_each_camera(dds_env: dict[str, str], tmp_path: Path) -> None:
+    """benchmarks/node_e2e.py --cameras front,rear (issue 33's node check): the node's `cameras`, a publisher
+    per camera, and per camera its frames, % posed, latencies and its /diagnostics FPS and latency."""
+    run(
+        [
+            "benchmarks/node_e2e.py", "--set", "model.preset=tiny", "--set", "model.device=cpu",
+            "--set", "model.image_width=56", "--width", "74", "--height", "42", "--rates", "4",
+            "--seconds", "3", "--settle-s", "3", "--cameras", "front,rear", "--out", str(tmp_path),
+        ],
+        dds_env,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "node_e2e.json").read_text())
+    assert report["params"]["cameras"] == ["front", "rear"] and report["node_exit_code"] == 0
+    rate = report["rates"]["4"]
+    cameras = rate["cameras"]
+    assert list(cameras) == ["front", "rear"]
+    for row in cameras.values():
+        assert row["published"] >= 8 and 0 < row["posed_pct"] <= 100
+        assert row["odometry_latency_ms"]["count"] > 0 and float(row["diagnostics_fps"]) > 0
+        assert float(row["diagnostics_latency_ms_mean"]) > 0
+    assert rate["published"] == sum(row["published"] for row in cameras.values())
+    assert rate["posed_pct_min"] == min(row["posed_pct"] for row in cameras.values())
+    assert {"/lingbot_map/front: mapping", "/lingbot_map/rear: mapping"} <= set(report["diagnostics"])
+
+
 def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
     """benchmarks/multi_camera.py: 1 and 2 tiny cameras, unpipelined and pipelined rounds (issue 33), a table
     row each, batches of 2 for 2 cameras (one camera: the single-stream path), and both single-stream rows
