@@ -18,7 +18,7 @@ publisher per camera (``/<name>/image``, frame id ``<name>_optical``, each at th
 cameras' start offset as a fraction of the period, 0 = hardware-synchronised cameras) and listens on
 ``~/<name>/odometry``; each rate then reports per camera (``cameras.<name>``): published, FPS posed,
 ``posed_pct`` (% of its frames published in the window whose odometry arrived), latencies, and the camera's
-/diagnostics status (``fps``, ``latency_ms_mean`` / ``max``, ``session.timings_ms``).
+/diagnostics status (``fps``, ``latency_ms_mean`` / ``p99`` / ``max``, ``session.timings_ms``).
 
 Start-up: process start -> first odometry (the camera publishes from the start; frames before the node is
 active are lost), and the node's configure line (warm-up seconds). Usage (docs/benchmarks.md)::
@@ -99,6 +99,7 @@ def camera_window(
         "diagnostics_dropped_total": diag.get("frames_dropped"),
         "diagnostics_fps": diag.get("fps"),
         "diagnostics_latency_ms_mean": diag.get("latency_ms_mean"),
+        "diagnostics_latency_ms_p99": diag.get("latency_ms_p99"),
         "diagnostics_latency_ms_max": diag.get("latency_ms_max"),
         "loop_closure": {k: v for k, v in diag.items() if k.startswith("loop_closure.")},
     }
