@@ -6,19 +6,26 @@ model step (`LingBotMap.step_batch`; one camera alone runs `model.step` with its
 single-camera default path), then every camera's result is decoded. Reported per camera count:
 
 * aggregate FPS = posed streaming frames of all cameras / wall time, and FPS per camera;
-* latency per camera: p50 / p99 of the round wall time (frame in -> its decoded result out; in a node a
-  frame may also wait up to one round plus ``batch.max_wait_ms`` in its queue);
+* latency per camera: p50 / p99 over every camera's frames of the time from the start of the round that took
+  the frame in to the end of the round that returned its decoded result (unpipelined: that round's wall time;
+  pipelined: up to the end of the next round; in a node a frame may also wait up to one round plus
+  ``batch.max_wait_ms`` in its queue);
 * GPU memory: the weights (once), the N cameras' KV regions of the one shared pool, the camera histories,
   and the peak allocated over the run (CUDA only; on CPU the weights and pool bytes).
 * (issue 22) "x single": the aggregate over one camera on the single-stream path (`StreamingSession.push`,
   same configuration, same process, same frame counts), measured after the camera counts unless
-  ``--no-single``. Use ``--warmup`` >= the window (64) so that the timed frames see a full window.
+  ``--no-single``; "x single overlapped": over `StreamingSession.push_overlapped` (the node's one-camera
+  path on CUDA, issue 22), measured right after. Use ``--warmup`` >= the window (64) so that the timed
+  frames see a full window.
 
 The sessions use the node's defaults on CUDA: CUDA graphs and compiled blocks (``--no-compile-blocks``: the
 graphs alone; ``--cache-dir``: the compile cache). ``--max-batch 1`` runs every camera's frame as its own
 graphed single step instead of one batched step (`batch.max_batch` of the node). Batched steps replay CUDA
 graphs per batch size (issue 33); ``--batch-graphs off`` runs them eagerly (the path before issue 33),
 ``both`` runs every camera count > 1 both ways in the same process (eager first), for a before/after.
+``--overlap`` (issue 33): ``on`` runs the rounds as the node does by default on CUDA (`inference.overlap`:
+``run_round(..., overlap=True)``, the one-deep pipeline of rounds; one camera: `push_overlapped`), ``off``
+one synchronous round at a time, ``both`` every camera count both ways (unpipelined first).
 Each row also carries the latency target of issue 33: p99 <= cameras x (one camera's p50) + 10 ms.
 
 The anchor phase and ``--warmup`` streaming rounds per camera count are not timed. Re-anchors (every
@@ -27,6 +34,7 @@ device's precision policy (bf16 aggregator on CUDA), frames: random uint8 images
 ``--width`` (518 x 378 = the network size, no resize). Usage (docs/benchmarks.md)::
 
     python benchmarks/multi_camera.py --device cuda --preset lingbot-map --backend flashinfer --frames 300
+    python benchmarks/multi_camera.py --device cuda --frames 60 --warmup 70 --overlap both  # issue 33
     python benchmarks/multi_camera.py --device cpu --preset tiny --height 28 --width 56 --frames 4 \\
         --cameras 1,2 --anchors 2 --window 2 --max-window 4 --warmup 1       # CPU smoke
 """
@@ -71,6 +79,7 @@ class CameraRun:
     peak_gib: float | None
     batches: dict[int, int]
     batch_graphs: bool = True
+    overlap: bool = False
 
     @property
     def aggregate_fps(self) -> float:
@@ -105,22 +114,31 @@ def sessions(model: torch.nn.Module, args: argparse.Namespace, names: tuple[str,
     return cameras if names else cameras.only
 
 
-def run_single(model: torch.nn.Module, args: argparse.Namespace) -> float:
-    """FPS of one camera on the single-stream path (`StreamingSession.push`), timed as the rounds are."""
+def run_single(model: torch.nn.Module, args: argparse.Namespace, overlapped: bool = False) -> float:
+    """FPS of one camera on the single-stream path (`StreamingSession.push`, or `push_overlapped`), timed as
+    the rounds are."""
     session = sessions(model, args, ())
+    push = session.push_overlapped if overlapped else session.push
     frames = random_frames(args.distinct_frames, (args.height, args.width), seed=0)
     for i in range(args.anchors + args.warmup):
-        session.push(frames[i % len(frames)], meta=i)
+        push(frames[i % len(frames)], meta=i)
     synchronize(model.device)
     start = time.perf_counter()
     for i in range(args.frames):
-        session.push(frames[i % len(frames)], meta=i)
+        push(frames[i % len(frames)], meta=i)
     synchronize(model.device)
-    return args.frames / (time.perf_counter() - start)
+    fps = args.frames / (time.perf_counter() - start)
+    session.flush()
+    return fps
 
 
 def run_cameras(
-    model: torch.nn.Module, args: argparse.Namespace, cameras: int, model_gib: float, graphs: bool = True
+    model: torch.nn.Module,
+    args: argparse.Namespace,
+    cameras: int,
+    model_gib: float,
+    graphs: bool = True,
+    overlap: bool = False,
 ) -> CameraRun:
     device = model.device
     config = session_config(args)
@@ -129,17 +147,18 @@ def run_cameras(
     multi.batch_graphs = graphs
     feeds = [random_frames(args.distinct_frames, (args.height, args.width), seed=i) for i in range(cameras)]
     rounds = iter(range(10**9))
+    started: dict[int, float] = {}  # round (= every camera's meta) -> its start
 
-    def round_() -> float:
-        """One frame of every camera; the round's wall time (s)."""
+    def round_() -> list[float]:
+        """One frame of every camera; each result's latency (s): its round's start -> now."""
         index = next(rounds)
         frames = {name: (feed[index % len(feed)], index) for name, feed in zip(names, feeds, strict=True)}
-        start = time.perf_counter()
-        out = multi.run_round(frames)
-        elapsed = time.perf_counter() - start
+        started[index] = time.perf_counter()
+        out = multi.run_round(frames, overlap=overlap)
+        end = time.perf_counter()
         if out.errors:
             raise RuntimeError(f"camera step failed: {out.errors}")
-        return elapsed
+        return [end - started[r.meta] for results in out.results.values() for r in results]
 
     for _ in range(args.anchors + args.warmup):
         round_()
@@ -149,12 +168,15 @@ def run_cameras(
     latencies = []
     start = time.perf_counter()
     for _ in range(args.frames):
-        latencies.append(round_())
+        latencies += round_()
     synchronize(device)
     wall = time.perf_counter() - start
+    for name in names:  # the last round's frames in flight (pipelined): out of the timing
+        multi.flush(name)
     if args.profile_rounds and device.type == "cuda":
         try:
-            profile(round_, args.profile_rounds, f"{cameras} cameras, batch graphs {graphs}")
+            label = f"{cameras} cameras, batch graphs {graphs}, pipelined {overlap}"
+            profile(round_, args.profile_rounds, label)
         except Exception as exc:  # noqa: BLE001 - a diagnostic: the measurement above stands
             print(f"profile failed: {exc!r}")
     # camera-head K/V per camera: 2 x passes x blocks x (capacity + 1) x 2C float32 (model/camera_history.py)
@@ -179,6 +201,7 @@ def run_cameras(
         peak_gib=torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None,
         batches=pool["batches"],
         batch_graphs=graphs and cameras > 1,
+        overlap=overlap,
     )
     return run
 
@@ -201,23 +224,24 @@ def profile(round_: object, rounds: int, label: str) -> None:
         print(f"  {e.device_time_total / 1e3 / rounds:7.2f} ms/round  {e.count // rounds:5d}x  {e.key[:90]}")
 
 
-def print_table(runs: list[CameraRun], single_fps: float | None) -> None:
+def print_table(runs: list[CameraRun], singles: dict[str, float] | None) -> None:
     base = runs[0].aggregate_fps if runs else float("nan")
-    if single_fps is not None:
-        print(f"one camera on the single-stream path (StreamingSession.push): {single_fps:.2f} FPS")
+    for path, fps in (singles or {}).items():
+        print(f"one camera on the single-stream path (StreamingSession.{path}): {fps:.2f} FPS")
     print(
-        "| cameras | backend | batched steps | aggregate FPS | x 1 camera | x single | FPS per camera "
-        "| p50 ms | p99 ms per camera | p99 target ms | weights GiB | KV pool GiB | camera histories GiB "
-        "| peak allocated GiB | batched steps (size: n) |"
+        "| cameras | backend | batched steps | rounds | aggregate FPS | x 1 camera | x single (push / "
+        "overlapped) | FPS per camera | p50 ms | p99 ms per camera | p99 target ms | weights GiB "
+        "| KV pool GiB | camera histories GiB | peak allocated GiB | batched steps (size: n) |"
     )
-    print("|" + "---|" * 15)
+    print("|" + "---|" * 16)
     one_p50 = runs[0].p50_ms if runs else float("nan")
     for r in runs:
         peak = "-" if r.peak_gib is None else f"{r.peak_gib:.2f}"
-        single = "-" if single_fps is None else f"{r.aggregate_fps / single_fps:.2f}"
+        single = " / ".join(f"{r.aggregate_fps / fps:.2f}" for fps in (singles or {}).values()) or "-"
         mode = "-" if r.cameras == 1 else ("graphs" if r.batch_graphs else "eager")
         print(
-            f"| {r.cameras} | {r.backend} | {mode} | {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
+            f"| {r.cameras} | {r.backend} | {mode} | {'pipelined' if r.overlap else 'sync'} "
+            f"| {r.aggregate_fps:.2f} | {r.aggregate_fps / base:.2f} "
             f"| {single} | {r.camera_fps:.2f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} "
             f"| {p99_target(r, one_p50):.1f} | {r.model_gib:.2f} | {r.pool_gib:.2f} | {r.history_gib:.3f} "
             f"| {peak} | {r.batches} |"
@@ -258,7 +282,13 @@ def main() -> None:
         choices=("on", "off", "both"),
         help="batched steps as CUDA graphs (on), eager (off), or both ways per camera count (both)",
     )
-    parser.add_argument("--no-single", action="store_true", help="no single-stream baseline row")
+    parser.add_argument(
+        "--overlap",
+        default="on",
+        choices=("on", "off", "both"),
+        help="rounds pipelined one deep (on: the node's CUDA default), synchronous (off), or both ways",
+    )
+    parser.add_argument("--no-single", action="store_true", help="no single-stream baseline rows")
     parser.add_argument(
         "--profile-rounds", type=int, default=0, help="after each timing, profile this many rounds (CUDA)"
     )
@@ -280,18 +310,28 @@ def main() -> None:
         f"device {device}, preset {args.preset}, {args.height}x{args.width}, backend {args.backend}, "
         f"compiled blocks {args.compile_blocks}, max batch {args.max_batch}"
     )
-    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.batch_graphs]
+    ways = {"on": (True,), "off": (False,), "both": (False, True)}
+    modes = ways[args.batch_graphs]
     runs = []
     for cameras in args.cameras.split(","):
         for graphs in modes if int(cameras) > 1 else modes[-1:]:
-            runs.append(run_cameras(model, args, int(cameras), weights, graphs))
-            print(f"{cameras} cameras, batch graphs {graphs}: {runs[-1].aggregate_fps:.2f} FPS", flush=True)
-            gc.collect()  # the previous cameras' pool and histories go before the next count allocates
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            for overlap in ways[args.overlap]:
+                runs.append(run_cameras(model, args, int(cameras), weights, graphs, overlap))
+                print(
+                    f"{cameras} cameras, batch graphs {graphs}, pipelined {overlap}: "
+                    f"{runs[-1].aggregate_fps:.2f} FPS",
+                    flush=True,
+                )
+                gc.collect()  # the previous cameras' pool and histories go before the next count allocates
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
     # last: whatever the first session of the process pays once (compilation, cuDNN plans) is paid by then
-    single_fps = None if args.no_single else run_single(model, args)
-    print_table(runs, single_fps)
+    singles = None
+    if not args.no_single:
+        singles = {"push": run_single(model, args), "push_overlapped": run_single(model, args, True)}
+    single_fps = singles["push"] if singles else None
+    overlapped_fps = singles["push_overlapped"] if singles else None
+    print_table(runs, singles)
     rows = [
         {
             **asdict(r),
@@ -299,6 +339,8 @@ def main() -> None:
             "camera_fps": r.camera_fps,
             "single_stream_fps": single_fps,
             "vs_single": None if single_fps is None else r.aggregate_fps / single_fps,
+            "single_overlapped_fps": overlapped_fps,
+            "vs_single_overlapped": None if overlapped_fps is None else r.aggregate_fps / overlapped_fps,
             "p99_target_ms": p99_target(r, runs[0].p50_ms),
             "compile_blocks": args.compile_blocks,
             "max_batch": args.max_batch,

@@ -13,12 +13,20 @@ unmeasured (the window fills: 72 keyframes at keyframe interval 1), then --secon
 * the loop closer's counters at the end of the window (/diagnostics `loop_closure.*`: keyframes, candidates =
   verification passes, verified, rejected; empty with `loop_closure.enabled` false).
 
+Several cameras (issue 33): ``--cameras front,rear`` sets the node's ``cameras`` parameter and runs one
+publisher per camera (``/<name>/image``, frame id ``<name>_optical``, each at the rate; ``--phase``: the
+cameras' start offset as a fraction of the period, 0 = hardware-synchronised cameras) and listens on
+``~/<name>/odometry``; each rate then reports per camera (``cameras.<name>``): published, FPS posed,
+``posed_pct`` (% of its frames published in the window whose odometry arrived), latencies, and the camera's
+/diagnostics status (``fps``, ``latency_ms_mean`` / ``p99`` / ``max``, ``session.timings_ms``).
+
 Start-up: process start -> first odometry (the camera publishes from the start; frames before the node is
 active are lost), and the node's configure line (warm-up seconds). Usage (docs/benchmarks.md)::
 
     python benchmarks/node_e2e.py --rates 30,60 --seconds 20 --out /tmp/node_e2e
     python benchmarks/node_e2e.py --set model.preset=tiny --set model.device=cpu --set model.image_width=56 \\
         --width 74 --height 42 --rates 10 --seconds 3 --settle-s 3          # CPU smoke
+    python benchmarks/node_e2e.py --cameras front,rear --rates 15 --seconds 20   # issue 33: 2 x 15 Hz
 
 Prints a table and writes node_e2e.json (and node_e2e.log, the node's output) to --out.
 """
@@ -59,6 +67,79 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+def camera_window(
+    window: tuple[set[int], list, list],
+    posed: set[int],
+    duration: float,
+    diag: dict[str, str],
+    t0_ns: int,
+    t1_ns: int,
+    segments: int,
+    poses_before: int,
+) -> dict:
+    """One camera's measured window: (stamps published, odometry and tf (stamp ns, arrival s) received),
+    the stamps posed, its /diagnostics values; `poses_before`: its odometry messages before the window."""
+    pub_stamps, odometry, tf = window
+    window_odo = [o for o in odometry if o[0] in pub_stamps]
+    window_tf = [t for t in tf if t[0] in pub_stamps]
+    result = {
+        "published": len(pub_stamps),
+        "published_hz": len(pub_stamps) / duration,
+        "fps_posed": len(window_odo) / duration,
+        "dropped": len(pub_stamps) - len(posed),
+        "posed_pct": 100.0 * len(posed) / len(pub_stamps) if pub_stamps else float("nan"),
+        "odometry_latency_ms": percentiles([o[1] - o[0] / 1e9 for o in window_odo]),
+        "tf_latency_ms": percentiles([t[1] - t[0] / 1e9 for t in window_tf]),
+        "gpu_memory_gib": {k.rsplit(".", 1)[1]: v for k, v in diag.items() if "gpu_memory_gib" in k},
+        "node_timings_mean_ms": {
+            k.split(".")[2]: v
+            for k, v in diag.items()
+            if k.startswith("session.timings_ms.") and k.endswith(".mean")
+        },
+        "diagnostics_dropped_total": diag.get("frames_dropped"),
+        "diagnostics_fps": diag.get("fps"),
+        "diagnostics_latency_ms_mean": diag.get("latency_ms_mean"),
+        "diagnostics_latency_ms_p99": diag.get("latency_ms_p99"),
+        "diagnostics_latency_ms_max": diag.get("latency_ms_max"),
+        "loop_closure": {k: v for k, v in diag.items() if k.startswith("loop_closure.")},
+    }
+    if segments > 1:  # latency over time: first segment = first full-window frames
+        edges = np.linspace(t0_ns, t1_ns, segments + 1)
+        result["segments"] = [
+            {
+                "from_s": (lo - t0_ns) / 1e9,
+                "poses_before": poses_before + sum(1 for o in window_odo if o[0] < lo),
+                **percentiles([o[1] - o[0] / 1e9 for o in window_odo if lo <= o[0] < hi]),
+            }
+            for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+        ]
+    return result
+
+
+def aggregate(
+    per_camera: dict[str, dict], windows: dict[str, tuple[set[int], list, list]], duration: float
+) -> dict:
+    """Several cameras' windows as one row: sums, latencies over every camera's frames, `posed_pct_min`
+    (issue 33: every camera >= 99 %), each camera's own row under `cameras`."""
+    rows = list(per_camera.values())
+    published = sum(r["published"] for r in rows)
+
+    def latencies(index: int) -> list[float]:
+        return [a - s / 1e9 for stamps, *got in windows.values() for s, a in got[index] if s in stamps]
+
+    return {
+        "published": published,
+        "published_hz": published / duration,
+        "fps_posed": sum(r["fps_posed"] for r in rows),
+        "dropped": sum(r["dropped"] for r in rows),
+        "posed_pct_min": min(r["posed_pct"] for r in rows),
+        "odometry_latency_ms": percentiles(latencies(0)),
+        "tf_latency_ms": percentiles(latencies(1)),
+        "gpu_memory_gib": rows[0]["gpu_memory_gib"],
+        "cameras": per_camera,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
@@ -76,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         "(patched in at start, node.py unchanged): an experiment on the executor's cost",
     )
     parser.add_argument("--segments", type=int, default=1, help="also report latency per time segment")
+    parser.add_argument(
+        "--cameras",
+        default="",
+        help="camera names, comma-separated (the node's `cameras`); empty: one camera",
+    )
+    parser.add_argument(
+        "--phase", type=float, default=0.0, help="several cameras: start offset between them, x the period"
+    )
     parser.add_argument("--start-timeout-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=REPO / "output" / "node_e2e")
     parser.add_argument("--record", type=Path, help="append the report to this results file (results.py)")
@@ -83,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     env = use_isolated_dds()
+    names = [name for name in args.cameras.split(",") if name] or [""]
     params = {"model.warmup_image_size": f"{args.width}x{args.height}", **parameter_overrides(args.set)}
+    if names != [""]:
+        params["cameras"] = names
 
     import rclpy
     from builtin_interfaces.msg import Time
@@ -114,38 +206,53 @@ def main(argv: list[str] | None = None) -> int:
     rclpy.init(context=context)
     client = rclpy.create_node("node_e2e_client", context=context)
     lock = threading.Lock()
-    odometry: list[tuple[int, float]] = []  # (stamp ns, arrival wall s)
-    tf: list[tuple[int, float]] = []
-    diagnostics: dict[str, str] = {}
+    frame_ids = {name: f"{name}_optical" if name else "cam" for name in names}
+    odometry: dict[str, list[tuple[int, float]]] = {name: [] for name in names}  # (stamp ns, arrival s)
+    tf: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
+    statuses: dict[str, dict[str, str]] = {}  # /diagnostics status name -> its values
 
     def stamp_ns(header: Header) -> int:
         return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
 
-    def on_odometry(msg: Odometry) -> None:
+    def on_odometry(name: str, msg: Odometry) -> None:
         now = time.time()
         with lock:
-            odometry.append((stamp_ns(msg.header), now))
+            odometry[name].append((stamp_ns(msg.header), now))
 
     def on_tf(msg: object) -> None:
         now = time.time()
         with lock:
             for t in msg.transforms:
-                if t.header.frame_id == "map":
-                    tf.append((stamp_ns(t.header), now))
+                for name, frame_id in frame_ids.items():
+                    if t.child_frame_id == frame_id or (len(names) == 1 and t.header.frame_id == "map"):
+                        tf[name].append((stamp_ns(t.header), now))
+                        break
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
             if status.name.endswith(": mapping"):
                 with lock:
-                    diagnostics.clear()
-                    diagnostics.update({kv.key: kv.value for kv in status.values})
+                    statuses[status.name] = {kv.key: kv.value for kv in status.values}
+
+    def diagnostics_of(name: str) -> dict[str, str]:
+        """The last /diagnostics values of camera `name` (the node's status for one unnamed camera)."""
+        with lock:
+            found = [
+                v for k, v in statuses.items() if k.endswith(f"/{name}: mapping" if name else ": mapping")
+            ]
+        return dict(found[-1]) if found else {}
 
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-    client.create_subscription(Odometry, f"/{NODE}/odometry", on_odometry, reliable)
+    for name in names:
+        topic = f"/{NODE}/{name}/odometry" if name else f"/{NODE}/odometry"
+        client.create_subscription(Odometry, topic, lambda m, n=name: on_odometry(n, m), reliable)
     if TFMessage is not None:
         client.create_subscription(TFMessage, "/tf", on_tf, reliable)
     client.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, reliable)
-    pub = client.create_publisher(Image, "/image", qos_profile_sensor_data)
+    pubs = {
+        name: client.create_publisher(Image, f"/{name}/image" if name else "/image", qos_profile_sensor_data)
+        for name in names
+    }
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(client)
     spinner = threading.Thread(target=executor.spin, daemon=True)
@@ -153,23 +260,28 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(0)
     shape = (args.height, args.width, 3)
-    messages = [
-        rgb_to_image(rng.integers(0, 256, shape, dtype=np.uint8), Header(frame_id="cam")) for _ in range(8)
-    ]
-    published: list[int] = []  # stamps (ns) of the frames published
+    messages = {
+        name: [
+            rgb_to_image(rng.integers(0, 256, shape, dtype=np.uint8), Header(frame_id=frame_ids[name]))
+            for _ in range(8)
+        ]
+        for name in names
+    }
+    published: dict[str, list[int]] = {name: [] for name in names}  # stamps (ns) of the frames published
     stop = threading.Event()
     rate = {"hz": 30.0}
 
-    def camera() -> None:
+    def camera(name: str, offset: float) -> None:
+        time.sleep(offset / rate["hz"])
         next_t = time.monotonic()
         i = 0
         while not stop.is_set():
             now_ns = time.time_ns()
-            msg = messages[i % len(messages)]
+            msg = messages[name][i % len(messages[name])]
             msg.header.stamp = Time(sec=now_ns // 1_000_000_000, nanosec=now_ns % 1_000_000_000)
-            pub.publish(msg)
+            pubs[name].publish(msg)
             with lock:
-                published.append(now_ns)
+                published[name].append(now_ns)
             i += 1
             next_t += 1.0 / rate["hz"]
             delay = next_t - time.monotonic()
@@ -182,14 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     report["image"] = f"{args.width}x{args.height} rgb8"
     rates = [float(r) for r in args.rates.split(",")]
     rate["hz"] = rates[0]
-    cam = threading.Thread(target=camera, daemon=True)
-    cam.start()
+    cams = [
+        threading.Thread(target=camera, args=(name, i * args.phase), daemon=True)
+        for i, name in enumerate(names)
+    ]
+    for cam in cams:
+        cam.start()
     try:
         deadline = time.monotonic() + args.start_timeout_s
         while True:
             with lock:
-                first = odometry[0][1] if odometry else None
-            if first is not None:
+                first = all(odometry.values())
+            if first:
                 break
             if not proc.alive() or time.monotonic() > deadline:
                 tail = proc.log_tail(30)
@@ -201,49 +317,31 @@ def main(argv: list[str] | None = None) -> int:
             rate["hz"] = hz
             time.sleep(args.settle_s)
             with lock:
-                t0_ns, n_pub0, n_odo0, n_tf0 = time.time_ns(), len(published), len(odometry), len(tf)
+                t0_ns = time.time_ns()
+                start = {n: (len(published[n]), len(odometry[n]), len(tf[n])) for n in names}
             cpu0 = thread_cpu(proc.pid)
             time.sleep(args.seconds)
             threads = thread_shares(cpu0, thread_cpu(proc.pid), args.seconds)[:8]
             with lock:
                 t1_ns = time.time_ns()
-                pub_stamps = set(published[n_pub0:])
-                window_odo = [o for o in odometry[n_odo0:] if o[0] in pub_stamps]
-                window_tf = [t for t in tf[n_tf0:] if t[0] in pub_stamps]
-                diag = dict(diagnostics)
+                window = {
+                    n: (set(published[n][start[n][0] :]), odometry[n][start[n][1] :], tf[n][start[n][2] :])
+                    for n in names
+                }
             # frames published in the window whose odometry arrived (possibly just after the window)
             time.sleep(0.5)
             with lock:
-                posed = {o[0] for o in odometry[n_odo0:]} & pub_stamps
+                posed = {n: {o[0] for o in odometry[n][start[n][1] :]} & window[n][0] for n in names}
             duration = (t1_ns - t0_ns) / 1e9
-            result = {
-                "published": len(pub_stamps),
-                "published_hz": len(pub_stamps) / duration,
-                "fps_posed": len(window_odo) / duration,
-                "dropped": len(pub_stamps) - len(posed),
-                "odometry_latency_ms": percentiles([o[1] - o[0] / 1e9 for o in window_odo]),
-                "tf_latency_ms": percentiles([t[1] - t[0] / 1e9 for t in window_tf]),
-                "gpu_memory_gib": {k.rsplit(".", 1)[1]: v for k, v in diag.items() if "gpu_memory_gib" in k},
-                "node_timings_mean_ms": {
-                    k.split(".")[2]: v
-                    for k, v in diag.items()
-                    if k.startswith("session.timings_ms.") and k.endswith(".mean")
-                },
-                "diagnostics_dropped_total": diag.get("frames_dropped"),
-                "loop_closure": {k: v for k, v in diag.items() if k.startswith("loop_closure.")},
-                "node_cpu_total": round(sum(t["cpu"] for t in threads), 3),
-                "node_busiest_threads": threads,
+            per_camera = {
+                n: camera_window(
+                    window[n], posed[n], duration, diagnostics_of(n), t0_ns, t1_ns, args.segments, start[n][1]
+                )
+                for n in names
             }
-            if args.segments > 1:  # latency over time: first segment = first full-window frames
-                edges = np.linspace(t0_ns, t1_ns, args.segments + 1)
-                result["segments"] = [
-                    {
-                        "from_s": (lo - t0_ns) / 1e9,
-                        "poses_before": n_odo0 + sum(1 for o in window_odo if o[0] < lo),
-                        **percentiles([o[1] - o[0] / 1e9 for o in window_odo if lo <= o[0] < hi]),
-                    }
-                    for lo, hi in zip(edges[:-1], edges[1:], strict=True)
-                ]
+            result = per_camera[names[0]] if names == [""] else aggregate(per_camera, window, duration)
+            result["node_cpu_total"] = round(sum(t["cpu"] for t in threads), 3)
+            result["node_busiest_threads"] = threads
             report["rates"][f"{hz:g}"] = result
             lat = result["odometry_latency_ms"]
             print(
@@ -253,10 +351,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"gpu {result['gpu_memory_gib']}, node threads (cores): {threads[:4]}",
                 flush=True,
             )
-        report["diagnostics"] = dict(diagnostics)
+            for n, r in per_camera.items() if len(names) > 1 else ():
+                print(
+                    f"  camera {n}: {r['posed_pct']:.2f} % posed ({r['published'] - r['dropped']} of "
+                    f"{r['published']}), {r['fps_posed']:.2f} FPS, odometry p50/p99 "
+                    f"{r['odometry_latency_ms']['p50']:.1f}/{r['odometry_latency_ms']['p99']:.1f} ms, "
+                    f"/diagnostics fps {r['diagnostics_fps']}, latency mean "
+                    f"{r['diagnostics_latency_ms_mean']} ms",
+                    flush=True,
+                )
+        if names == [""]:
+            report["diagnostics"] = diagnostics_of("")
+        else:
+            with lock:
+                report["diagnostics"] = dict(statuses)
     finally:
         stop.set()
-        cam.join(2)
+        for cam in cams:
+            cam.join(2)
         report["node_exit_code"] = proc.stop(30)
         executor.shutdown(timeout_sec=2)
         rclpy.try_shutdown(context=context)

@@ -80,7 +80,7 @@ def multi_camera_rows(run: dict) -> list[list[str]]:
                 str(row.get("max_batch", "–")),
                 _batched_steps(row),
                 _f(row["aggregate_fps"], 2),
-                _f(row.get("vs_single"), 2),
+                _vs_single(row),
                 _f(row["camera_fps"], 2),
                 f"{_f(row['p50_ms'])} / {_f(row['p99_ms'])}",
                 _f(row["peak_gib"], 2),
@@ -91,10 +91,18 @@ def multi_camera_rows(run: dict) -> list[list[str]]:
 
 def _batched_steps(row: dict) -> str:
     """How the batched steps of a multi_camera row ran: CUDA graphs (issue 33), eager, or – (one camera, or a
-    run recorded before the column existed)."""
+    run recorded before the column existed); ", pipelined" for rounds pipelined one deep (issue 33)."""
+    pipelined = ", pipelined" if row.get("overlap") else ""
     if row["cameras"] == 1 or "batch_graphs" not in row:
-        return "–"
-    return "graphs" if row["batch_graphs"] else "eager"
+        return "–" + pipelined
+    return ("graphs" if row["batch_graphs"] else "eager") + pipelined
+
+
+def _vs_single(row: dict) -> str:
+    """Aggregate / one camera's `push` (and / its `push_overlapped`, where measured)."""
+    overlapped = row.get("vs_single_overlapped")
+    push = _f(row.get("vs_single"), 2)
+    return push if overlapped is None else f"{push} / {_f(overlapped, 2)}"
 
 
 RUN_HEAD = ["date (UTC)", "commit", "device"]
@@ -135,7 +143,7 @@ TABLES: dict[str, tuple[list[str], Callable[[dict], list[list[str]]]]] = {
             "max batch",
             "batched steps",
             "aggregate FPS",
-            "x single-stream",
+            "x single-stream (push / overlapped)",
             "FPS per camera",
             "p50 / p99 ms",
             "peak GiB",

@@ -2,11 +2,11 @@
 
 `step(frames)` runs ONE model round over the cameras that have a frame (`MultiStreamSession.run_round`: a set
 of one runs `push`, or with `overlap` the one-deep `push_overlapped` pipeline, whose results are those of the
-frame before; several cameras one batched round) and hands each camera's results to the pipeline's pose
-stage: one thread with a `LaneWorker` (engine/lane_worker.py) of `POSE_QUEUE_ROUNDS` rounds, blocking
-hand-over = back-pressure, nothing dropped. So a robot TF lookup, which may wait up to `tf.timeout` for
-odometry newer than the image, never stalls the model. `flush(name)` collects an overlapped frame left in
-flight the same way.
+frame before; several cameras one batched round, with `overlap` pipelined one round deep the same way) and
+hands each camera's results to the pipeline's pose stage: one thread with a `LaneWorker`
+(engine/lane_worker.py) of `POSE_QUEUE_ROUNDS` rounds, blocking hand-over = back-pressure, nothing dropped. So
+a robot TF lookup, which may wait up to `tf.timeout` for odometry newer than the image, never stalls the
+model. `flush(name)` collects an overlapped frame left in flight the same way.
 
 The pose stage takes one camera's results of one round at a time, in round order, and opens that camera's
 `PoseSink.pose_round(stream)`: the sink holds its outputs for the round and gives the camera's engine
@@ -111,15 +111,15 @@ class CameraPipeline:
     def step(self, frames: dict[str, tuple[Any, Any]], overlap: bool, depth: set[str]) -> RoundResults:
         """ONE model round over `frames` (camera -> (rgb [H, W, 3] uint8, meta)), its results handed to the
         pose stage (blocks while `POSE_QUEUE_ROUNDS` rounds wait there). `overlap`: a set of one runs
-        `push_overlapped`; `depth`: the cameras whose depth head runs. Returns the round (results, each
-        failed camera's exception).
+        `push_overlapped`, several cameras the one-deep pipeline of rounds (its results are those of the
+        round before, of every camera that had a frame in flight); `depth`: the cameras whose depth head
+        runs. Returns the round (results, each failed camera's exception).
 
         Raises:
             WorkerStopped: `stop` was called (also while the hand-over waited).
         """
         round_ = self.cameras.run_round(frames, overlap=overlap, depth=depth)
-        for name in frames:
-            results = round_.results.get(name, [])
+        for name, results in round_.results.items():  # with `overlap` also cameras not in `frames`
             if name not in round_.errors and results:
                 self._hand_over(name, results)
         return round_

@@ -1,14 +1,14 @@
 """One round over the cameras that have a frame: the one place the node steps its cameras.
 
-`step_cameras` holds the session lock of every camera in the batch (in camera order), lets each camera take
-its frame in (`CameraStream.prepare`: stream generation, camera identity) and makes ONE engine call,
-`CameraPipeline.step` (engine/camera_pipeline.py): the model round (a set of one camera is a single stream,
-`push`, or with `overlap` the one-deep `push_overlapped` pipeline of issue 22, whose results are those of the
-frame before; `flush_cameras` collects the frame left in flight when no next frame is waiting; several
-cameras' streaming frames are batched into one model step over one KV pool), its results handed to the
-pipeline's pose stage, which tracks them and hands them back to each camera (the `PoseSink`). Each camera
-then refreshes its statistics (`CameraStream.finish`). A camera's failure is that camera's (its session
-recovers as in `push`).
+`step_cameras` holds the session lock of every camera in the batch (in camera order; overlapped, of every
+camera), lets each camera take its frame in (`CameraStream.prepare`: stream generation, camera identity) and
+makes ONE engine call, `CameraPipeline.step` (engine/camera_pipeline.py): the model round (a set of one camera
+is a single stream, `push`, or with `overlap` the one-deep `push_overlapped` pipeline of issue 22, whose
+results are those of the frame before; `flush_cameras` collects the frame left in flight when no next frame is
+waiting; several cameras' streaming frames are batched into one model step over one KV pool, with `overlap`
+one round deep), its results handed to the pipeline's pose stage, which tracks them and hands them back to
+each camera (the `PoseSink`). Each camera with results then refreshes its statistics (`CameraStream.finish`).
+A camera's failure is that camera's (its session recovers as in `push`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,16 @@ def step_cameras(
     """Step `batch` (camera name, frame; one frame per camera) through `pipeline` (module doc).
 
     `overlap`: a set of one camera runs `push_overlapped` (the results handed on are then those of the frame
-    before, up to `flush_cameras`); several cameras run one batched round. Returns each failed camera's
-    exception.
+    before, up to `flush_cameras`); several cameras run one batched round, with `overlap` pipelined one deep
+    (the results of every camera's frame in flight, also of cameras not in `batch`: every camera's session
+    lock is held). Returns each failed camera's exception (also of a camera not in `batch`).
     """
     order = list(cameras)
     errors: dict[str, Exception] = {}
+    # overlapped, a round also decodes the frames in flight of cameras without a frame in it
+    locked = order if overlap and len(order) > 1 else [name for name in order if name in dict(batch)]
     with ExitStack() as locks:
-        for name, _ in sorted(batch, key=lambda item: order.index(item[0])):
+        for name in locked:
             locks.enter_context(cameras[name].session_lock)
         ready: dict[str, InputFrame] = {}
         for name, frame in batch:
@@ -47,7 +50,7 @@ def step_cameras(
         depth = {name for name in ready if cameras[name].depth_wanted()}
         round_ = pipeline.step({name: (frame.rgb, frame) for name, frame in ready.items()}, overlap, depth)
         errors.update(round_.errors)
-        for name in ready:
+        for name in [*ready, *(n for n in round_.results if n not in ready)]:
             if name not in errors:
                 cameras[name].finish(round_.results.get(name, []))
     return errors

@@ -7,6 +7,7 @@ session's cache statistics (including the live `sliding_window`).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -69,8 +70,8 @@ class RuntimeStats:
             self.frames_ignored_inactive += 1
 
     def snapshot(self) -> dict[str, float | int | str]:
-        """Flat key -> value: fps, latency_ms_mean/max, frames_published, rejected_<cause>, failed_<cause>,
-        and the `notes` (why a feature is off)."""
+        """Flat key -> value: fps, latency_ms_mean/p99/max, frames_published, rejected_<cause>,
+        failed_<cause>, and the `notes` (why a feature is off)."""
         now = time.monotonic()
         with self._lock:
             self._trim(now)
@@ -80,6 +81,7 @@ class RuntimeStats:
             out: dict[str, float | int | str] = {
                 "fps": round(fps, 3),
                 "latency_ms_mean": round(1e3 * sum(latencies) / len(latencies), 2) if latencies else 0.0,
+                "latency_ms_p99": round(1e3 * p99(latencies), 2) if latencies else 0.0,
                 "latency_ms_max": round(1e3 * max(latencies), 2) if latencies else 0.0,
                 "frames_published": self.frames_published,
                 "resets": self.resets,
@@ -95,6 +97,12 @@ class RuntimeStats:
     def _trim(self, now: float) -> None:
         while self._outputs and now - self._outputs[0][0] > self._window_s:
             self._outputs.popleft()
+
+
+def p99(values: list[float]) -> float:
+    """The 99th percentile of `values` (nearest rank: the smallest value >= 99 % of them; not empty)."""
+    ordered = sorted(values)
+    return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 class CauseThrottle:

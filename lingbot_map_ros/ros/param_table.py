@@ -145,8 +145,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "One camera: a one-deep pipeline on the inference thread (StreamingSession.push_overlapped): a "
         "frame's host work (pre-processing, decoding, publishing hand-off) runs while the previous frame's "
         "step is on the GPU; when no next frame is waiting the frame in flight is collected at once, so a "
-        "camera slower than the model waits one step, not two. CUDA only (on the CPU a step is "
-        "synchronous: nothing to overlap). false: one synchronous push per frame.",
+        "camera slower than the model waits one step, not two. Several cameras: the same one-deep pipeline "
+        "of rounds (MultiStreamSession.run_round with overlap: round n+1's frames are taken in and its "
+        "batched step queued before round n's results are decoded). CUDA only (on the CPU a step is "
+        "synchronous: nothing to overlap). false: one synchronous push per frame, one synchronous round.",
         live=True,
     ),
     ParamSpec(

@@ -99,6 +99,10 @@ class NodeRounds:
         # on the CPU a step is synchronous: nothing to overlap (and the failure semantics stay push's)
         overlap = self._params().inference_overlap and pipeline.model.device.type == "cuda"
         errors = step_cameras(self._cameras, batch, self._engine, overlap=overlap)
+        stepped = {name for name, _ in batch}
+        for name, exc in errors.items():  # a frame in flight of a camera without a frame in this round
+            if name not in stepped:
+                self._on_inference_error(name, None, exc)
         return [errors.get(name) for name, _ in batch]
 
     def _flush(self) -> None:

@@ -90,26 +90,54 @@ def test_node_overhead_runs(dds_env: dict[str, str]) -> None:
     assert "8 works queued, 0 dropped" in out and "drained at the end: True" in out  # every timed keyframe
 
 
+@pytest.mark.dds
+def test_node_e2e_with_two_cameras_reports_each_camera(dds_env: dict[str, str], tmp_path: Path) -> None:
+    """benchmarks/node_e2e.py --cameras front,rear (issue 33's node check): the node's `cameras`, a publisher
+    per camera, and per camera its frames, % posed, latencies and its /diagnostics FPS and latency."""
+    run(
+        [
+            "benchmarks/node_e2e.py", "--set", "model.preset=tiny", "--set", "model.device=cpu",
+            "--set", "model.image_width=56", "--width", "74", "--height", "42", "--rates", "4",
+            "--seconds", "3", "--settle-s", "3", "--cameras", "front,rear", "--out", str(tmp_path),
+        ],
+        dds_env,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "node_e2e.json").read_text())
+    assert report["params"]["cameras"] == ["front", "rear"] and report["node_exit_code"] == 0
+    rate = report["rates"]["4"]
+    cameras = rate["cameras"]
+    assert list(cameras) == ["front", "rear"]
+    for row in cameras.values():
+        assert row["published"] >= 8 and 0 < row["posed_pct"] <= 100
+        assert row["odometry_latency_ms"]["count"] > 0 and float(row["diagnostics_fps"]) > 0
+        assert float(row["diagnostics_latency_ms_p99"]) >= float(row["diagnostics_latency_ms_mean"]) > 0
+    assert rate["published"] == sum(row["published"] for row in cameras.values())
+    assert rate["posed_pct_min"] == min(row["posed_pct"] for row in cameras.values())
+    assert {"/lingbot_map/front: mapping", "/lingbot_map/rear: mapping"} <= set(report["diagnostics"])
+
+
 def test_multi_camera_smoke_on_cpu(tmp_path: Path) -> None:
-    """benchmarks/multi_camera.py: 1 and 2 tiny cameras, a table row each, batches of 2 for 2 cameras (one
-    camera: the single-stream path)."""
+    """benchmarks/multi_camera.py: 1 and 2 tiny cameras, unpipelined and pipelined rounds (issue 33), a table
+    row each, batches of 2 for 2 cameras (one camera: the single-stream path), and both single-stream rows
+    (`push`, `push_overlapped`) of the same process."""
     out = run(
         [
             "benchmarks/multi_camera.py", "--device", "cpu", "--preset", "tiny", "--height", "28", "--width",
             "56", "--frames", "3", "--cameras", "1,2", "--anchors", "2", "--window", "2", "--max-window", "4",
-            "--warmup", "1", "--max-stored-frames", "4", "--json", str(tmp_path / "runs.json"),
-            "--record", str(tmp_path / "multi_camera_cpu.json"),
+            "--warmup", "1", "--max-stored-frames", "4", "--overlap", "both",
+            "--json", str(tmp_path / "runs.json"), "--record", str(tmp_path / "multi_camera_cpu.json"),
         ]
     )  # fmt: skip
     runs = json.loads((tmp_path / "runs.json").read_text())
-    assert [r["cameras"] for r in runs] == [1, 2]
-    assert runs[1]["batches"] == {"2": 4}  # warm-up + timed rounds
+    assert [(r["cameras"], r["overlap"]) for r in runs] == [(1, False), (1, True), (2, False), (2, True)]
+    assert runs[2]["batches"] == runs[3]["batches"] == {"2": 4}  # warm-up + timed rounds
     assert runs[0]["batches"] == {}  # a set of one camera runs the single-stream path (no batched step)
     assert all(r["aggregate_fps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in runs)
-    assert runs[1]["pool_gib"] > runs[0]["pool_gib"] > 0
-    assert "| 2 | auto |" in out
+    assert all(r["single_stream_fps"] > 0 and r["single_overlapped_fps"] > 0 for r in runs)
+    assert runs[2]["pool_gib"] > runs[0]["pool_gib"] > 0
+    assert "| 2 | auto | graphs | pipelined |" in out and "| 2 | auto | graphs | sync |" in out
     table = run(["benchmarks/render_results.py", str(tmp_path / "multi_camera_cpu.json")])
-    assert "| auto | 2 | 8 |" in table and "| cpu |" in table
+    assert "| auto | 2 | 8 | graphs, pipelined |" in table and "| cpu |" in table
 
 
 def test_results_are_recorded_and_rendered(tmp_path: Path) -> None:

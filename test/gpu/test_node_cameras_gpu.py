@@ -1,6 +1,9 @@
 """Two cameras in one node on CUDA (issue 14): the in-process node (not spinning) configures one
 `MultiStreamSession` over one KV pool, warms both cameras up, and steps both cameras' streaming frames as one
-batched model step; each camera's results match a camera of its own within bf16 tolerance.
+batched model step; each camera's results match a camera of its own within bf16 tolerance. Both ways the node
+steps them on CUDA: synchronous rounds and (issue 33, `inference.overlap`, the default) the one-deep pipeline
+of rounds with the idle flush at the end; with the default attention backend and with FlashInfer (skipped
+without the flashinfer package).
 
 Skipped without CUDA. Run on the H200 (in .device/src): `/tmp/rv/bin/python -m pytest -q -m gpu -s
 test/gpu/test_node_cameras_gpu.py`.
@@ -8,6 +11,7 @@ test/gpu/test_node_cameras_gpu.py`.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import numpy as np
@@ -21,7 +25,7 @@ from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.stream.session import StreamingSession
-from lingbot_map_ros.ros.camera_step import step_cameras
+from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
 from lingbot_map_ros.ros.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 
@@ -35,11 +39,19 @@ PARAMS = {
 }  # fmt: skip
 
 
-def test_two_cameras_step_as_one_batch_on_cuda() -> None:
+needs_flashinfer = pytest.mark.skipif(
+    importlib.util.find_spec("flashinfer") is None, reason="needs the flashinfer package"
+)
+
+
+@pytest.mark.parametrize("backend", ["auto", pytest.param("flashinfer", marks=needs_flashinfer)])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_two_cameras_step_as_one_batch_on_cuda(backend: str, overlap: bool) -> None:
     context = rclpy.Context()
     rclpy.init(context=context)
+    params = {**PARAMS, "attention.backend": backend}
     node = LingBotMapNode(
-        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in PARAMS.items()]
+        context=context, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]
     )
     try:
         assert node.autostart()
@@ -55,14 +67,16 @@ def test_two_cameras_step_as_one_batch_on_cuda() -> None:
                 camera = node.cameras[name]
                 header = Header(stamp=Time(sec=t), frame_id=f"{name}_optical")
                 batch.append((name, InputFrame(header, images[i, t], time.monotonic(), camera.generation)))
-            assert not step_cameras(node.cameras, batch, pipeline)
+            assert not step_cameras(node.cameras, batch, pipeline, overlap=overlap)
+        assert not flush_cameras(node.cameras, pipeline)  # the inference thread's idle flush
         assert pipeline.stop(30)
         for name, delivered in rounds:
             results[name] += delivered
         seconds = time.perf_counter() - start
         stats = multi.pool_stats()
         print(
-            f"2 cameras, {FRAMES} frames each: {2 * FRAMES / seconds:.1f} frames/s aggregate (first rounds "
+            f"2 cameras ({backend}, pipelined {overlap}), {FRAMES} frames each: "
+            f"{2 * FRAMES / seconds:.1f} frames/s aggregate (first rounds "
             f"included); batches {stats['batches']}; GPU memory {torch.cuda.memory_allocated() / 2**30:.2f} "
             f"GiB allocated, {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB peak"
         )

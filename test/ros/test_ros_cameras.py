@@ -25,7 +25,7 @@ from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.stream.session import StreamingSession
 from lingbot_map_ros.ros.camera import CameraStream
-from lingbot_map_ros.ros.camera_step import step_cameras
+from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
 from lingbot_map_ros.ros.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 from lingbot_map_ros.ros.params import (
@@ -132,12 +132,15 @@ def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> 
     return InputFrame(header, rgb, time.monotonic(), camera.generation)
 
 
-def step(node: LingBotMapNode, *frames: tuple[str, InputFrame], publish: bool = False) -> dict[str, list]:
+def step(
+    node: LingBotMapNode, *frames: tuple[str, InputFrame], publish: bool = False, overlap: bool = False
+) -> dict[str, list]:
     """One round of the node's inference thread (camera_step.py) and its pose stage (published with
-    `publish`): the results delivered, per camera that produced any."""
+    `publish`; `overlap`: the one-deep pipeline of rounds): the results delivered, per camera that produced
+    any."""
     pipeline, rounds = recording_pipeline(node, publish)
     try:
-        assert not step_cameras(node.cameras, list(frames), pipeline)
+        assert not step_cameras(node.cameras, list(frames), pipeline, overlap=overlap)
     finally:
         assert pipeline.stop(10)
     return dict(rounds)
@@ -203,6 +206,41 @@ def test_deactivate_activate_keeps_each_cameras_map_and_path(node: LingBotMapNod
     assert rear.outputs is outputs  # kept: same mapper, map and path
     out = step(node, ("rear", frame(rear, images[4], 104)), publish=True)["rear"]
     assert out[0].index == 4 and outputs.mapper.trajectory.history_length == poses + 1
+
+
+def test_overlapped_rounds_deliver_each_frame_in_flight_once_and_none_after_a_reset(
+    node: LingBotMapNode,
+) -> None:
+    """Issue 33's pipeline of rounds through `step_cameras`: a round decodes the round before, also the frame
+    of a camera without a frame in it; a reset drops that camera's frame in flight; `flush_cameras`
+    ends it."""
+    images = load_frames(8, step=2)
+    front, rear = node.cameras["front"], node.cameras["rear"]
+    for name in ("front", "rear"):
+        node.reset_camera(name)
+
+    def both(i: int) -> dict[str, list]:
+        batch = ("front", frame(front, images[i], 200 + i)), ("rear", frame(rear, images[4 + i], 200 + i))
+        return step(node, *batch, overlap=True)
+
+    assert [len(r) for r in [*both(0).values(), *both(1).values()]] == [2, 2]  # the anchor phases
+    assert both(2) == {}  # both streaming frames in flight
+    out = step(node, ("front", frame(front, images[3], 203)), overlap=True)
+    assert {name: [r.meta.header.stamp.sec for r in out[name]] for name in out} == {
+        "front": [202],
+        "rear": [202],
+    }
+    node.reset_camera("front")  # its frame 203 in flight: dropped unread
+    assert step(node, ("rear", frame(rear, images[7], 207)), overlap=True) == {}
+    pipeline, rounds = recording_pipeline(node)
+    try:
+        assert not flush_cameras(node.cameras, pipeline)
+    finally:
+        assert pipeline.stop(10)
+    assert [(name, [r.meta.header.stamp.sec for r in results]) for name, results in rounds] == [
+        ("rear", [207])
+    ]
+    assert node._pipeline.cameras.stats("front").frames == 0  # the new stream has decoded nothing
 
 
 # ---------------------------------------------------------------------------------------------- fusion

@@ -171,6 +171,16 @@ def test_trajectory_max_poses_is_a_validated_reload_parameter() -> None:
     assert apply_update(current, change).trajectory_max_poses == 5000
 
 
+def test_runtime_stats_latency_p99_is_the_nearest_rank() -> None:
+    """Issue 33: a camera's latency p99 in /diagnostics (per camera: each camera has its own RuntimeStats)."""
+    stats = RuntimeStats(window_s=60)
+    for ms in range(1, 201):  # 1..200 ms: the 198th value is the smallest >= 99 % of them
+        stats.record_output(ms / 1e3)
+    snap = stats.snapshot()
+    assert snap["latency_ms_p99"] == pytest.approx(198.0) and snap["latency_ms_max"] == pytest.approx(200.0)
+    assert snap["latency_ms_mean"] == pytest.approx(100.5)
+
+
 def test_runtime_stats_and_diagnostic_message() -> None:
     stats = RuntimeStats(window_s=60)
     for _ in range(3):
@@ -181,6 +191,7 @@ def test_runtime_stats_and_diagnostic_message() -> None:
     snap = stats.snapshot()
     assert snap["frames_published"] == 3 and snap["rejected_unsupported_encoding"] == 2
     assert snap["fps"] > 0 and snap["latency_ms_mean"] == pytest.approx(50.0)
+    assert snap["latency_ms_p99"] == snap["latency_ms_max"] == pytest.approx(50.0)
     msg = diagnostic_array(
         "lingbot_map", "cpu", Time(), snap, None, {"sliding_window": 16, "cache": {"x": 1}}, "active"
     )

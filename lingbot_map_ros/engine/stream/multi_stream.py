@@ -11,6 +11,13 @@ ONE `LingBotMap.step_batch` per group (at most ``max_batch`` frames), and each s
 (`finish_frame`); a lone streaming frame runs through ``model.step``. So every camera's results equal those of
 its own `StreamingSession` fed the same frames (docs/architecture.md, "Several cameras").
 
+With ``overlap`` several cameras run a one-deep pipeline of rounds, as `push_overlapped` does for one camera:
+round n+1's frames are taken in (pre-processing, upload) while round n's step is on the GPU, its step is
+queued right behind it, and only then round n's results are collected and decoded, every camera's (also of a
+camera without a frame in round n+1). The same model calls in the same order: each result equals the
+unpipelined round's, one round later; `flush` returns a camera's frame still in flight, and a reset drops it
+unread (its result belongs to the stream before).
+
 Scheduling (which frames make a round, how long to wait for the other cameras) is the caller's: the node's
 `ros/scheduler.py` reads ``BatchConfig.max_wait_ms``; `run_round` is called from one thread at a time, and
 ``reset`` / ``set_sliding_window`` wait for a round in progress.
@@ -33,7 +40,7 @@ from ..result import FrameResult
 from ..settings import setting
 from .preprocess import preprocess_geometry
 from .session import StreamingSession
-from .step_frames import StreamingFrame
+from .step_frames import InFlightFrame, StreamingFrame
 
 
 @dataclass(frozen=True)
@@ -141,8 +148,9 @@ class MultiStreamSession:
         A set of one: `StreamingSession.push` (``overlap``: `push_overlapped`, whose results are those of
         the frame before, up to `flush`); ``depth``: the cameras whose depth head runs for this frame
         whatever ``depth_every_n`` says. Several cameras: anchor phases and re-anchors on their own,
-        streaming frames batched per network resolution (``overlap`` and ``depth`` do not apply).
-        Raises ValueError for an unknown camera.
+        streaming frames batched per network resolution (``depth`` does not apply); ``overlap``: the
+        one-deep pipeline of rounds (module doc), whose results may also name cameras not in ``frames``
+        (their frame in flight, decoded now). Raises ValueError for an unknown camera.
         """
         for name in frames:
             self._session(name)
@@ -160,16 +168,58 @@ class MultiStreamSession:
             waiting: dict[str, StreamingFrame] = {}
             for name, (rgb, meta) in frames.items():
                 try:
-                    done, frame = self.sessions[name].begin_frame(rgb, meta)
+                    done, frame = self.sessions[name].begin_frame(rgb, meta, overlapped=overlap)
                 except Exception as exc:  # noqa: BLE001 - the session recovered; report per camera
                     out.errors[name] = exc
                     continue
                 out.results[name].extend(done)
                 if frame is not None:
                     waiting[name] = frame
+            if overlap:
+                self._pipelined_round(waiting, out)
+                return out
             for group in self._groups(waiting):
-                self._run_group(group, waiting, out)
+                stepped = self._step_group(group, waiting, out)
+                if stepped is None:
+                    continue
+                outputs, model_ms = stepped
+                for name, output in zip(group, outputs, strict=True):
+                    try:
+                        out.results[name].append(
+                            self.sessions[name].finish_frame(waiting[name], output, model_ms)
+                        )
+                    except Exception as exc:  # noqa: BLE001 - e.g. non-finite outputs: that camera recovered
+                        out.errors[name] = exc
         return out
+
+    def _pipelined_round(self, waiting: dict[str, StreamingFrame], out: RoundResults) -> None:
+        """Queue this round's steps, then collect and decode the round before's (module doc)."""
+        before: dict[str, InFlightFrame | None] = {}
+        for group in self._groups(waiting):
+            stepped = self._step_group(group, waiting, out)
+            if stepped is None:  # as push_overlapped: the frame in flight ran before the failure, kept
+                continue
+            outputs, model_ms = stepped
+            for name, output in zip(group, outputs, strict=True):
+                try:
+                    before[name] = self.sessions[name].launch_frame(waiting[name], output, model_ms)
+                except Exception as exc:  # noqa: BLE001 - its copies failed to queue: dropped, recovered
+                    self.sessions[name].fail_frame(exc)
+                    out.errors[name] = exc
+        for name, session in self.sessions.items():
+            if name in out.errors:
+                continue
+            try:
+                if name in before:
+                    previous = before[name]
+                    done = [] if previous is None else [session.finish_launched(previous)]
+                else:  # no step of its own this round: its frame in flight is done all the same
+                    done = session.flush()
+            except Exception as exc:  # noqa: BLE001 - e.g. non-finite outputs: that camera recovered
+                out.errors[name] = exc
+                continue
+            if done:
+                out.results.setdefault(name, []).extend(done)
 
     def flush(self, name: str) -> list[FrameResult]:
         """Camera ``name``'s frame still in flight after an ``overlap`` round (``[]`` if none). Raises as
@@ -186,7 +236,11 @@ class MultiStreamSession:
         size = self.batch.max_batch
         return [names[i : i + size] for names in by_hw.values() for i in range(0, len(names), size)]
 
-    def _run_group(self, names: list[str], waiting: dict[str, StreamingFrame], out: RoundResults) -> None:
+    def _step_group(
+        self, names: list[str], waiting: dict[str, StreamingFrame], out: RoundResults
+    ) -> tuple[list[object], float] | None:
+        """ONE model step of the cameras ``names`` (one resolution): their outputs and the step's time in
+        ms, or None when it raised (every camera of the group then drops its frame and recovers)."""
         frames = [waiting[name] for name in names]
         start = time.perf_counter()
         try:
@@ -203,14 +257,9 @@ class MultiStreamSession:
             for name in names:
                 self.sessions[name].fail_frame(exc)
                 out.errors[name] = exc
-            return
-        model_ms = 1e3 * (time.perf_counter() - start)
+            return None
         self._batches[len(frames)] = self._batches.get(len(frames), 0) + 1
-        for name, frame, output in zip(names, frames, outputs, strict=True):
-            try:
-                out.results[name].append(self.sessions[name].finish_frame(frame, output, model_ms))
-            except Exception as exc:  # noqa: BLE001 - e.g. non-finite outputs: that camera recovered
-                out.errors[name] = exc
+        return list(outputs), 1e3 * (time.perf_counter() - start)
 
     # ------------------------------------------------------------------ control and diagnostics
 
@@ -233,9 +282,11 @@ class MultiStreamSession:
 
     def reset(self, name: str, reason: str = "reset requested") -> None:
         """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched.
-        Waits for a round in progress (call this, not ``sessions[name].reset``, from other threads)."""
+        Waits for a round in progress (call this, not ``sessions[name].reset``, from other threads); the
+        camera's frame in flight (``overlap``) is waited for and dropped unread (`BatchedStepping.drain`)."""
         session = self._session(name)
         with self._step_lock:
+            session.drain()
             session.reset(reason)
 
     def set_sliding_window(self, n: int, name: str | None = None) -> None:
