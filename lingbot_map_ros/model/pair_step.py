@@ -8,7 +8,9 @@ computes it without a stream: one `scaled_dot_product_attention` over the 2P tok
 of the KV cache (the same keys; their order is irrelevant without a mask), one over the 2 camera tokens per
 trunk block instead of the camera history. So it needs no scratch KV pool, has fixed shapes per image size,
 and is captured whole as ONE CUDA graph by `GraphedPairStep` (no eager segment, unlike `model/graphed.py`'s
-streaming step, whose key count grows): a replay costs the host one launch instead of ~3,000.
+streaming step, whose key count grows): a replay costs the host one launch instead of ~3,000. The graphs are
+kept by the model (`LingBotMap.pair_graphs`, one per image size: `pair_graph`), so the node captures them at
+configure (its warm-up) and the first verification pass does not stall the live stream with a capture.
 """
 
 from __future__ import annotations
@@ -76,14 +78,23 @@ def pair_forward(model: LingBotMap, images: torch.Tensor) -> PairOutputs:
     return pose_list[:, -1].float(), depth.float(), conf.float()
 
 
+def pair_graph(model: LingBotMap, image_hw: tuple[int, int]) -> GraphedPairStep:
+    """The model's captured pair pass at `image_hw` (captured now on first use, then kept by the model in
+    `pair_graphs`; needs CUDA). Replays run on the caller's current stream."""
+    graphed = model.pair_graphs.get(image_hw)
+    if graphed is None:
+        graphed = model.pair_graphs[image_hw] = GraphedPairStep(model, image_hw)
+    return graphed
+
+
 class GraphedPairStep:
     """`pair_forward` at one image size captured as one CUDA graph, with a static input and static outputs.
 
     Args:
         model: the network (eval, in its final precision; weights must not be replaced later).
         image_hw: (H, W) of the pair's images, multiples of the patch size.
-        stream: the CUDA stream the warm-up and the capture run on (the replays' stream is the caller's
-            current one); default a new one.
+        stream: the CUDA stream the warm-up and the capture run on (any: a replay runs on the caller's
+            current stream); default a new one.
         capture: False keeps `pair_forward` as a plain call (no CUDA needed: the CPU tests check the static
             input and outputs with it).
 

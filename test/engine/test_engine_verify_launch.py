@@ -14,6 +14,7 @@ import numpy as np
 from tiny_stream import tiny_model
 
 from lingbot_map_ros.engine.loop import PairVerifier
+from lingbot_map_ros.engine.loop.pair_launch import warm_up_pair_pass
 
 HW = (28, 56)
 
@@ -39,6 +40,9 @@ class _Side:
 
     def stage(self, image_a: np.ndarray, image_b: np.ndarray) -> None:
         self.staged.append((image_a, image_b))
+
+    def captured(self, image_hw: tuple[int, int]) -> bool:
+        return self.graph is not None
 
     def launch(self) -> _Launched:
         self.launches.append(threading.get_ident())
@@ -95,3 +99,9 @@ def test_a_failed_capture_falls_back_to_the_eager_pass_for_good() -> None:
     )  # the failed launch, then the eager pass: both in the gap
     verifier.pair_pass(image_a, image_b)
     assert len(side.launches) == 1 and len(tasks) == 3  # never tried again
+
+
+def test_the_configure_warm_up_captures_nothing_without_cuda() -> None:
+    model = tiny_model()
+    assert warm_up_pair_pass(model, (42, 74), 56) == 0.0 and model.pair_graphs == {}
+    assert warm_up_pair_pass(object(), (42, 74), 56) == 0.0  # a model double

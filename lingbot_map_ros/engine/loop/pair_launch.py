@@ -6,9 +6,10 @@ split three ways:
 
 * `stage` (the loop closer's thread): the two uint8 images into a pinned host buffer;
 * `launch` (the inference thread, in a gap between live steps, `GpuGaps.call`): on the side stream, the
-  host-to-device copy, ONE graph replay (`model/pair_step.py` `GraphedPairStep`, captured on the first launch
-  at each image size), the device-to-host copies of its outputs into pinned buffers, and an event: about a
-  millisecond of host time; the GPU runs the pass beside the next live step;
+  host-to-device copy, ONE graph replay (`model/pair_step.py` `pair_graph`: captured at the node's
+  configure by `warm_up_pair_pass`, else by the first launch at an image size), the device-to-host copies of
+  its outputs into pinned buffers, and an event: about a millisecond of host time; the GPU runs the pass
+  beside the next live step;
 * `LaunchedPass.wait` (the closer's thread again): waits on the event (blocking sync, the GIL released),
   copies the outputs out of the pinned buffers and reports the pass's GPU time (the closer charges it to the
   gaps' budget, `GpuGaps.charge`); the numpy work on them (`verify.py`) stays on the closer's thread.
@@ -20,18 +21,22 @@ filling the GPU time a launch-bound live step leaves idle (benchmarks/verify_pas
 with a pass in flight, and with the live step on a high-priority stream).
 
 One pass at a time: the caller (`PairVerifier`) stages the next pass only after the previous one's `wait`.
-Memory: the graph's own pool (about the pass's eager peak) plus the static and pinned buffers, held while
-this object lives; no KV pool (the scratch stream's, ~0.3 GiB at 518x378, is gone).
+Memory: the graph's own pool (about the pass's eager peak, kept by the model with the graph) plus the static
+and pinned buffers; no scratch KV pool (the eager pass's scratch stream is never made).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from lingbot_map_ros.model.pair_step import PAIR, GraphedPairStep
+from lingbot_map_ros.model import LingBotMap
+from lingbot_map_ros.model.pair_step import PAIR, pair_graph
+
+from ..stream.preprocess import preprocess_geometry
 
 #: A pair pass's outputs: pose_enc `[2, 9]`, depth `[2, H, W]`, conf `[2, H, W]` (numpy float32).
 PassResult = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -58,31 +63,32 @@ class LaunchedPass:
 class SidePairPasses:
     """Graph-replayed pair passes of `model` (a CUDA `LingBotMap`) on a low-priority stream (module doc)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: LingBotMap) -> None:
         device = model.device
         if device.type != "cuda":
             raise ValueError(f"side pair passes need a CUDA model, got {device}")
         self.model = model
         self.stream = torch.cuda.Stream(device, priority=LOWEST_PRIORITY)
-        self.graph: GraphedPairStep | None = None
-        self._pixels = torch.empty(0, dtype=torch.uint8).pin_memory()
+        self._pixels: torch.Tensor | None = None
         self._outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def stage(self, image_a: np.ndarray, image_b: np.ndarray) -> None:
         """Copy the two `[H, W, 3]` uint8 images of the next pass into the pinned input (closer's thread)."""
         hw = image_a.shape[:2]
-        if self._pixels.shape != (PAIR, *hw, 3):
+        if self._pixels is None or self._pixels.shape != (PAIR, *hw, 3):
             self._pixels = torch.empty((PAIR, *hw, 3), dtype=torch.uint8).pin_memory()
         pixels = self._pixels.numpy()
         pixels[0], pixels[1] = image_a, image_b
 
     def launch(self) -> LaunchedPass:
-        """The staged pass on the side stream (inference thread): copy in, replay, copy out, record."""
-        hw = tuple(self._pixels.shape[1:3])
-        graph, outputs = self.graph, self._outputs
-        if graph is None or outputs is None or graph.image_hw != hw:
-            self.graph = self._outputs = None  # release the old pool before capturing a new one
-            graph = self.graph = GraphedPairStep(self.model, hw, stream=self.stream)
+        """The staged pass on the side stream (inference thread): copy in, replay, copy out, record. The
+        first pass at an image size captures the graph unless `warm_up_pair_pass` did (at configure)."""
+        pixels = self._pixels
+        if pixels is None:
+            raise RuntimeError("launch() before stage()")
+        graph = pair_graph(self.model, (int(pixels.shape[1]), int(pixels.shape[2])))
+        outputs = self._outputs
+        if outputs is None or outputs[1].shape != graph.depth.shape:
             outputs = self._outputs = tuple(  # type: ignore[assignment]
                 torch.empty(t.shape, dtype=t.dtype).pin_memory()
                 for t in (graph.pose_enc, graph.depth, graph.conf)
@@ -90,9 +96,25 @@ class SidePairPasses:
         start, done = (torch.cuda.Event(enable_timing=True, blocking=True) for _ in range(2))
         with torch.cuda.stream(self.stream):
             start.record()
-            graph.pixels.copy_(self._pixels, non_blocking=True)
+            graph.pixels.copy_(pixels, non_blocking=True)
             graph.replay()
             for host, device in zip(outputs, (graph.pose_enc, graph.depth, graph.conf), strict=True):
                 host.copy_(device, non_blocking=True)
             done.record()
         return LaunchedPass(start, done, outputs)
+
+    def captured(self, image_hw: tuple[int, int]) -> bool:
+        """Whether the pass at `image_hw` is captured already (a launch at another size captures first)."""
+        return image_hw in self.model.pair_graphs
+
+
+def warm_up_pair_pass(model: object, camera_hw: tuple[int, int], image_width: int) -> float:
+    """Capture the pair pass of `model` for keyframes of cameras of `camera_hw` (their network size at
+    `image_width`) now, so that the first verification does not (the node's configure, with loop closure
+    on). Nothing for a model that does not run graphed passes (CPU, a test double). Returns seconds."""
+    if not isinstance(model, LingBotMap) or model.device.type != "cuda":
+        return 0.0
+    start = time.perf_counter()
+    pair_graph(model, preprocess_geometry(camera_hw, image_width).out_hw)
+    torch.cuda.synchronize(model.device)
+    return time.perf_counter() - start

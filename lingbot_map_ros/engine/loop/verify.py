@@ -135,7 +135,7 @@ class PairVerifier:
             if self.graphs:
                 side = self._side = self._side or SidePairPasses(self.model)
                 side.stage(image_a, image_b)
-                capturing = side.graph is None
+                capturing = not side.captured(image_a.shape[:2])
                 try:
                     launched = self.run(side.launch)
                 except RuntimeError as exc:
