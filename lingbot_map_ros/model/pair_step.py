@@ -16,6 +16,7 @@ configure (its warm-up) and the first verification pass does not stall the live 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,8 +29,11 @@ if TYPE_CHECKING:
 
 #: Frames of a pair pass (also its `num_scale_frames`: both are anchors).
 PAIR = 2
+#: CUDA's least stream priority (larger numbers are lower; CUDA's range is 0 .. -5): the default stream's too.
+LOWEST_PRIORITY = 0
 
 PairOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+_CAPTURING = threading.Lock()
 
 
 class _FullAttention:
@@ -81,10 +85,11 @@ def pair_forward(model: LingBotMap, images: torch.Tensor) -> PairOutputs:
 def pair_graph(model: LingBotMap, image_hw: tuple[int, int]) -> GraphedPairStep:
     """The model's captured pair pass at `image_hw` (captured now on first use, then kept by the model in
     `pair_graphs`; needs CUDA). Replays run on the caller's current stream."""
-    graphed = model.pair_graphs.get(image_hw)
-    if graphed is None:
-        graphed = model.pair_graphs[image_hw] = GraphedPairStep(model, image_hw)
-    return graphed
+    with _CAPTURING:  # two callers (offline: several cameras' closers) capture one graph, not two
+        graphed = model.pair_graphs.get(image_hw)
+        if graphed is None:
+            graphed = model.pair_graphs[image_hw] = GraphedPairStep(model, image_hw)
+        return graphed
 
 
 class GraphedPairStep:
@@ -93,14 +98,15 @@ class GraphedPairStep:
     Args:
         model: the network (eval, in its final precision; weights must not be replaced later).
         image_hw: (H, W) of the pair's images, multiples of the patch size.
-        stream: the CUDA stream the warm-up and the capture run on (any: a replay runs on the caller's
-            current stream); default a new one.
+        stream: the CUDA stream of the warm-up, the capture and every replay (`stream`; default a new one of
+            CUDA's lowest priority): replays of one graph share its static buffers, so they must be ordered
+            on one stream whoever launches them (several cameras' loop closers, one model).
         capture: False keeps `pair_forward` as a plain call (no CUDA needed: the CPU tests check the static
             input and outputs with it).
 
-    `pixels` `[2, H, W, 3]` uint8 is the input (written by the caller before `replay`); `pose_enc`, `depth`,
-    `conf` (as `pair_forward`'s) are the outputs, overwritten by the next replay. Capture allocates from a
-    memory pool of its own, about the pass's eager peak, held while this object lives.
+    `pixels` `[2, H, W, 3]` uint8 is the input (written on `stream` before `replay`); `pose_enc`, `depth`,
+    `conf` (as `pair_forward`'s) are the outputs, overwritten by the next replay (read them on `stream`).
+    Capture allocates from a memory pool of its own, about the pass's eager peak, held while this lives.
     """
 
     def __init__(
@@ -125,10 +131,11 @@ class GraphedPairStep:
         )
         self.pose_enc = self.depth = self.conf = torch.empty(0)
         self._graph: torch.cuda.CUDAGraph | None = None
+        self.stream: torch.cuda.Stream | None = None
         if not capture:
             self._forward()
             return
-        stream = stream or torch.cuda.Stream(device)
+        stream = self.stream = stream or torch.cuda.Stream(device, priority=LOWEST_PRIORITY)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             self._forward()  # warm-up: library handles, cached constants, kernel choice
@@ -143,7 +150,7 @@ class GraphedPairStep:
         torch.cuda.current_stream(device).wait_stream(stream)
 
     def replay(self) -> None:
-        """The pass over `pixels` into the static outputs, on the current stream."""
+        """The pass over `pixels` into the static outputs, on the current stream (the caller's: `stream`)."""
         if self._graph is None:
             self._forward()
         else:

@@ -58,7 +58,7 @@ def test_graphed_side_stream_pass_equals_the_eager_pass() -> None:
         pose, depth, conf = _worst(got, expected)
         assert pose < 5e-2 and depth < 2e-2 and conf < 2e-2, (pose, depth, conf)
     assert graphed.graph_error is None and list(model.pair_graphs) == [HW]  # captured once, kept by the model
-    assert graphed._side is not None and graphed._side.stream.priority == 0  # CUDA's lowest
+    assert model.pair_graphs[HW].stream.priority == 0  # CUDA's lowest
     assert len(charged) == 2 and all(0.0 < s < 1.0 for s in charged)
 
 

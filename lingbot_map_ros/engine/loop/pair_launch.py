@@ -1,5 +1,8 @@
 """`SidePairPasses`: verification passes replayed as one CUDA graph on a low-priority side stream (issue 31).
 
+The side stream is the graph's (`GraphedPairStep.stream`, one per model and image size): the passes of
+several cameras' verifiers share the graph's static buffers, so they queue on that one stream in order.
+
 A verification pass through the eager scratch stream launched ~3,000 kernels from Python: ~180 ms of the
 inference thread per pass in the node (H200, 2026-12-02), the live stream stalled that long. Here a pass is
 split three ways:
@@ -40,8 +43,6 @@ from ..stream.preprocess import preprocess_geometry
 
 #: A pair pass's outputs: pose_enc `[2, 9]`, depth `[2, H, W]`, conf `[2, H, W]` (numpy float32).
 PassResult = tuple[np.ndarray, np.ndarray, np.ndarray]
-#: CUDA's least stream priority (larger numbers are lower; CUDA's range is 0 .. -5): the default stream's too.
-LOWEST_PRIORITY = 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ class SidePairPasses:
         if device.type != "cuda":
             raise ValueError(f"side pair passes need a CUDA model, got {device}")
         self.model = model
-        self.stream = torch.cuda.Stream(device, priority=LOWEST_PRIORITY)
         self._pixels: torch.Tensor | None = None
         self._outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
@@ -94,7 +94,7 @@ class SidePairPasses:
                 for t in (graph.pose_enc, graph.depth, graph.conf)
             )
         start, done = (torch.cuda.Event(enable_timing=True, blocking=True) for _ in range(2))
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(graph.stream):  # the graph's own: passes of several verifiers queue in order
             start.record()
             graph.pixels.copy_(pixels, non_blocking=True)
             graph.replay()
