@@ -29,10 +29,13 @@
 #            there `cd .device/<you>/src && bash benchmarks/h200_call.sh loop-ab` (DEV defaults to ..).
 #            RV_PY / LOOP_AB_ARGS / LOOP_AB_SECONDS: the python with rclpy and extra node_e2e.py arguments
 #            (the CPU dry run: `RV_PY=.venv/bin/python DEV=<stub> LOOP_AB_ARGS="--set model.preset=tiny ..."`)
+#   verify   issue 31: the graphed verification pass's GPU test, then benchmarks/verify_pass.py (a pass eager vs
+#            graphed, the live push with a pass in flight; node defaults, compiled) and again with the live
+#            pushes on a high-priority stream (no wheels; run it before loop-ab on the same machine: warm /tmp/cc)
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | gpu-node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | verify | gpu-node}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -151,6 +154,13 @@ case "$MODE" in
         --record "$OUT/node_e2e_loop_ab_h200.json"
       grep -E "re-anchored|loop|Traceback|Error" "/tmp/ne_loop_$enabled/node_e2e.log" | tail -5 | tee -a "$LOG"
     done
+    ;;
+  verify)
+    export PYTHONPATH=$PWD:${PYTHONPATH:-}
+    step 150 python3 -u -m pytest -q -rs --noconftest test/gpu/test_verify_graph_gpu.py
+    step 240 python3 -u benchmarks/verify_pass.py --cache-dir /tmp/cc --record "$OUT/verify_pass_h200.json"
+    step 150 python3 -u benchmarks/verify_pass.py --cache-dir /tmp/cc --live-priority high \
+      --record "$OUT/verify_pass_h200.json"
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }

@@ -37,7 +37,7 @@ from .loop import LoopCloser, LoopClosureConfig, LoopClosureWorker, LoopEvent, M
 from .loop.descriptor import Describe
 from .loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
 from .loop.similarity import compose, from_pose, inverse
-from .loop.verify import PassResult
+from .loop.verify import GapRun
 from .mapping.map_side import MapSide
 from .mapping.mapper import MapperConfig
 from .result import FrameResult
@@ -361,11 +361,13 @@ def loop_closer(
     image_width: int,
     model: object,
     describe: Describe | None = None,
-    run: Callable[[Callable[[], PassResult]], PassResult] | None = None,
+    run: GapRun | None = None,
+    charge: Callable[[float], None] | None = None,
 ) -> LoopCloser:
     """A camera's loop closer: descriptors pooled by the live step (`FrameResult.place_descriptor`), else
     from the model's encoder tokens unless `describe` is given (a test's oracle); verification by the model's
-    two-frame pass, run through `run` (the node's `GpuGaps.call`: on the inference thread between live steps,
-    engine/gpu_gaps.py; default: on the closer's thread) (docs/loop_closure.md)."""
-    verify = PairVerifier(model, config.verify, run=run)
+    two-frame pass, launched through `run` (the node's `GpuGaps.call`: on the inference thread between live
+    steps, engine/gpu_gaps.py; default: on the closer's thread), its GPU time paid through `charge` (the
+    node's `GpuGaps.charge`) (engine/loop/verify.py, docs/loop_closure.md)."""
+    verify = PairVerifier(model, config.verify, run=run, charge=charge)
     return LoopCloser(config, image_width, describe or ModelDescriptor(model), verify)

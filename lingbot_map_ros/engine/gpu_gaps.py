@@ -11,6 +11,10 @@ slower than the model the passes fill the gaps. One task per gap: a live frame w
 no frame has come for a while (the camera stopped; `run_due(free=True)`, the scheduler's call) the tasks run
 back to back without paying: there is no live frame to delay, and the closer catches up.
 
+A task may only launch GPU work on a side stream and return (the graphed verification pass,
+engine/loop/pair_launch.py: about a millisecond of the inference thread); its caller waits for the GPU outside
+the gap and pays the GPU time afterwards (`charge`), so the budget bounds the GPU time too.
+
 While no inference thread is attached (`attach` / `detach`: the node's activate / deactivate; offline tools
 never attach one) `call` runs the task on the caller's thread, as before. `detach` fails the tasks still
 queued (`GpuGapsDetached`), so a caller never waits for a thread that is gone.
@@ -67,6 +71,7 @@ class GpuGaps:
         self._stamp = clock()
         self.tasks_run = 0
         self.task_seconds = 0.0
+        self.charged_seconds = 0.0
 
     # ------------------------------------------------------------------ any thread
     def call(self, task: Callable[[], T], timeout_s: float | None = None) -> T:
@@ -90,6 +95,15 @@ class GpuGaps:
         except TimeoutError:
             future.cancel()  # a task not yet started is skipped by `run_due`
             raise
+
+    def charge(self, seconds: float) -> None:
+        """Pay ``seconds`` of GPU work that a task launched and did not wait for (module doc): taken from the
+        bucket as a task's wall time is (the next task waits until it is paid back), counted in
+        `charged_seconds`."""
+        with self._lock:
+            self._refill()
+            self._credit -= seconds
+            self.charged_seconds += seconds
 
     def pending(self) -> int:
         """Tasks queued and not yet run."""

@@ -18,6 +18,7 @@ from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
 from lingbot_map_ros.model.dpt_head import DPTHead
 from lingbot_map_ros.model.graphed import GraphedStreamStep
+from lingbot_map_ros.model.pair_step import GraphedPairStep
 from lingbot_map_ros.model.stream import StepOutput, StreamConfig, StreamState
 
 
@@ -42,6 +43,8 @@ class LingBotMap(nn.Module):
         )
         # CUDA graphs of batched steps per (batch size, resolution, ...): model/batched_step.py
         self.batch_graphs: dict[tuple, GraphedStreamStep] = {}
+        # CUDA graphs of the loop closer's two-frame pass per image size: model/pair_step.py `pair_graph`
+        self.pair_graphs: dict[tuple[int, int], GraphedPairStep] = {}
 
     @property
     def device(self) -> torch.device:

@@ -66,14 +66,16 @@ class LoopOutputs:
         return self._outputs.path.send_lock
 
     def stats(self) -> dict[str, object]:
-        """/diagnostics: where the verification passes ran (`loop_closure.gap_tasks`, `.gap_seconds`,
-        `.gap_pending`: the inference thread's `GpuGaps`, engine/gpu_gaps.py); {} without gaps."""
+        """/diagnostics: where the verification passes ran (`loop_closure.gap_tasks`, `.gap_seconds`: the
+        inference thread's time on them, `.gap_gpu_seconds`: the GPU time of graphed passes on the side
+        stream, `.gap_pending`: the inference thread's `GpuGaps`, engine/gpu_gaps.py); {} without gaps."""
         gaps = self._gaps
         if gaps is None:
             return {}
         return {
             "loop_closure.gap_tasks": gaps.tasks_run,
             "loop_closure.gap_seconds": round(gaps.task_seconds, 3),
+            "loop_closure.gap_gpu_seconds": round(gaps.charged_seconds, 3),
             "loop_closure.gap_pending": gaps.pending(),
         }
 
@@ -135,8 +137,9 @@ def attach_loop_closure(
         facade.get_logger().warning(f"loop closure off: {missing}", once=True)
         return
     config = loop_closure_config(lambda name: getattr(params, field_name(name)))
+    gaps = pipeline.gaps
     closer = loop_closer(
-        config, params.model_image_width, pipeline.model, pipeline.loop_descriptor, run=pipeline.gaps.call
+        config, params.model_image_width, pipeline.model, pipeline.loop_descriptor, gaps.call, gaps.charge
     )
     outputs.loop = LoopOutputs(facade, outputs, prefix, pipeline.gaps)
     outputs.state.outputs = outputs.loop

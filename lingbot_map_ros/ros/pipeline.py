@@ -17,6 +17,7 @@ import torch
 from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
 from ..engine.config import SessionConfig
 from ..engine.gpu_gaps import GpuGaps
+from ..engine.loop.pair_launch import warm_up_pair_pass
 from ..engine.stream.multi_stream import BatchConfig, MultiStreamSession
 from ..engine.stream.session import StreamingModel
 from .params import NodeParams, owner_values, param_reader, parse_image_size
@@ -138,6 +139,13 @@ def build_pipeline(params: NodeParams, warn: Callable[[str], object]) -> Pipelin
             settings.restore()
             raise ConfigureError(f"warm-up at {params.model_warmup_image_size} failed: {exc}") from exc
         description += f", warm-up at {params.model_warmup_image_size} {seconds:.1f} s"
+        if params.loop_closure_enabled:  # the verification pass's graph, so no live frame waits for it
+            try:
+                seconds = warm_up_pair_pass(cameras.model, warmup_hw, params.model_image_width)
+            except Exception as exc:  # the verifier captures again at its first pass, else runs it eagerly
+                description += f", verification pass not captured ({type(exc).__name__}: {exc})"
+            else:
+                description += f", verification pass captured in {seconds:.1f} s"
     return Pipeline(
         model=cameras.model, cameras=cameras, device=device, description=description, settings=settings
     )

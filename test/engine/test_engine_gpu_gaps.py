@@ -121,6 +121,29 @@ def test_detach_fails_the_queued_tasks_and_later_calls_run_inline() -> None:
     assert gaps.call(lambda: "inline") == "inline" and gaps.pending() == 0
 
 
+def test_charged_gpu_time_is_paid_from_the_budget() -> None:
+    """A task that only launches GPU work (the graphed verification pass) costs the inference thread almost
+    nothing; the GPU time its caller charges afterwards holds the next task back as wall time would."""
+    clock = FakeClock()
+    gaps = GpuGaps(budget=0.1, burst_s=0.01, clock=clock)
+    gaps.attach(lambda: None)
+    results: list = []
+    first = _queue(gaps, lambda: "launched", results)
+    _wait_queued(gaps, 1)
+    assert gaps.run_due()
+    first.join(5)
+    assert results == ["launched"] and gaps.task_seconds == 0.0
+    gaps.charge(0.03)  # 30 ms of GPU time against 10 ms of credit: 20 ms in debt, repaid in 0.2 s
+    assert gaps.charged_seconds == pytest.approx(0.03)
+    second = _queue(gaps, lambda: "next", results)
+    _wait_queued(gaps, 1)
+    assert gaps.wait_s() == pytest.approx(0.2) and not gaps.run_due()
+    clock.now += 0.21
+    assert gaps.run_due()
+    second.join(5)
+    assert results == ["launched", "next"]
+
+
 def test_a_timed_out_call_is_withdrawn() -> None:
     gaps = GpuGaps()
     gaps.attach(lambda: None)

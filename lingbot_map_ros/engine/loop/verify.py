@@ -1,8 +1,12 @@
 """Verification of a loop candidate: the relative pose of two keyframes from the model itself.
 
-A two-frame pass (the model's anchor step with S = 2: bidirectional attention between the two images) runs in
-a scratch stream with its own small KV pool (`model.new_stream(...)` without the live pool: the live cache is
-never touched), reset before each pair. From its output:
+A two-frame pass (the model's anchor step with S = 2: bidirectional attention between the two images; the
+live cache is never touched) gives the pair's poses and depths. On CUDA with a `LingBotMap` it is ONE CUDA
+graph replayed on a low-priority side stream (`pair_launch.py`, `model/pair_step.py`, issue 31): the
+inference thread only launches it in a gap between live steps (about a millisecond), this thread waits for its
+outputs and charges its GPU time to the gaps' budget (`charge`). Elsewhere (CPU, a model double, `graphs`
+False, or a capture that failed: `graph_error`) it runs eagerly through `run` in a scratch stream with its own
+small KV pool (`model.new_stream(...)`), reset before each pair. From its output, on this thread:
 
 * relative pose ``T_ab = T_a⁻¹ T_b`` (rigid, in the pair's own unit), intrinsics from its FoVs;
 * the unit of each keyframe: ``u_x = median(d_keyframe / d_pair)`` over confident pixels (stream units per
@@ -18,19 +22,25 @@ the Sim(3) ``a⁻¹ ∘ b`` in the keyframes' local units: rotation of T_ab, tra
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from lingbot_map_ros.model import StreamConfig
+from lingbot_map_ros.model import LingBotMap, StreamConfig
 
 from ..contracts import StreamingModel
 from ..geometry import Sim3
 from ..gpu_gaps import GpuGapsDetached
 from ..stream.decode import fov_to_intrinsics, pose_encoding_to_c2w
 from .keyframes import Keyframe
+from .pair_launch import PassResult, SidePairPasses
+
+#: Runs a task where GPU work of the closer may run and returns its result (the node's `GpuGaps.call`).
+GapRun = Callable[[Callable[[], Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -61,33 +71,39 @@ class Verification:
     spread: float
 
 
-PassResult = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
 class PairVerifier:
-    """Two-frame passes through `model` in one scratch stream (module doc).
+    """Two-frame passes through `model`: graph-replayed on a side stream, or eager in a scratch stream (module
+    doc).
 
-    ``run(task)`` runs a pair pass (a callable returning its host arrays) and returns its result: by default
-    on the calling thread; the node passes `GpuGaps.call` (engine/gpu_gaps.py), so the pass runs on the
-    inference thread between live steps, never beside one."""
+    ``run(task)`` runs a task (the graphed pass's launch, or the whole eager pass) and returns its result: by
+    default on the calling thread; the node passes `GpuGaps.call` (engine/gpu_gaps.py), so it runs on the
+    inference thread between live steps, never beside one's launch. ``charge(seconds)``: the GPU time of a
+    graphed pass, once it is done (the node's `GpuGaps.charge`). ``graphs`` False: always the eager pass."""
 
     def __init__(
         self,
         model: StreamingModel,
         config: VerifyConfig | None = None,
-        run: Callable[[Callable[[], PassResult]], PassResult] | None = None,
+        run: GapRun | None = None,
+        charge: Callable[[float], None] | None = None,
+        graphs: bool = True,
     ) -> None:
         self.model = model
         self.config = config or VerifyConfig()
         self.run = run or (lambda task: task())
+        self.charge = charge or (lambda seconds: None)
         self._state = None
+        self.graphs = graphs and isinstance(model, LingBotMap) and model.device.type == "cuda"
+        self.graph_error: str | None = None  # why the graphed pass was given up (its capture failed)
+        self._side: SidePairPasses | None = None
+        self._lock = threading.Lock()  # one pass at a time: the side stream's buffers are reused
 
     def __call__(self, a: Keyframe, b: Keyframe) -> Verification:
         if a.image is None or b.image is None or a.image.shape != b.image.shape:
             return Verification(a.key, b.key, False, "no image to verify with", None, 0.0, 0.0, 0.0)
         image_a, image_b = a.image, b.image
         try:
-            pose_enc, depth, conf = self.run(lambda: self._pair_pass(image_a, image_b))
+            pose_enc, depth, conf = self.pair_pass(image_a, image_b)
         except GpuGapsDetached:  # the node deactivated with the pass queued: not verified, not an error
             return Verification(a.key, b.key, False, "inference thread stopped", None, 0.0, 0.0, 0.0)
         stride = a.depth_stride
@@ -112,8 +128,29 @@ class PairVerifier:
             return Verification(a.key, b.key, True, "accepted", relative, overlap, confidence, spread)
         return Verification(a.key, b.key, False, reason, None, overlap, confidence, spread)
 
-    def _pair_pass(self, image_a: np.ndarray, image_b: np.ndarray) -> PassResult:
-        """pose_enc [2, 9], depth [2, h, w], conf [2, h, w] (numpy) of the two-frame anchor step."""
+    def pair_pass(self, image_a: np.ndarray, image_b: np.ndarray) -> PassResult:
+        """pose_enc `[2, 9]`, depth `[2, h, w]`, conf `[2, h, w]` (numpy float32) of the two-frame anchor step
+        of images `[h, w, 3]` uint8: graphed on the side stream where it can be, else eager (module doc)."""
+        with self._lock:
+            if self.graphs:
+                side = self._side = self._side or SidePairPasses(self.model)
+                side.stage(image_a, image_b)
+                capturing = not side.captured(image_a.shape[:2])
+                try:
+                    launched = self.run(side.launch)
+                except RuntimeError as exc:
+                    if not capturing or isinstance(exc, GpuGapsDetached):
+                        raise
+                    self.graphs, self._side = False, None  # the eager pass from now on
+                    self.graph_error = f"{type(exc).__name__}: {exc}"
+                else:
+                    result, gpu_s = launched.wait()
+                    self.charge(gpu_s)
+                    return result
+            return self.run(lambda: self._eager_pass(image_a, image_b))
+
+    def _eager_pass(self, image_a: np.ndarray, image_b: np.ndarray) -> PassResult:
+        """`pair_pass` through the scratch stream, eagerly (the contract's `new_stream` / `step`)."""
         model = self.model
         if self._state is None:
             self._state = model.new_stream(
