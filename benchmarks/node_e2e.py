@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         now = time.time()
         with lock:
             for t in msg.transforms:
-                if t.header.frame_id == "map":
+                if "map" in (t.header.frame_id, t.child_frame_id):  # map -> odom, or <camera> -> map
                     tf.append((stamp_ns(t.header), now))
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
