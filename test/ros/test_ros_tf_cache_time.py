@@ -76,7 +76,8 @@ def test_a_stamp_older_than_the_history_is_too_old_not_missing(node: object, use
 
 def test_a_static_parent_wins_over_a_dynamic_edge_heard_back(node: object) -> None:
     """A dynamic `map -> camera_link` (another node's edge; this node's own before it inverted its
-    `map_to_camera` edge) must not hide the robot's `base_link -> camera_link` published later on /tf_static."""
+    `map_to_camera` edge) must not hide the robot's `base_link -> camera_link` published later on
+    /tf_static."""
     lookup = TfLookup(node, use_tf2_ros=False)
     try:
         mount = TfSample("base_link", "camera_link", 0.0, (0.2, 0.0, 0.0), (0, 0, 0, 1.0))
