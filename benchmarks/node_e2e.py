@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         now = time.time()
         with lock:
             for t in msg.transforms:
-                for name, frame_id in frame_ids.items():
-                    if t.child_frame_id == frame_id or (len(names) == 1 and t.header.frame_id == "map"):
+                edge = (t.header.frame_id, t.child_frame_id)
+                for name, frame_id in frame_ids.items():  # <camera> -> map[_<name>], or map -> odom (one camera)
+                    if frame_id in edge or (len(names) == 1 and "map" in edge):
                         tf[name].append((stamp_ns(t.header), now))
                         break
 

@@ -2,6 +2,8 @@
 # The checks of issue 29 with the real `ros2 launch` and the C++-backed tf2_ros (no apt ROS install):
 #   scripts/check_real_tf2.sh build SCRATCH MIRRORS   # once: venv copy + colcon workspace (~2-9 min, 2 cores)
 #   scripts/check_real_tf2.sh check SCRATCH           # the tests that skip without tf2_ros / launch_ros
+#   scripts/check_real_tf2.sh launch SCRATCH          # 10 SIGINT stops and the map -> odom republish under
+#                                                     # the real `ros2 launch` (benchmarks/launch_checks.py)
 # SCRATCH: an empty folder; MIRRORS: a folder holding git mirrors of ros2/{geometry2,launch,launch_ros,ros2cli,
 # rosidl_runtime_py,rcl_interfaces} (named like that: links to each mirror's git dir, e.g. the search tool's
 # fetch gives /work/.mirror/ros2+geometry2/repo). The steps are ../shared/ros/LOCAL_LAUNCH_TF2.md's.
@@ -53,8 +55,18 @@ check() {
     test/ros/test_ros_tf_ingest.py test/dds/test_launch_process.py test/dds/test_robot_live.py
 }
 
+launch() {
+  # shellcheck disable=SC1091
+  source "$SCRATCH/env.sh"
+  cd "$REPO"
+  export PYTHONPATH=$REPO:${PYTHONPATH:-}
+  "$SCRATCH/venv/bin/python" benchmarks/launch_checks.py stops --runs 10
+  "$SCRATCH/venv/bin/python" benchmarks/launch_checks.py republish --seconds 60
+}
+
 case $what in
   build) build "${3:?mirrors folder}" ;;
   check) check ;;
-  *) echo "usage: $0 build SCRATCH MIRRORS | check SCRATCH" >&2; exit 2 ;;
+  launch) launch ;;
+  *) echo "usage: $0 build SCRATCH MIRRORS | check SCRATCH | launch SCRATCH" >&2; exit 2 ;;
 esac

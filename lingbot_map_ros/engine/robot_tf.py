@@ -10,9 +10,8 @@ newer than the stamp counts: odometry that starts just after the camera), `map_t
 extrinsics are, else `map_to_camera` (each probe waits up to `tf.timeout`). While an `auto` stream waits
 for the robot, `extrinsics_at` and `odometry_at` (no waiting) tell the caller that the extrinsics or the
 odometry have appeared, so it switches to `map_to_base` / `map_to_odom` without a jump
-(engine/mapping/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in
-the root
-of its own subtree (where `map_to_camera` attaches `map` when the camera already has a parent: a URDF gap).
+(engine/mapping/mapper.py `Mapper.switch_mode`). `root_pose` is the camera in the root of its own subtree
+(the parent of `map_to_camera`'s edge `<root> -> map` when the camera already has a parent: a URDF gap).
 `sample` looks up, at the image stamp, the extrinsics `T_base_cam` (robot modes) and the odometry
 `T_odom_base` (map_to_odom, or `scale.source: odometry`), or raises `TransformUnavailable` naming the
 missing edge: the caller drops the frame (`tf_unavailable`; `FrameTooOld`, `frame_too_old`: the stamp is older
@@ -109,8 +108,8 @@ class RobotFrames:
             f"{cfg.base_frame} is not (within {cfg.timeout_s} s); a later {cfg.odom_frame} -> "
             f"{cfg.base_frame} switches to {TfMode.MAP_TO_ODOM}",
             TfMode.MAP_TO_CAMERA: f"no {cfg.base_frame} -> {camera} in TF within {cfg.timeout_s} s; mapping "
-            f"as a bare camera until it appears, then {TfMode.MAP_TO_BASE} ({TfMode.MAP_TO_ODOM} with "
-            f"{cfg.odom_frame} -> {cfg.base_frame}) without a reset",
+            f"as a bare camera ({camera} -> map) until it appears, then {TfMode.MAP_TO_BASE} "
+            f"({TfMode.MAP_TO_ODOM} with {cfg.odom_frame} -> {cfg.base_frame}) without a reset",
         }[mode]
         return mode, why
 

@@ -1,19 +1,23 @@
 """`CameraTracker`: one camera's pose in the map: its `Mapper`, TF-mode policy and `map -> odom` estimate.
 
 One call per frame: `track(result, camera, stamp_s)` takes a `FrameResult` and returns a `TrackedFrame` (the
-`PosedFrame`, its `MapWork` for the map side, where a `map -> camera` edge attaches, whether this is the
-stream's first `map -> odom`), or raises `TransformUnavailable` (the frame is dropped before anything is
-published). What it decides on its own, given the robot's TF as plain data (`RobotTfSource`,
-engine/robot_tf.py) and an optional metric depth source (`DepthSource`):
+`PosedFrame`, its `MapWork` for the map side, the inverted edge `<root> -> map` of `map_to_camera`,
+whether this is the stream's first `map -> odom`), or raises `TransformUnavailable` (the frame is dropped
+before anything is published). What it decides on its own, given the robot's TF as plain data
+(`RobotTfSource`, engine/robot_tf.py) and an optional metric depth source (`DepthSource`):
 
 * the epoch and TF mode of each stream (docs/robot.md "TF modes"): a new epoch of the session chooses the
-  mode (`RobotFrames.resolve_mode`; `tf.mode: auto`); in `map_to_camera` the frame `map` is attached to the
-  camera, or to the root of the camera's own subtree when it already has a parent in TF (a URDF gap), reported
-  in `gap`;
+  mode (`RobotFrames.resolve_mode`; `tf.mode: auto`); in `map_to_camera` the frame `map` hangs BELOW the
+  camera, or below the root of the camera's own subtree when it already has a parent in TF (a URDF gap,
+  reported in `gap`): the edge is `<root> -> map` (`TrackedFrame.root_map`), so the node never makes a robot
+  frame the child of its edge (a tf2 consumer keeps a frame's parent and cache type from its newest sample:
+  a late static `base_link -> camera_link` must not race the node's samples of `camera_link`);
 * the `auto` switches as the robot comes up (robot_state_publisher or odometry started after the node): a
   stream in `map_to_camera` whose extrinsics `base_frame -> camera` appeared continues as `map_to_base` (or
   `map_to_odom` when odometry is there too), one in `map_to_base` whose odometry appeared as `map_to_odom`,
-  without a reset and without a jump (`Mapper.switch_mode`; `switches`, a warning); odometry that starts
+  without a reset and without a jump (`Mapper.switch_mode`; `switches`, a warning); the switch from
+  `map_to_camera` happens only at a frame stamped after the last `<root> -> map` sample (no stamp with both
+  edges: no loop at any time; the gap between them is one frame); odometry that starts
   after the frame's stamp (frames waited in the queue) is taken at its newest sample for the switch, so `map`
   keeps a child while the queued frames drain (exact again from the next frame with odometry at its stamp);
 * the shared robot map of a later camera: its new `map_to_odom` stream starts in the driving camera's map
@@ -37,6 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .geometry import invert_rigid
 from .health import Verdict
 from .lock_order import OrderedLock
 from .mapping.frames import TfMode
@@ -64,8 +69,9 @@ class TrackedFrame:
     Attributes:
         frame: the poses, twist, metric depth and covariances (engine/mapping/mapper.py `PosedFrame`).
         work: what the map side integrates for this frame (`Mapper.integrate`).
-        root: the child of a `map_to_camera` edge: the camera, or the root of its subtree (a URDF gap).
-        root_cam: T_root_cam [4, 4] when `root` is not the camera, else None.
+        root: the parent of the `map_to_camera` edge `root -> map`: the camera, or the root of its subtree (a
+            URDF gap).
+        root_map: T_root_map [4, 4] (`T_root_cam · T_map_cam⁻¹`) of a `map_to_camera` frame, else None.
         first_map_odom: the stream's first `map -> odom` (published at the image stamp too).
         health: the frame's tracking health (`CameraState` with health on; engine/health.py), else None.
     """
@@ -73,7 +79,7 @@ class TrackedFrame:
     frame: PosedFrame
     work: MapWork
     root: str
-    root_cam: np.ndarray | None
+    root_map: np.ndarray | None
     first_map_odom: bool
     health: Verdict | None = None
 
@@ -117,6 +123,7 @@ class CameraTracker:
         self.mode_reason = ""
         self.gap = ""  # the missing link of a URDF gap
         self.switches = 0
+        self._edge_stamp = -np.inf  # stamp of this stream's newest `root -> map` (map_to_camera) edge
         self._logged_mode: tuple[str, str] | None = None
 
     @property
@@ -158,12 +165,17 @@ class CameraTracker:
                 )
             if frame.new_epoch:
                 self.new_stream()
+            root_map = None
+            if frame.mode == TfMode.MAP_TO_CAMERA:
+                root_cam = np.eye(4) if root_cam is None else root_cam
+                root_map = root_cam @ invert_rigid(frame.camera_pose)
+                self._edge_stamp = max(self._edge_stamp, stamp_s)
             first = False
             if frame.map_odom is not None:
                 with self._estimate_lock:
                     self._map_odom = frame.map_odom
                     first, self._sent = not self._sent, True
-        return TrackedFrame(frame, work, self.root or camera, root_cam, first)
+        return TrackedFrame(frame, work, self.root or camera, root_map, first)
 
     def _start_stream(self, camera: str, stamp_s: float) -> str:
         """The TF mode of a stream whose first frame has `camera` and `stamp_s` (module doc)."""
@@ -175,8 +187,8 @@ class CameraTracker:
                 self.root = root
                 self.gap = (
                     f"{self.tf_config.base_frame} -> {root} is missing: '{camera}' is below '{root}' in TF "
-                    f"(a URDF gap, or its publisher is not up yet), so map is attached above '{root}' "
-                    f"(map -> {root}) until it appears; then the node switches to map_to_base (map_to_odom "
+                    f"(a URDF gap, or its publisher is not up yet), so map hangs below '{root}' "
+                    f"({root} -> map) until it appears; then the node switches to map_to_base (map_to_odom "
                     "with odometry) by itself, no reset needed"
                 )
                 reason = f"{reason}; {self.gap}"
@@ -189,7 +201,7 @@ class CameraTracker:
     def _sample(
         self, mode: str, camera: str, stamp_s: float, new_epoch: bool
     ) -> tuple[RobotSample, np.ndarray | None]:
-        """(the transforms `mode` needs at `stamp_s`, T_root_cam of a map_to_camera edge attached to the
+        """(the transforms `mode` needs at `stamp_s`, T_root_cam of a map_to_camera edge from the
         camera's subtree root, else None); `map_to_odom` when odometry appeared in an `auto` `map_to_base`
         stream. Raises `TransformUnavailable`."""
         robot = self.robot.sample(mode, camera, stamp_s)
@@ -203,6 +215,8 @@ class CameraTracker:
     def _robot_came_up(self, robot: RobotSample, camera: str, stamp_s: float) -> RobotSample:
         """`auto`: the sample in the mode the robot's TF allows now (module doc), else `robot` unchanged."""
         if robot.mode == TfMode.MAP_TO_CAMERA:
+            if stamp_s <= self._edge_stamp:  # not before the newest `root -> map` (stamps went back)
+                return robot
             base_cam = self.robot.extrinsics_at(camera, stamp_s)
             if base_cam is None:
                 return robot
@@ -240,6 +254,7 @@ class CameraTracker:
         with self._estimate_lock:
             self._map_odom = None
             self._sent = False
+        self._edge_stamp = -np.inf
 
     def clear(self) -> None:
         """A reset (with `lock` held by the caller, and the map side's): forget the stream (the mapper's

@@ -3,7 +3,8 @@
 `map -> odom` estimate) is the engine's `CameraTracker` (engine/tracker.py); this publishes what it decided.
 
 * `publish`: the edge of a tracked frame, through the node's one-parent check (tf.py,
-engine/mapping/tf_tree.py).
+  engine/mapping/tf_tree.py): `map -> odom`, `map -> base`, or in `map_to_camera` the inverted edge
+  `<root> -> map` the tracker built (`TrackedFrame.root_map`: the camera, or its subtree's root).
   `map -> odom` is stamped image + `tf.transform_tolerance`, the stream's first one also at the image
   stamp (so the first frame's own `map -> optical` lookup at its stamp succeeds).
 * `republish`: the timer (`tf.publish_rate`): the tracker's latest `T_map_odom` stamped now +
@@ -20,7 +21,6 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose
 from rclpy.node import Node
 
-from ..engine.geometry import invert_rigid
 from ..engine.mapping.frames import TfMode
 from ..engine.mapping.tf_tree import TfEdgeGuard
 from ..engine.tracker import CameraTracker, TrackedFrame
@@ -63,10 +63,8 @@ class CameraTf:
         self._tf.release()
 
     # ------------------------------------------------------------------------------------------ edges
-    def publish(
-        self, tracked: TrackedFrame, body: Pose, cam: Pose, stamp: Time, map_frame: str, camera: str
-    ) -> None:
-        """The TF edge of a tracked frame (`body`, `cam`: its pose messages; `stamp`: the image stamp)."""
+    def publish(self, tracked: TrackedFrame, body: Pose, stamp: Time, map_frame: str) -> None:
+        """The TF edge of a tracked frame (`body`: its body pose message; `stamp`: the image stamp)."""
         cfg, frame = self.config, tracked.frame
         if frame.map_odom is not None:
             if frame.mode == TfMode.MAP_TO_ODOM and cfg.publish_robot_tf:
@@ -75,12 +73,8 @@ class CameraTf:
                 self._tf.send([transform_msg(frame.map_odom, s, map_frame, cfg.odom_frame) for s in stamps])
         elif frame.mode == TfMode.MAP_TO_BASE and cfg.publish_robot_tf:
             self._tf.send(transform_msg(body, stamp, map_frame, cfg.base_frame))
-        elif frame.mode == TfMode.MAP_TO_CAMERA:
-            if tracked.root_cam is None:
-                self._tf.send(transform_msg(cam, stamp, map_frame, camera))
-            else:
-                map_root = frame.camera_pose @ invert_rigid(tracked.root_cam)
-                self._tf.send(transform_msg(map_root, stamp, map_frame, tracked.root))
+        elif frame.mode == TfMode.MAP_TO_CAMERA and tracked.root_map is not None:
+            self._tf.send(transform_msg(tracked.root_map, stamp, tracked.root, map_frame))
 
     def republish(self) -> None:
         """Timer (`tf.publish_rate`): the latest T_map_odom stamped now + `tf.transform_tolerance`."""

@@ -201,7 +201,7 @@ class MappingOutputs:
         cam_header = Header(stamp=header.stamp, frame_id=camera)
         map_frame = self.map_frame
         map_header = Header(stamp=header.stamp, frame_id=map_frame)
-        self.tf.publish(tracked, body, cam, header.stamp, map_frame, camera)
+        self.tf.publish(tracked, body, header.stamp, map_frame)
         child = camera if frame.mode == "map_to_camera" else cfg.base_frame
         self._pubs["odometry"].publish(
             odometry_msg(body, frame.twist, map_header, child, frame.pose_covariance, frame.twist_covariance)

@@ -9,6 +9,12 @@ around t (linear translation, slerp rotation, as tf2), and fails rather than ext
 returns `T_target_source` along the tree: up from both frames to their common ancestor. `t = 0` means
 "latest common time" as in tf2 (each dynamic edge's newest sample).
 
+A frame's chain ends at an edge without data at t, as in tf2's `BufferCore::walkToTopParent` (a parent
+lookup that fails is the top of the chain): after `auto`'s switch from `map_to_camera`, the node's old
+`camera_link -> map` samples end before `map -> base_link` begins, so neither chain runs through the stale
+edge. At t = 0 a loop of newest samples (`map -> base_link -> camera_link -> map`) is cut at its stalest
+dynamic edge (tf2 would walk it until its depth limit or use the stale edge's time; docs/robot.md).
+
 Bounded (issue 30): every sample passes the buffer's `TfGraph` (engine/mapping/tf_graph.py) first, which caps
 the edges (the least recently sampled dynamic edge is evicted past `max_dynamic_edges`, new static edges past
 `max_static_edges` are refused; counted), and an edge keeps at most `MAX_SAMPLES_PER_EDGE` samples.
@@ -111,11 +117,13 @@ class TfBuffer:
         """
         target, source = target.lstrip("/"), source.lstrip("/")
         with self._lock:
-            up_source = self._chain(source)
-            up_target = self._chain(target)
-            ancestors = [frame for frame, _ in up_target]
-            common = next((frame for frame, _ in up_source if frame in ancestors), None)
-            if common is None:
+            for at in (stamp_s, None):  # the chains at the stamp; else the whole ones, for the error
+                up_source, up_target = self._chain(source, at), self._chain(target, at)
+                ancestors = [frame for frame, _ in up_target]
+                common = next((frame for frame, _ in up_source if frame in ancestors), None)
+                if common is not None:
+                    break
+            else:
                 raise TransformUnavailable(
                     f"'{target}' and '{source}' are not connected in TF (no common parent)",
                     f"{target} -> {source}",
@@ -124,18 +132,34 @@ class TfBuffer:
             root_target = self._compose(up_target, common, stamp_s)
         return invert_rigid(root_target) @ root_source
 
-    def _chain(self, frame: str) -> list[tuple[str, _Edge | None]]:
-        """[(frame, edge to its parent), (parent, ...), ..., (root, None)]."""
+    def _chain(self, frame: str, stamp_s: float | None) -> list[tuple[str, _Edge | None]]:
+        """[(frame, edge to its parent), (parent, ...), ..., (root, None)]: up to an edge without data at
+        `stamp_s` (None: any edge), at 0 a loop cut at its stalest dynamic edge (module doc)."""
         out: list[tuple[str, _Edge | None]] = []
-        seen = set()
+        seen: dict[str, int] = {}
         while frame not in seen:
-            seen.add(frame)
+            seen[frame] = len(out)
             edge = self._edges.get(frame)
+            if edge is not None and stamp_s is not None and not self._covers(edge, stamp_s):
+                edge = None
             out.append((frame, edge))
             if edge is None:
-                break
+                return out
             frame = edge.parent
+        if stamp_s == 0.0:
+            loop = [i for i in range(seen[frame], len(out)) if not out[i][1].static]
+            if loop:
+                cut = min(loop, key=lambda i: out[i][1].stamps[-1])
+                return [*out[:cut], (out[cut][0], None)]
         return out
+
+    def _covers(self, edge: _Edge, stamp_s: float) -> bool:
+        """Whether `edge` has data at `stamp_s` (within `tolerance_s` of its oldest kept or newest sample)."""
+        if edge.static or stamp_s == 0.0:
+            return True
+        stamps = edge.stamps
+        oldest = bisect.bisect_left(stamps, stamps[-1] - self.cache_s)
+        return stamps[oldest] - self.tolerance_s <= stamp_s <= stamps[-1] + self.tolerance_s
 
     def _compose(self, chain: list[tuple[str, _Edge | None]], stop: str, stamp_s: float) -> np.ndarray:
         """T_stop_frame for the first frame of `chain`."""

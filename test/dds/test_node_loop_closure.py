@@ -26,9 +26,11 @@ from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 from visualization_msgs.msg import Marker, MarkerArray
 
+from lingbot_map_ros.engine.geometry import invert_rigid
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
 from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.tf_listener import transform_to_matrix
 from lingbot_map_ros.tools.loop_oracle import drifted_poses
 
 pytestmark = pytest.mark.dds
@@ -104,9 +106,9 @@ def test_loop_jumps_map_to_camera_corrects_path_grid_markers(ros_client: RosClie
             out = {}
             for msg in msgs:
                 for t in msg.transforms:
-                    if t.header.frame_id == "map" and t.child_frame_id == "camera":
-                        v = t.transform.translation
-                        out[frame_index(t.header.stamp)] = np.array([v.x, v.y, v.z])
+                    if t.header.frame_id == "camera" and t.child_frame_id == "map":  # T_cam_map
+                        map_cam = invert_rigid(transform_to_matrix(t.transform))
+                        out[frame_index(t.header.stamp)] = map_cam[:3, 3]
             return out
 
         tf.wait_for(lambda msgs: n - 1 in camera_edges(msgs), timeout=90)

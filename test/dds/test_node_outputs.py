@@ -24,12 +24,14 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
+from lingbot_map_ros.engine.geometry import invert_rigid
 from lingbot_map_ros.engine.mapping.grid import read_pgm
 from lingbot_map_ros.engine.mapping.voxel_map import read_ply, read_tum
 from lingbot_map_ros.ros.conversions import rgb_to_image
 from lingbot_map_ros.ros.diagnostics import diagnostic_values
 from lingbot_map_ros.ros.params import PARAMETERS
 from lingbot_map_ros.ros.tf import TF_QOS
+from lingbot_map_ros.ros.tf_listener import transform_to_matrix
 
 pytestmark = pytest.mark.dds
 
@@ -170,10 +172,13 @@ def test_outputs_arrive_in_order_with_input_stamps(fresh: Streams, frames: list[
     assert stamps(fresh.frame_cloud.wait_for(count)) == expected
     tfs = [t for m in fresh.tf.wait_for(count) for t in m.transforms]
     assert stamps(tfs) == expected
-    assert {(t.header.frame_id, t.child_frame_id) for t in tfs} == {("map", CAMERA_FRAME)}
+    # map hangs below the bare camera (the node never makes a robot frame its edge's child: docs/robot.md)
+    assert {(t.header.frame_id, t.child_frame_id) for t in tfs} == {(CAMERA_FRAME, "map")}
     assert {(o.header.frame_id, o.child_frame_id) for o in odom} == {("map", CAMERA_FRAME)}
-    for o, t in zip(odom, tfs, strict=True):  # TF and odometry carry the same pose
-        assert o.pose.pose.position.x == pytest.approx(t.transform.translation.x)
+    for o, t in zip(odom, tfs, strict=True):  # TF (T_cam_map) and odometry (T_map_cam): the same pose
+        map_cam = invert_rigid(transform_to_matrix(t.transform))
+        p = o.pose.pose.position
+        np.testing.assert_allclose([p.x, p.y, p.z], map_cam[:3, 3], atol=1e-6)
         assert o.pose.pose.orientation.w == pytest.approx(t.transform.rotation.w)
     assert any(abs(o.twist.twist.linear.x) + abs(o.twist.twist.angular.z) > 0 for o in odom[1:])
 

@@ -1,11 +1,15 @@
 """The node on a simulated LIVE robot (issue 19): wall-clock stamps, odometry from its own thread at 30 Hz,
 images at 10 Hz (test/robot_sim.py --live), the default `tf.mode: auto`, over real DDS.
 
-* odometry that starts 1 s after the camera: `map -> odom` within 4 s of the odometry's start and no second
-  parent of `base_link` after that;
-* a URDF gap (`camera_link -> camera_optical`, no `base_link -> camera_link`) and images whose frame_id is the
-  map frame: no frame with two parents (map above `camera_link`), a WARN naming the missing link, the bad
-  frames refused and counted, the node up and posing;
+* odometry that starts 1 s after the camera (25 s with the real tf2 consumer, issue 29): `map -> odom`
+  within 4 s of the odometry's start, no second parent of `base_link` after that, and `map` never without
+  a child edge for longer than the switch's frame;
+* a URDF gap (`camera_link -> camera_optical`, no `base_link -> camera_link`) and images whose frame_id is
+  the map frame: no frame with two parents (`map` below `camera_link`: the node's inverted edge), a WARN
+  naming the missing link, the bad frames refused and counted, the node up and posing;
+* robot_state_publisher late (4 s after the camera; 20 s with the real tf2 consumer, issue 29):
+  `camera_link -> map` while the mount is unknown, then `map -> odom` with no stamp holding both, and the
+  consumer's lookup of `map -> camera_optical` at now - 50 ms >= 38 of 40 from 2 s after the mount appeared;
 * odometry first: a consumer's `lookup_transform('map', 'base_link', now - 50 ms, timeout 0.1 s)` succeeds
   >= 90 % of the time, and the first posed frame's own `map -> camera_optical` lookup at its stamp works.
 
@@ -233,17 +237,18 @@ def test_odometry_one_second_after_the_camera_switches_to_map_to_odom(
     client: RosClient, consumer: Consumer, tmp_path: Path
 ) -> None:
     # two anchor frames: the stream (and its TF mode) starts well before the odometry does
+    delay = 25.0 if consumer.kind == "tf2_ros" else 1.0  # issue 29's case with the real consumer
     run = LiveRun(
         client,
         tmp_path,
         f"late_odom_{consumer.kind}",
-        ["--odom-delay", "1.0"],
+        ["--odom-delay", str(delay)],
         consumer.tf_readers,
         {"kv_cache.scale_frames": 2},
     )
     try:
         odom_start = run.started()["odom_start"]
-        first_map_odom = consumer.first("map", "odom", timeout=30)
+        first_map_odom = consumer.first("map", "odom", timeout=30 + delay)
         print(f"map -> odom {first_map_odom - odom_start:.2f} s after the odometry's start ({consumer.kind})")
         assert first_map_odom - odom_start < 4.0
         time.sleep(2.0)  # frames keep coming: map -> base_link must not come back
@@ -253,9 +258,14 @@ def test_odometry_one_second_after_the_camera_switches_to_map_to_odom(
         assert consumer.lookup("map", "camera_optical", time.time() - 0.3, 0.5)
         switched = [v for v in run.values() if v.get("tf_mode") == "map_to_odom"]
         assert switched, run.values()[-1:]
-        before = any(p == "map" and c == "base_link" for _, p, c, _ in consumer.heard())
-        print(f"map -> base_link before the odometry: {before}; switches {switched[-1]['tf_mode_switches']}")
+        before = [r for r, p, c, _ in consumer.heard() if (p, c) == ("map", "base_link")]
+        switches = switched[-1]["tf_mode_switches"]
+        print(f"map -> base_link before the odometry: {bool(before)}; switches {switches}")
         if before:  # the stream started before the odometry: auto switched
+            # no moment without a map edge: the first map -> odom follows the last map -> base_link at once
+            gap = first_map_odom - max(before)
+            print(f"map -> base_link last heard {gap:.2f} s before the first map -> odom ({consumer.kind})")
+            assert gap < 1.0
             assert switched[-1]["tf_mode_switches"] == "1"
             assert "map_to_base -> map_to_odom" in run.node.output()
     finally:
@@ -270,16 +280,18 @@ def test_a_urdf_gap_and_a_camera_named_map_keep_one_parent_per_frame(
     )
     try:
         run.started()
-        consumer.first("map", "camera_link", timeout=30)
+        consumer.first("camera_link", "map", timeout=30)  # map below the camera's subtree (the node's)
         posed = len(run.poses.wait_for(12, timeout=60))
         time.sleep(1.0)
         parents = consumer.parents()
         assert all(len(p) == 1 for p in parents.values()), parents  # one parent each, in every message
-        assert parents["camera_optical"] == {"camera_link"} and parents["camera_link"] == {"map"}, parents
-        assert not [c for _, p, c, _ in consumer.heard() if p == c or c == "map"]  # no self-parent
+        assert parents["camera_optical"] == {"camera_link"} and parents["map"] == {"camera_link"}, parents
+        assert "camera_link" not in parents  # no robot frame is the child of the node's edge
+        assert not [c for _, p, c, _ in consumer.heard() if p == c]  # no self-parent
         tree = consumer.tree()
-        assert tree.get("camera_link") == "map" and tree.get("camera_optical") == "camera_link", tree
-        assert consumer.lookup("map", "camera_optical", time.time() - 0.5, 0.5)
+        assert tree.get("map") == "camera_link" and tree.get("camera_optical") == "camera_link", tree
+        newest = stamp_s(run.poses.messages[-1].header.stamp)  # not `now`: the queue lags under load
+        assert consumer.lookup("map", "camera_optical", newest, 2.0)
         log = run.node.output()
         assert "base_link -> camera_link is missing" in log, log[-3000:]
         last = run.values()[-1]
@@ -321,41 +333,46 @@ def test_odometry_first_map_to_odom_is_fresh_for_a_consumer(
 def test_a_camera_mount_published_late_is_adopted_without_a_reset(
     client: RosClient, consumer: Consumer, tmp_path: Path
 ) -> None:
-    """Issue 29: robot_state_publisher starts 4 s after the camera (the camera driver's `camera_link ->
-    camera_optical` from the start, odometry running): the node maps as a camera (`map -> camera_link`), and
-    when `base_link -> camera_link` appears it switches to `map -> odom` by itself (no `~/reset`), one parent
-    per frame throughout, and a consumer's lookup of the camera in `map` at now - 50 ms then succeeds."""
+    """Issue 29: robot_state_publisher starts 4 s after the camera (20 s with the real tf2 consumer; the
+    camera driver's `camera_link -> camera_optical` from the start, odometry running): the node maps as a
+    camera with `map` below it (`camera_link -> map`: no robot frame is the child of its edge, so the late
+    static `base_link -> camera_link` is the only parent `camera_link` ever has in the consumer), and when
+    the mount appears it switches to `map -> odom` by itself (no `~/reset`), never at a stamp of the old
+    edge, one parent per frame throughout, no edge refused; the consumer's lookup of the camera in `map` at
+    now - 50 ms succeeds >= 38 of 40 from 2 s after the mount appeared."""
+    delay = 20.0 if consumer.kind == "tf2_ros" else 4.0  # issue 29's case with the real consumer
     run = LiveRun(
-        client, tmp_path, f"late_mount_{consumer.kind}", ["--static-delay", "4.0"], consumer.tf_readers
+        client, tmp_path, f"late_mount_{consumer.kind}", ["--static-delay", str(delay)], consumer.tf_readers
     )
     try:
         run.started()
-        consumer.first("map", "camera_link", timeout=30)  # a bare camera while the mount is unknown
-        mounted = consumer.first("base_link", "camera_link", timeout=30)
+        consumer.first("camera_link", "map", timeout=30)  # a bare camera while the mount is unknown
+        mounted = consumer.first("base_link", "camera_link", timeout=30 + delay)
         adopted = consumer.first("map", "odom", timeout=30)
         print(f"map -> odom {adopted - mounted:.2f} s after base_link -> camera_link ({consumer.kind})")
-        assert (
-            adopted - mounted < 10.0
-        )  # the next frame posed after it (2 s on an idle machine: docs/robot.md)
-        time.sleep(1.0)
+        while time.time() < mounted + 2.0:  # the issue's bound: 2 s after the extrinsic appeared
+            time.sleep(0.05)
         ok = sum(
             consumer.lookup("map", "camera_optical", time.time() - 0.05, 0.1) or bool(time.sleep(0.1))
             for _ in range(LOOKUPS)
         )
         print(
-            f"lookup map -> camera_optical at now - 50 ms after the adoption: {ok}/{LOOKUPS} "
+            f"lookup map -> camera_optical at now - 50 ms from 2 s after the mount: {ok}/{LOOKUPS} "
             f"({consumer.kind})"
         )
-        assert ok >= 0.9 * LOOKUPS
+        assert ok >= 38
+        heard = consumer.heard()
+        inverted = [t for _, p, c, t in heard if (p, c) == ("camera_link", "map")]
+        mapped = [t for _, p, c, t in heard if (p, c) == ("map", "odom")]
+        print(f"stamps: last camera_link -> map {max(inverted):.3f}, first map -> odom {min(mapped):.3f}")
+        assert max(inverted) < min(mapped)  # never both edges at one stamp (no loop at any time)
+        assert all(len(p) == 1 for p in consumer.parents().values()), consumer.parents()
+        assert consumer.parents()["camera_link"] == {"base_link"}
         after = consumer.parents(since=adopted + 0.5)
-        assert all(len(p) == 1 for p in after.values()), after
-        assert after.get("camera_link", {"base_link"}) == {"base_link"} and after["odom"] == {"map"}, after
+        assert "map" not in after and after["odom"] == {"map"}, after
         log = run.node.output()
         assert "map_to_camera -> map_to_odom" in log, log[-3000:]
-        # a frame tracked just before the mount arrived may find its map -> camera_link refused at publish
-        # (the one-parent check: never two parents); the new edge never is
-        refused = [line for line in log.splitlines() if "not publishing TF" in line]
-        assert all("not publishing TF map -> camera_link" in line for line in refused), refused
+        assert "not publishing TF" not in log, log[-3000:]  # no edge refused
         assert run.values()[-1]["tf_gap"] == ""
     finally:
         run.stop()

@@ -141,6 +141,28 @@ def test_extrinsics_appearing_late_switch_map_to_camera_to_map_to_base_without_a
         lv == "warning" and "map_to_camera -> map_to_base" in text and "no reset" in text
         for lv, text in notices
     )
+    for t in late[:5]:  # the inverted edge `cam -> map` (map below the camera): T_cam_map
+        assert t.root == "cam"
+        np.testing.assert_allclose(t.root_map @ t.frame.camera_pose, np.eye(4), atol=1e-9)
+    assert all(t.root_map is None for t in late[5:])  # map -> base_link from the switch on
+
+
+def test_the_switch_from_map_to_camera_waits_for_a_stamp_after_the_inverted_edge() -> None:
+    """The mount appears while a frame stamped before the newest `cam -> map` is processed (stamps went
+    back): that frame stays in map_to_camera (its edge at an older stamp), so no stamp ever has both the
+    inverted edge and `map -> base_link` (a loop at that time); the next newer frame switches."""
+    tracker = _tracker(1e9, extrinsics_from=1e9)
+    session = StandInSession(make_scene(6, 48, 32), random_sim3(3, 0.37), scale_frames=4)
+    results = [r for i in range(6) for r in session.push_index(i)]
+    tracker.robot.lookup.now = 2000.0
+    stamps = [1000.0, 1001.0, 1002.0, 1003.0, 1002.5, 1004.0]  # the fifth went back
+    modes = []
+    for k, (result, stamp_s) in enumerate(zip(results, stamps, strict=True)):
+        if k == 4:
+            tracker.robot.lookup.extrinsics_from = 0.0  # robot_state_publisher is up
+        tracked = tracker.track(result, "cam", stamp_s)
+        modes.append((tracked.frame.mode, tracked.root_map is not None))
+    assert modes == [("map_to_camera", True)] * 5 + [("map_to_base", False)]
 
 
 def test_extrinsics_appearing_with_odometry_there_go_straight_to_map_to_odom() -> None:

@@ -87,3 +87,34 @@ def test_300000_distinct_edges_through_check_and_store_keep_the_buffer_bounded_a
     with pytest.raises(TransformUnavailable):
         buf.lookup("robot_part_0", "sensor_0", 0.0)  # evicted
     buf.lookup("robot_part_299999", "sensor_299999", 0.0)
+
+
+def test_the_stale_inverted_edge_of_a_late_mount_is_no_path() -> None:
+    """Issue 29: the node's `camera_link -> map` (mount unknown) until 10.0 s, then the robot's static
+    `base_link -> camera_link` and the node's `map -> base_link` from 10.2 s. The old edge stays in the
+    buffer (as in every tf2 consumer): a chain ends at an edge without data at the stamp (tf2's
+    walkToTopParent), and at the latest time the loop of newest samples is cut at the stale edge."""
+    buf = TfBuffer()
+    link_opt = rigid(rz(0.2), [0, 0, 0.05])
+    base_link = rigid(np.eye(3), [0.1, 0, 1.2])
+    buf.set_transform("camera_link", "camera_optical", 0.0, link_opt, static=True)
+    map_link = {t: rigid(rz(0.1 * t), [t, 0, 0]) for t in (9.8, 9.9, 10.0)}
+    for t, pose in map_link.items():
+        buf.set_transform("camera_link", "map", t, invert_rigid(pose), static=False)
+    buf.set_transform("base_link", "camera_link", 0.0, base_link, static=True)
+    map_base = {t: rigid(rz(0.3 * t), [0, t, 0]) for t in (10.2, 10.4)}
+    for t, pose in map_base.items():
+        buf.set_transform("map", "base_link", t, pose, static=False)
+    np.testing.assert_allclose(buf.lookup("map", "camera_optical", 9.9), map_link[9.9] @ link_opt, atol=1e-12)
+    latest = map_base[10.4] @ base_link @ link_opt
+    for stamp in (10.4, 0.0):
+        np.testing.assert_allclose(buf.lookup("map", "camera_optical", stamp), latest, atol=1e-12)
+        np.testing.assert_allclose(
+            buf.lookup("camera_optical", "map", stamp), invert_rigid(latest), atol=1e-12
+        )
+        np.testing.assert_allclose(
+            buf.lookup("base_link", "map", stamp), invert_rigid(map_base[10.4]), atol=1e-12
+        )
+        np.testing.assert_allclose(buf.lookup("base_link", "camera_optical", stamp), base_link @ link_opt)
+    with pytest.raises(TransformUnavailable, match="no data at 10.100"):
+        buf.lookup("map", "camera_optical", 10.1)  # between the two edges

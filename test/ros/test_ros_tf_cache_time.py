@@ -74,9 +74,10 @@ def test_a_stamp_older_than_the_history_is_too_old_not_missing(node: object, use
         lookup.destroy()
 
 
-def test_a_static_parent_wins_over_the_nodes_own_edge_heard_back(node: object) -> None:
-    """`map -> camera_link` (the node's edge while the mount is unknown, heard back on /tf) must not hide the
-    robot's `base_link -> camera_link` published later on /tf_static (issue 29)."""
+def test_a_static_parent_wins_over_a_dynamic_edge_heard_back(node: object) -> None:
+    """A dynamic `map -> camera_link` (another node's edge; this node's own before it inverted its
+    `map_to_camera` edge) must not hide the robot's `base_link -> camera_link` published later on
+    /tf_static."""
     lookup = TfLookup(node, use_tf2_ros=False)
     try:
         mount = TfSample("base_link", "camera_link", 0.0, (0.2, 0.0, 0.0), (0, 0, 0, 1.0))
@@ -101,5 +102,43 @@ def test_the_nodes_own_map_edges_do_not_age_the_robots_tf(node: object) -> None:
         with pytest.raises(TransformUnavailable) as missing:
             lookup.lookup("base_link", "camera", 100.5, 0.0)
         assert not isinstance(missing.value, FrameTooOld) and lookup.newest_s == 101.0
+    finally:
+        lookup.destroy()
+
+
+@pytest.mark.parametrize("use_tf2_ros", BACKENDS)
+def test_the_late_mount_switch_in_both_backends(node: object, use_tf2_ros: bool) -> None:
+    """Issue 29: the node's inverted `camera_link -> map` until 10.0 s, robot_state_publisher's static
+    `base_link -> camera_link`, then `map -> base_link` from 10.2 s (x of each edge = its offset). At a time
+    every direction resolves on both sides of the switch (tf2's walkToTopParent ends a walk at a parent
+    lookup that fails), the one-frame gap extrapolates. At `Time()` with source `map` the C++ tf2 follows
+    `map`'s newest parent, the stale `camera_link` (docs/robot.md: the loop error or the switch-time value);
+    the package's buffer cuts that loop at the stale edge."""
+    lookup = TfLookup(node, use_tf2_ros=use_tf2_ros, cache_s=30.0)
+
+    def edge(parent: str, child: str, stamp: float, x: float, static: bool = False) -> None:
+        lookup.store(TfSample(parent, child, stamp, (x, 0.0, 0.0), (0, 0, 0, 1.0)), static)
+
+    try:
+        edge("camera_link", "camera_optical", 0.0, 0.05, static=True)
+        for t in (9.8, 9.9, 10.0):
+            edge("camera_link", "map", t, -t)
+        edge("base_link", "camera_link", 0.0, 0.1, static=True)
+        for t in (10.2, 10.4):
+            edge("map", "base_link", t, 100.0 + t)
+        x = {t: lookup.lookup("map", "camera_optical", t, 0.0)[0, 3] for t in (9.9, 10.4, 0.0)}
+        assert x == pytest.approx({9.9: 9.95, 10.4: 110.55, 0.0: 110.55})
+        assert lookup.lookup("camera_optical", "map", 10.4, 0.0)[0, 3] == pytest.approx(-110.55)
+        assert lookup.lookup("base_link", "map", 10.4, 0.0)[0, 3] == pytest.approx(-110.4)
+        assert lookup.lookup("base_link", "camera_optical", 10.4, 0.0)[0, 3] == pytest.approx(0.15)
+        with pytest.raises(TransformUnavailable):
+            lookup.lookup("map", "camera_optical", 10.1, 0.0)  # between the two edges
+        latest = lookup.lookup("base_link", "map", 0.0, 0.0)[0, 3]
+        assert latest == pytest.approx(-9.9 if use_tf2_ros else -110.4)  # tf2: the value at 10.0 s
+        if use_tf2_ros:
+            with pytest.raises(TransformUnavailable, match="loop"):
+                lookup.lookup("camera_optical", "map", 0.0, 0.0)
+        else:
+            assert lookup.lookup("camera_optical", "map", 0.0, 0.0)[0, 3] == pytest.approx(-110.55)
     finally:
         lookup.destroy()

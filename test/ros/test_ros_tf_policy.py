@@ -11,7 +11,7 @@ import pytest
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, StandInSession, make_scene, random_sim3
 from ros_helpers import BufferLookup
 
-from lingbot_map_ros.engine.geometry import invert_rigid, rigid
+from lingbot_map_ros.engine.geometry import invert_rigid, pose_from_quat, rigid
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
@@ -24,7 +24,7 @@ from lingbot_map_ros.ros.diagnostics import log_notice
 from lingbot_map_ros.ros.output_config import OutputConfig
 from lingbot_map_ros.ros.outputs import stamp_seconds
 from lingbot_map_ros.ros.params import cross_check, default_params
-from lingbot_map_ros.ros.pose_messages import seconds_stamp
+from lingbot_map_ros.ros.pose_messages import pose_msg, seconds_stamp
 from lingbot_map_ros.ros.streams import CameraFrames, frame_id_problem, reserved_frames
 from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
 
@@ -116,7 +116,7 @@ def test_auto_picks_map_to_odom_when_odometry_starts_just_after_the_image() -> N
     assert frames.odometry_at(10.05) is not None and frames.odometry_at(9.9) is None
 
 
-def test_a_urdf_gap_attaches_map_above_the_cameras_subtree() -> None:
+def test_a_urdf_gap_hangs_map_below_the_cameras_subtree_root() -> None:
     buf = TfBuffer()
     buf.set_transform("camera_link", "camera_optical", 0.0, CAMLINK_OPTICAL, static=True)
     frames = RobotFrames(BufferLookup(buf), RobotTfConfig())
@@ -124,10 +124,11 @@ def test_a_urdf_gap_attaches_map_above_the_cameras_subtree() -> None:
     guard = TfEdgeGuard(buf.graph)
     assert subtree_root("camera_optical", guard.foreign_graph()) == "camera_link"
     np.testing.assert_allclose(frames.root_pose("camera_link", "camera_optical", 10.0), CAMLINK_OPTICAL)
-    assert guard.check("map", "camera_optical", "cam") is not None  # the old edge: two parents
-    assert guard.check("map", "camera_link", "cam") is None
-    buf.set_transform("map", "camera_link", 10.0, np.eye(4), static=False)  # the node's edge, heard back
+    assert guard.check("map", "camera_optical", "cam") is not None  # map above the camera: two parents
+    assert guard.check("camera_link", "map", "cam") is None  # the inverted edge: map is the node's
+    buf.set_transform("camera_link", "map", 10.0, np.eye(4), static=False)  # the node's edge, heard back
     assert subtree_root("camera_optical", guard.foreign_graph()) == "camera_link"  # a new stream: the same
+    assert guard.check("camera_link", "map", "cam") is None  # republished: not a loop, not a foreign parent
 
 
 def test_switch_to_map_to_odom_keeps_map_and_composes_to_the_base() -> None:
@@ -270,7 +271,7 @@ def test_map_to_odom_first_at_the_image_stamp_then_republished_at_now(
     for result in results:
         stamp_s = 1000.0 + 0.2 * result.index
         tracked = tracker.track(result, "cam", stamp_s)
-        cam.publish(tracked, None, None, seconds_stamp(stamp_s), "map", "cam")
+        cam.publish(tracked, None, seconds_stamp(stamp_s), "map")
     # the stream's first map -> odom also at the image stamp; later frames: image + tolerance
     assert [round(stamp_seconds(t.header.stamp), 6) for t in node.sent] == [1000.0, 1000.1, 1000.3]
     estimate = tracker.estimate()
@@ -312,3 +313,58 @@ def test_the_trackers_notices_of_every_kind_reach_the_log() -> None:
         ("warning", 10.0),
     ]:
         log_notice(logger, level, "text", throttle)
+
+
+# ----------------------------------------------------------------------------- a late mount (issue 29)
+def _heard(buf: TfBuffer, tf: object) -> None:
+    """The node's own edge, back through /tf into the listener's buffer."""
+    t, q = tf.transform.translation, tf.transform.rotation
+    pose = pose_from_quat(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
+    buf.set_transform(tf.header.frame_id, tf.child_frame_id, stamp_seconds(tf.header.stamp), pose, False)
+
+
+def test_a_late_mount_publishes_map_below_the_camera_then_map_to_base_without_overlap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A URDF gap (`camera_link -> cam` only): the node's edge is the inverted `camera_link -> map` (no robot
+    frame is its child); robot_state_publisher's static `base_link -> camera_link` appears after frame 2:
+    from frame 3 `map -> base_link`, accepted by the one-parent check although the old inverted edge is
+    still in the graph, stamped after the last inverted edge (no stamp with both: no loop), one frame of
+    gap; a consumer's lookups of `map -> cam` give the camera pose on both sides of the switch."""
+    monkeypatch.setattr(tf_module, "_Tf2RosBroadcaster", None)
+    node = FakeNode()
+    config = OutputConfig.from_params(default_params()).with_params(publish_depth=False, tf_mode="auto")
+    buf = TfBuffer()  # the node's listener and, here, the consumer
+    buf.set_transform("camera_link", "cam", 0.0, CAMLINK_OPTICAL, static=True)
+    guard = TfEdgeGuard(buf.graph)
+    tracker = CameraTracker(
+        config.mapper_config(), RobotTfConfig("auto"), BufferLookup(buf), tf_graph=guard.foreign_graph
+    )
+    cam = CameraTf(node, config, tracker, guard, "front")
+    scene = make_scene(6, 48, 32)
+    session = StandInSession(scene, random_sim3(1, 0.5), scale_frames=2)
+    poses = {}
+    for i in range(6):
+        if i == 3:
+            buf.set_transform("base_link", "camera_link", 0.0, BASE_CAMLINK, static=True)
+        for result in session.push_index(i):
+            stamp_s = 1000.0 + 0.2 * result.index
+            tracked = tracker.track(result, "cam", stamp_s)
+            poses[stamp_s] = tracked.frame.camera_pose
+            cam.publish(tracked, pose_msg(tracked.frame.body_pose), seconds_stamp(stamp_s), "map")
+            for tf in node.sent[-1:]:
+                _heard(buf, tf)
+    edges = [
+        (t.header.frame_id, t.child_frame_id, round(stamp_seconds(t.header.stamp), 6)) for t in node.sent
+    ]
+    inverted = [s for p, c, s in edges if (p, c) == ("camera_link", "map")]
+    mapped = [s for p, c, s in edges if (p, c) == ("map", "base_link")]
+    assert len(inverted) + len(mapped) == len(edges) == len(poses), (edges, node.warnings, tracker.switches)
+    assert cam.stats()["tf_edges_refused"] == 0 and tracker.switches == 1
+    assert inverted and mapped and max(inverted) < min(mapped)  # never both at one stamp
+    assert round(min(mapped) - max(inverted), 6) == 0.2  # the gap: one frame
+    for stamp_s in (inverted[-1], mapped[0], mapped[-1]):  # map -> cam through either edge
+        np.testing.assert_allclose(buf.lookup("map", "cam", stamp_s), poses[stamp_s], atol=1e-6)
+    np.testing.assert_allclose(buf.lookup("base_link", "cam", mapped[-1]), BASE_CAMLINK @ CAMLINK_OPTICAL)
+    with pytest.raises(TransformUnavailable):
+        buf.lookup("map", "cam", max(inverted) + 0.1)  # inside the one-frame gap

@@ -11,9 +11,14 @@ EVERY edge the node publishes (ros/tf.py `TfBroadcaster.send`) and refuses an ed
 * another publisher of this node (another camera) publishes an edge to `child`;
 * the edge would close a loop (`child` is above `parent`).
 
-`subtree_root` is where `map` is attached in `map_to_camera` when the camera already has a parent in TF (a
-URDF gap: `camera_link -> camera_optical` without `base_link -> camera_link`): above the root of the camera's
-own subtree, never above the camera itself.
+A publisher (one per camera) publishes one edge at a time (its TF mode's): a check of a new edge of an owner
+releases the owner's previous one, and an edge of this node that nobody publishes any more does not count
+for the loop check (after `auto`'s switch from `map_to_camera`, the old `camera_link -> map` is still in
+the graph, and `map -> base_link` must not read as a loop through it; docs/robot.md "late mount").
+
+`subtree_root` is the parent of `map_to_camera`'s inverted edge `<root> -> map` when the camera already has
+a parent in TF (a URDF gap: `camera_link -> camera_optical` without `base_link -> camera_link`): the root of
+the camera's own subtree, never above it.
 
 The guard follows the TF store's graph incrementally (tf_graph.py `TfGraph.changes`): each check applies
 the edges that changed since the previous one, so its cost does not grow with the number of frames in TF.
@@ -64,6 +69,7 @@ class TfEdgeGuard:
             problem = self._problem(parent, child, owner)
             if problem is None:
                 self._ours.add((parent, child))
+                self._claims = {c: claim for c, claim in self._claims.items() if claim[1] != owner}
                 self._claims[child] = (parent, owner)
             return problem
 
@@ -120,17 +126,21 @@ class TfEdgeGuard:
         claim = self._claims.get(child)
         if claim is not None and claim[1] != owner:
             return f"this node already publishes {claim[0]} -> {child} for another camera ({claim[1]})"
-        if _above(child, parent, lambda frame: self._link(frame, child)):
+        if _above(child, parent, lambda frame: self._link(frame, child, owner)):
             return f"{edge} would close a loop ('{child}' is above '{parent}' in TF)"
         return None
 
-    def _link(self, frame: str, checked: str) -> str | None:
-        """The parent of `frame` with this node's claims in force; none for `checked` (the edge being
-        checked replaces its own link)."""
+    def _link(self, frame: str, checked: str, owner: Hashable) -> str | None:
+        """The parent of `frame` with the claims of this node's other publishers in force (`owner`'s edge
+        being checked replaces its own); none for `checked` and none through an edge of this node that it
+        no longer publishes."""
         if frame == checked:
             return None
         claim = self._claims.get(frame)
-        return claim[0] if claim is not None else self._parents.get(frame)
+        if claim is not None and claim[1] != owner:
+            return claim[0]
+        parent = self._parents.get(frame)
+        return None if (parent, frame) in self._ours else parent
 
 
 def _above(frame: str, start: str, parent_of: Callable[[str], str | None]) -> bool:
