@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         with lock:
             for t in msg.transforms:
                 edge = (t.header.frame_id, t.child_frame_id)
-                for name, frame_id in frame_ids.items():  # <camera> -> map[_<name>], or map -> odom (one camera)
+                for name, frame_id in frame_ids.items():  # <camera> -> map[_<name>]; map -> odom (one camera)
                     if frame_id in edge or (len(names) == 1 and "map" in edge):
                         tf[name].append((stamp_ns(t.header), now))
                         break
