@@ -26,11 +26,7 @@ from std_msgs.msg import ColorRGBA, Header
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker, MarkerArray
 
-from ..engine.camera_state import loop_closer
-from ..engine.correction import LoopCorrection
-from ..engine.gpu_gaps import GpuGaps
-from ..engine.lock_order import OrderedLock
-from ..engine.loop.gtsam_import import gtsam_missing
+from ..engine.face import GpuGaps, LoopCorrection, OrderedLock, gtsam_missing, loop_closer
 from .entities import NodeFacade
 from .output_config import MAP_QOS
 from .outputs import MAP_DRAIN_S, MappingOutputs

@@ -29,9 +29,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from ..engine.lock_order import OrderedLock
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.persistence.store import SessionError
+from ..engine.face import OrderedLock, SessionError, TfEdgeGuard
 from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch

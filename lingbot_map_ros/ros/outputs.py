@@ -34,17 +34,20 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
-from ..engine import persistence
-from ..engine.camera_state import CameraState
-from ..engine.health import HealthConfig
-from ..engine.mapping.grid import write_nav2_map
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.mapping.voxel_map import write_ply, write_tum
-from ..engine.persistence.store import SessionSnapshot
-from ..engine.result import FrameResult
-from ..engine.robot_tf import RobotTfConfig
-from ..engine.stream.session import StreamingSession
-from ..engine.tracker import TrackedFrame
+from ..engine.face import (
+    CameraState,
+    FrameResult,
+    HealthConfig,
+    RobotTfConfig,
+    SessionSnapshot,
+    StreamingSession,
+    TfEdgeGuard,
+    TrackedFrame,
+    persistence,
+    write_nav2_map,
+    write_ply,
+    write_tum,
+)
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
@@ -64,7 +67,7 @@ from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
 if TYPE_CHECKING:
-    from ..engine.loop import LoopCloser
+    from ..engine.face import LoopCloser
     from .loop_outputs import LoopOutputs
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.

@@ -13,21 +13,21 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import persistence
-from ..engine.loop.persist import STATE_KEY as LOOP_STATE_KEY
-from ..engine.loop.persist import check_loop
-from ..engine.npz_input import bounded_names
-from ..engine.persistence.check import check_loadable
-from ..engine.persistence.store import (
+from ..engine.face import (
+    LOOP_STATE_KEY,
     SessionError,
     SessionLimits,
     SessionSnapshot,
+    StreamingSession,
+    bounded_names,
+    check_loadable,
+    check_loop,
     clean_stale_temporaries,
     load_session,
+    persistence,
     resolve_under,
     save_session,
 )
-from ..engine.stream.session import StreamingSession
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory

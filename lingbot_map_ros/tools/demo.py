@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from lingbot_map_ros.engine.config import PRESET_NAMES
+from lingbot_map_ros.engine.face import PRESET_NAMES
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.dds_tools.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, COMPRESSED_IMAGE, camera_connection, open_bag
