@@ -29,7 +29,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from ..engine.face import GpuGaps, LoopCorrection, OrderedLock, gtsam_missing, loop_closer
 from .entities import NodeFacade
 from .output_config import MAP_QOS
-from .outputs import MAP_DRAIN_S, MappingOutputs
+from .outputs import MAP_DRAIN_S, LoopPublisher, MappingOutputs
 from .params import NodeParams, field_name, loop_closure_config
 from .pipeline import Pipeline
 from .services import SERVICE_QOS
@@ -142,7 +142,7 @@ def attach_loop_closure(
 def create_optimize_service(
     node: Node,
     group: CallbackGroup,
-    loops: Callable[[], list[LoopOutputs]],
+    loops: Callable[[], list[LoopPublisher]],
     on_failure: Callable[[str, Exception], None],
 ) -> None:
     """`~/optimize` (std_srvs/Trigger): a forced pose-graph pass of every camera's closer, its correction

@@ -36,9 +36,9 @@ from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
 from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback, parameters_refused
 from .fused import FusedMap
 from .intake import InputFrame
-from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
+from .loop_outputs import attach_loop_closure, create_optimize_service
 from .node_status import node_status
-from .outputs import MappingOutputs
+from .outputs import LoopPublisher, MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .rounds import NodeRounds
@@ -152,7 +152,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def _camera_outputs(self) -> list[tuple[str, MappingOutputs]]:
         return [(name, c.outputs) for name, c in self.cameras.items() if c.outputs is not None]
 
-    def _loops(self) -> list[LoopOutputs]:
+    def _loops(self) -> list[LoopPublisher]:
         return [o.loop for _, o in self._camera_outputs() if o.loop is not None and self._active]
 
     def _active_cameras(self) -> list[MappingOutputs]:

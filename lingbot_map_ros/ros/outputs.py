@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -68,7 +68,21 @@ from .tf_listener import TfLookup
 
 if TYPE_CHECKING:
     from ..engine.face import LoopCloser
-    from .loop_outputs import LoopOutputs
+
+
+class LoopPublisher(Protocol):
+    """What a camera keeps of its loop-closure publishers (ros/loop_outputs.py `LoopOutputs`, set at
+    activate), named here so that this module does not import the one that builds on it."""
+
+    def stats(self) -> dict[str, object]:
+        """/diagnostics: where the verification passes ran."""
+
+    def optimize(self, timeout_s: float = ...) -> str:
+        """`~/optimize`: a forced pose-graph pass; its report line."""
+
+    def reject_last_loop(self, timeout_s: float = ...) -> str:
+        """`~/reject_loop`: undo the last accepted loop; its report line."""
+
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
 MAP_DRAIN_S = 5.0
@@ -147,7 +161,7 @@ class MappingOutputs:
         self.path = PathOutput(self._pubs["path"], self.mapper.trajectory)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
-        self.loop: LoopOutputs | None = None  # loop closure's publishers (loop_outputs.py), at activate
+        self.loop: LoopPublisher | None = None  # loop closure's publishers (loop_outputs.py), at activate
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..engine.face import (
     LOOP_STATE_KEY,
@@ -32,9 +32,6 @@ from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
 
-if TYPE_CHECKING:  # camera.py imports this module
-    from .camera import CameraStream
-
 
 def stamp_ns(meta: object) -> int:
     """A `push` meta -> its image stamp in integer ns: the node's `InputFrame`, or the stamp itself (the
@@ -45,6 +42,19 @@ def stamp_ns(meta: object) -> int:
     if isinstance(meta, int):
         return meta
     raise SessionError(f"no stamp for an anchor frame of type {type(meta).__name__}")
+
+
+class SessionCamera(Protocol):
+    """The camera a session loads into (ros/camera.py `CameraStream`, which imports this module)."""
+
+    outputs: MappingOutputs | None
+
+    @property
+    def session(self) -> StreamingSession | None:
+        """The camera's stream, None while not configured."""
+
+    def restore(self, snapshot: SessionSnapshot, clear_queue: Callable[[str], int]) -> None:
+        """Continue `snapshot` (a new stream in its map frame)."""
 
 
 class SessionFiles:
@@ -114,7 +124,7 @@ class SessionFiles:
     def load(
         self,
         p: NodeParams,
-        camera: CameraStream,
+        camera: SessionCamera,
         clear_queue: Callable[[str], int],
         stream_change: AbstractContextManager,
     ) -> str:

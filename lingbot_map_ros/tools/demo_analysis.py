@@ -22,7 +22,7 @@ from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error, associate
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.tools.demo import DemoConfig, DemoInput
+    from lingbot_map_ros.tools.demo_config import DemoConfig, DemoInput
 
 
 @dataclass
