@@ -246,7 +246,7 @@ def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
     """Issue 29: `--show-args` took ~15 s because the launch file imported the parameter table (the engine,
     torch). It imports only lingbot_map_ros.ros.param_docs, which a Python without torch and rclpy imports;
     that module is the table's data, regenerated (a drift fails here)."""
-    written = (REPO / "lingbot_map_ros" / "ros" / "param_docs.py").read_text()
+    written = (REPO / "lingbot_map_ros/ros/param_docs.py").read_text()
     assert written == param_docs_source(), (
         "stale: python -m lingbot_map_ros.ros.params --param-docs > lingbot_map_ros/ros/param_docs.py"
     )
