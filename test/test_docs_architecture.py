@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-#: A path as the docs write one: folders then a file with a known suffix (`ros/outputs.py`, `docs/node.md`).
+#: A path as the docs write one: folders then a file with a known suffix (`ros/node.py`, `docs/node.md`).
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:py|md|yaml|sh|xml|toml))\b")
 
 
@@ -19,7 +19,7 @@ def _table(title: str) -> list[str]:
 
 
 def _exists(path: str) -> bool:
-    """A path of the docs: relative to the repository, or to the package (`ros/outputs.py`)."""
+    """A path of the docs: relative to the repository, or to the package (`ros/node.py`)."""
     return (REPO / path).exists() or (REPO / "lingbot_map_ros" / path).exists()
 
 
@@ -32,7 +32,7 @@ def test_where_to_change_what_names_only_paths_that_exist() -> None:
 
 
 def test_the_path_pattern_finds_package_and_repository_paths() -> None:
-    row = "| x | `ros/outputs.py` (`MappingOutputs`), docs/node.md, test/fault_injection.py, engine/nope.py |"
-    expected = ["ros/outputs.py", "docs/node.md", "test/fault_injection.py", "engine/nope.py"]
+    row = "| x | `ros/node.py` (`LingBotMapNode`), docs/node.md, test/fault_injection.py, engine/nope.py |"
+    expected = ["ros/node.py", "docs/node.md", "test/fault_injection.py", "engine/nope.py"]
     assert PATH.findall(row) == expected
-    assert not _exists("engine/nope.py") and _exists("ros/outputs.py") and _exists("docs/node.md")
+    assert not _exists("engine/nope.py") and _exists("ros/node.py") and _exists("docs/node.md")

@@ -144,12 +144,12 @@ def test_the_cycle_finder_finds_a_cycle_through_a_deferred_import_and_ignores_ty
 def test_the_graph_sees_relative_deferred_and_submodule_imports() -> None:
     graph = import_graph()
     assert len(graph) > 100
-    # `from lingbot_map_ros.engine import persistence` (tools/run_bag.py): the submodule, not engine/__init__
-    assert "lingbot_map_ros.engine.persistence" in graph["lingbot_map_ros.tools.run_bag"]
+    # `from . import persistence` (engine/face.py): the submodule, not engine/__init__
+    assert "lingbot_map_ros.engine.persistence" in graph["lingbot_map_ros.engine.face"]
     # a relative import (`from .lock_order import OrderedLock` in engine/tracker.py)
     assert "lingbot_map_ros.engine.lock_order" in graph["lingbot_map_ros.engine.tracker"]
-    # a deferred one (`build_session` imports engine.builder inside the function)
-    assert "lingbot_map_ros.engine.builder" in graph["lingbot_map_ros.tools.run_bag"]
+    # a deferred one (`BagWorker.__init__` imports the engine's face inside the method)
+    assert "lingbot_map_ros.engine.face" in graph["lingbot_map_ros.tools.batch_worker"]
 
 
 def test_no_import_cycle_in_the_package() -> None:

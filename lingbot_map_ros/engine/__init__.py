@@ -1,22 +1,8 @@
-"""lingbot_map_ros.engine: streaming session, pre-processing, decoding, map accumulation, file writers.
+"""lingbot_map_ros.engine: a camera's stream, pose, map, loop closure and policy (no rclpy).
 
-No rclpy here (see docs/architecture.md, docs/engine.md). Public API:
-``StreamingSession``, ``SessionConfig``, ``FrameResult`` (session / result), ``VoxelMap``, ``VoxelMapConfig``,
-``Trajectory``, ``write_ply``, ``write_tum`` (mapping).
+Halves and owners: docs/architecture.md (tree at the top) and docs/engine.md. The node (ros/) and the tools
+(tools/) reach this package through its face only: engine/face.py (building a set of cameras, one camera's
+`CameraState` and round, the settings dataclasses, the vocabulary a round hands back, sessions and files) and,
+for the offline tools alone, engine/offline.py. This module imports nothing, so importing a submodule costs
+only that submodule.
 """
-
-from .config import SessionConfig
-from .mapping.voxel_map import Trajectory, VoxelMap, VoxelMapConfig, write_ply, write_tum
-from .result import FrameResult
-from .stream.session import StreamingSession
-
-__all__ = [
-    "FrameResult",
-    "SessionConfig",
-    "StreamingSession",
-    "Trajectory",
-    "VoxelMap",
-    "VoxelMapConfig",
-    "write_ply",
-    "write_tum",
-]

@@ -26,15 +26,18 @@ from rclpy.lifecycle import LifecycleNode
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
-from ..engine.camera_pipeline import PosedResult
-from ..engine.camera_state import CameraState
-from ..engine.contracts import SessionStats
-from ..engine.lock_order import OrderedLock
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.persistence.store import SessionError, SessionSnapshot
-from ..engine.result import FrameResult
-from ..engine.stream.multi_stream import MultiStreamSession
-from ..engine.stream.session import StreamingSession
+from ..engine.face import (
+    CameraState,
+    FrameResult,
+    MultiStreamSession,
+    OrderedLock,
+    PosedResult,
+    SessionError,
+    SessionSnapshot,
+    SessionStats,
+    StreamingSession,
+    TfEdgeGuard,
+)
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, intrinsics_report
 from .entities import NodeFacade, guard_callback, service_failure

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from ..engine.camera_pipeline import CameraPipeline
+from ..engine.face import CameraPipeline
 from .camera import CameraStream
 from .intake import InputFrame
 

@@ -21,9 +21,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose
 from rclpy.node import Node
 
-from ..engine.mapping.frames import TfMode
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.tracker import CameraTracker, TrackedFrame
+from ..engine.face import CameraTracker, TfEdgeGuard, TfMode, TrackedFrame
 from .output_config import OutputConfig
 from .pose_messages import seconds_stamp, transform_msg
 from .tf import TfBroadcaster

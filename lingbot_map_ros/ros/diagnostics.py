@@ -19,7 +19,7 @@ from rclpy.impl.rcutils_logger import RcutilsLogger
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..engine.lanes import WorkerStats
+from ..engine.face import WorkerStats
 
 
 class RuntimeStats:

@@ -20,9 +20,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from ..engine.mapping.fusion import fuse_grids, fuse_points
-from ..engine.mapping.grid import Grid, write_nav2_map
-from ..engine.mapping.voxel_map import write_ply
+from ..engine.face import Grid, fuse_grids, fuse_points, write_nav2_map, write_ply
 from .conversions import points_to_cloud
 from .output_config import MAP_QOS
 from .outputs import MappingOutputs

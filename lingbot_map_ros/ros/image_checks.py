@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.config import PATCH_SIZE
+from ..engine.face import PATCH_SIZE
 
 
 class ImageConversionError(ValueError):

@@ -27,8 +27,7 @@ from rclpy.subscription import Subscription
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
-from ..engine.config import PATCH_SIZE
-from ..engine.stream.preprocess import preprocess_geometry
+from ..engine.face import PATCH_SIZE, preprocess_geometry
 from .conversions import (
     ImageConversionError,
     check_image_layout,

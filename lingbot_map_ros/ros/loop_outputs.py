@@ -26,14 +26,10 @@ from std_msgs.msg import ColorRGBA, Header
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker, MarkerArray
 
-from ..engine.camera_state import loop_closer
-from ..engine.correction import LoopCorrection
-from ..engine.gpu_gaps import GpuGaps
-from ..engine.lock_order import OrderedLock
-from ..engine.loop.gtsam_import import gtsam_missing
+from ..engine.face import GpuGaps, LoopCorrection, OrderedLock, gtsam_missing, loop_closer
 from .entities import NodeFacade
 from .output_config import MAP_QOS
-from .outputs import MAP_DRAIN_S, MappingOutputs
+from .outputs import MAP_DRAIN_S, LoopPublisher, MappingOutputs
 from .params import NodeParams, field_name, loop_closure_config
 from .pipeline import Pipeline
 from .services import SERVICE_QOS
@@ -149,7 +145,7 @@ def attach_loop_closure(
 def create_optimize_service(
     node: Node,
     group: CallbackGroup,
-    loops: Callable[[], list[LoopOutputs]],
+    loops: Callable[[], list[LoopPublisher]],
     on_failure: Callable[[str, Exception], None],
 ) -> None:
     """`~/optimize` (std_srvs/Trigger): a forced pose-graph pass of every camera's closer, its correction

@@ -25,9 +25,7 @@ from builtin_interfaces.msg import Time
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
-from ..engine.lane_worker import LaneWorker
-from ..engine.mapping.map_side import MapSide
-from ..engine.mapping.mapper import FrameCloud, MapWork
+from ..engine.face import FrameCloud, LaneWorker, MapSide, MapWork
 from .conversions import points_to_cloud
 from .pose_messages import grid_msg
 

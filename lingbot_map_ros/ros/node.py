@@ -29,18 +29,16 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
-from ..engine.lock_order import OrderedLock
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.persistence.store import SessionError
+from ..engine.face import OrderedLock, SessionError, TfEdgeGuard
 from .camera import CameraHost, CameraStream, make_cameras
 from .depth_input import DepthInput
 from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
 from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback, parameters_refused
 from .fused import FusedMap
 from .intake import InputFrame
-from .loop_outputs import LoopOutputs, attach_loop_closure, create_optimize_service
+from .loop_outputs import attach_loop_closure, create_optimize_service
 from .node_status import node_status
-from .outputs import MappingOutputs
+from .outputs import LoopPublisher, MappingOutputs
 from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
 from .pipeline import ConfigureError, Pipeline, build_pipeline
 from .rounds import NodeRounds
@@ -154,7 +152,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
     def _camera_outputs(self) -> list[tuple[str, MappingOutputs]]:
         return [(name, c.outputs) for name, c in self.cameras.items() if c.outputs is not None]
 
-    def _loops(self) -> list[LoopOutputs]:
+    def _loops(self) -> list[LoopPublisher]:
         return [o.loop for _, o in self._camera_outputs() if o.loop is not None and self._active]
 
     def _active_cameras(self) -> list[MappingOutputs]:

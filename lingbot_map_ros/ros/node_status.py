@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticArray
 
-from ..engine.lanes import WorkerStats
+from ..engine.face import WorkerStats
 from .camera import CameraStream
 from .diagnostics import diagnostic_array
 from .rounds import NodeRounds

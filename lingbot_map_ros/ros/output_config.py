@@ -7,10 +7,7 @@ from typing import Any
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from ..engine.mapping.grid import GridConfig
-from ..engine.mapping.mapper_config import CovarianceConfig, MapperConfig
-from ..engine.mapping.scale import ScaleConfig
-from ..engine.mapping.voxel_map import VoxelMapConfig
+from ..engine.face import CovarianceConfig, GridConfig, MapperConfig, ScaleConfig, VoxelMapConfig
 from .params import NodeParams, owner_values, param_reader
 
 #: Map works that may wait for a camera's map thread beyond the anchor phase's (published back to back).

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -34,17 +34,20 @@ from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import Header
 
-from ..engine import persistence
-from ..engine.camera_state import CameraState
-from ..engine.health import HealthConfig
-from ..engine.mapping.grid import write_nav2_map
-from ..engine.mapping.tf_tree import TfEdgeGuard
-from ..engine.mapping.voxel_map import write_ply, write_tum
-from ..engine.persistence.store import SessionSnapshot
-from ..engine.result import FrameResult
-from ..engine.robot_tf import RobotTfConfig
-from ..engine.stream.session import StreamingSession
-from ..engine.tracker import TrackedFrame
+from ..engine.face import (
+    CameraState,
+    FrameResult,
+    HealthConfig,
+    RobotTfConfig,
+    SessionSnapshot,
+    StreamingSession,
+    TfEdgeGuard,
+    TrackedFrame,
+    persistence,
+    write_nav2_map,
+    write_ply,
+    write_tum,
+)
 from .camera_tf import CameraTf
 from .conversions import depth_to_image
 from .depth_input import DepthInput
@@ -64,8 +67,22 @@ from .streams import DEFAULT_CAMERA_FRAME
 from .tf_listener import TfLookup
 
 if TYPE_CHECKING:
-    from ..engine.loop import LoopCloser
-    from .loop_outputs import LoopOutputs
+    from ..engine.face import LoopCloser
+
+
+class LoopPublisher(Protocol):
+    """What a camera keeps of its loop-closure publishers (ros/loop_outputs.py `LoopOutputs`, set at
+    activate), named here so that this module does not import the one that builds on it."""
+
+    def stats(self) -> dict[str, object]:
+        """/diagnostics: where the verification passes ran."""
+
+    def optimize(self, timeout_s: float = ...) -> str:
+        """`~/optimize`: a forced pose-graph pass; its report line."""
+
+    def reject_last_loop(self, timeout_s: float = ...) -> str:
+        """`~/reject_loop`: undo the last accepted loop; its report line."""
+
 
 #: How long `~/save_map`, `~/save_session` and deactivate wait for the map thread's queued works.
 MAP_DRAIN_S = 5.0
@@ -144,7 +161,7 @@ class MappingOutputs:
         self.path = PathOutput(self._pubs["path"], self.mapper.trajectory)
         self.frames_published = 0
         self.last_stamp: Time | None = None  # stamp of the last published frame (map cloud stamp)
-        self.loop: LoopOutputs | None = None  # loop closure's publishers (loop_outputs.py), at activate
+        self.loop: LoopPublisher | None = None  # loop closure's publishers (loop_outputs.py), at activate
 
     def update_config(self, config: OutputConfig) -> None:
         """Apply live options (path length, publish flags) to the following frames."""

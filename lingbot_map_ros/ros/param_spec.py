@@ -10,7 +10,7 @@ from typing import cast
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-from ..engine.settings import Owned, owned
+from ..engine.face import Owned, owned
 
 ParamValue = bool | int | float | str | list[str]
 

@@ -9,15 +9,19 @@ are owned here.
 
 from __future__ import annotations
 
-from ..engine.config import PRESET_NAMES, SessionConfig
-from ..engine.loop.config import LoopClosureConfig
-from ..engine.loop.pose_graph import GraphConfig
-from ..engine.mapping.frames import TfMode
-from ..engine.mapping.grid import GridConfig
-from ..engine.mapping.mapper_config import CovarianceConfig, MapperConfig
-from ..engine.mapping.scale import ScaleConfig
-from ..engine.mapping.voxel_map import VoxelMapConfig
-from ..engine.stream.multi_stream import BatchConfig
+from ..engine.face import (
+    PRESET_NAMES,
+    BatchConfig,
+    CovarianceConfig,
+    GraphConfig,
+    GridConfig,
+    LoopClosureConfig,
+    MapperConfig,
+    ScaleConfig,
+    SessionConfig,
+    TfMode,
+    VoxelMapConfig,
+)
 from .param_spec import ParamSpec
 
 PARAMETERS: tuple[ParamSpec, ...] = (

@@ -25,11 +25,14 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from ..engine.config import PATCH_SIZE, check_image_width
-from ..engine.loop.config import LoopClosureConfig
-from ..engine.loop.pose_graph import GraphConfig
-from ..engine.mapping.grid import GridConfig
-from ..engine.mapping.scale import ScaleConfig
+from ..engine.face import (
+    PATCH_SIZE,
+    GraphConfig,
+    GridConfig,
+    LoopClosureConfig,
+    ScaleConfig,
+    check_image_width,
+)
 from .node_params import NodeParams
 from .param_spec import ParamSpec, ParamValue
 from .param_table import PARAMETERS

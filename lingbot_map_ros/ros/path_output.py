@@ -22,8 +22,7 @@ from nav_msgs.msg import Path
 from rclpy.publisher import Publisher
 from std_msgs.msg import Header
 
-from ..engine.lock_order import OrderedLock
-from ..engine.mapping.trajectory import Trajectory
+from ..engine.face import OrderedLock, Trajectory
 from .pose_messages import pose_msgs, seconds_stamp, stamp_seconds
 
 

@@ -14,12 +14,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..engine.builder import CheckpointError, EngineSpec, PrecisionPolicy, build_engine, compile_cache_dir
-from ..engine.config import SessionConfig
-from ..engine.gpu_gaps import GpuGaps
-from ..engine.loop.pair_launch import warm_up_pair_pass
-from ..engine.stream.multi_stream import BatchConfig, MultiStreamSession
-from ..engine.stream.session import StreamingModel
+from ..engine.face import (
+    BatchConfig,
+    CheckpointError,
+    EngineSpec,
+    GpuGaps,
+    MultiStreamSession,
+    PrecisionPolicy,
+    SessionConfig,
+    StreamingModel,
+    build_engine,
+    compile_cache_dir,
+    warm_up_pair_pass,
+)
 from .params import NodeParams, owner_values, param_reader, parse_image_size
 from .process_settings import ProcessSettings
 

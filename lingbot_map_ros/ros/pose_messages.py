@@ -13,8 +13,7 @@ from nav_msgs.msg import OccupancyGrid, Odometry
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..engine.geometry import matrix_to_quat_xyzw
-from ..engine.mapping.grid import Grid
+from ..engine.face import Grid, matrix_to_quat_xyzw
 
 
 def stamp_seconds(stamp: Time) -> float:

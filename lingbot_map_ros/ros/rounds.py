@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..engine.camera_pipeline import CameraPipeline
-from ..engine.lane_worker import WorkerStopped
-from ..engine.lanes import WorkerStats
+from ..engine.face import CameraPipeline, WorkerStats, WorkerStopped
 from .camera import CameraStream
 from .camera_step import flush_cameras, step_cameras
 from .intake import InputFrame

@@ -23,9 +23,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
-from ..engine.gpu_gaps import GpuGaps
-from ..engine.lane_worker import WorkerStopped
-from ..engine.lanes import Lane, WorkerStats
+from ..engine.face import GpuGaps, Lane, WorkerStats, WorkerStopped
 
 #: Seconds without a frame after which gap tasks run free of their budget (no live frame to delay).
 GAPS_FREE_AFTER_S = 0.5

@@ -11,29 +11,26 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..engine import persistence
-from ..engine.loop.persist import STATE_KEY as LOOP_STATE_KEY
-from ..engine.loop.persist import check_loop
-from ..engine.npz_input import bounded_names
-from ..engine.persistence.check import check_loadable
-from ..engine.persistence.store import (
+from ..engine.face import (
+    LOOP_STATE_KEY,
     SessionError,
     SessionLimits,
     SessionSnapshot,
+    StreamingSession,
+    bounded_names,
+    check_loadable,
+    check_loop,
     clean_stale_temporaries,
     load_session,
+    persistence,
     resolve_under,
     save_session,
 )
-from ..engine.stream.session import StreamingSession
 from .intake import InputFrame
 from .outputs import MappingOutputs
 from .params import NodeParams, resolve_directory
-
-if TYPE_CHECKING:  # camera.py imports this module
-    from .camera import CameraStream
 
 
 def stamp_ns(meta: object) -> int:
@@ -45,6 +42,19 @@ def stamp_ns(meta: object) -> int:
     if isinstance(meta, int):
         return meta
     raise SessionError(f"no stamp for an anchor frame of type {type(meta).__name__}")
+
+
+class SessionCamera(Protocol):
+    """The camera a session loads into (ros/camera.py `CameraStream`, which imports this module)."""
+
+    outputs: MappingOutputs | None
+
+    @property
+    def session(self) -> StreamingSession | None:
+        """The camera's stream, None while not configured."""
+
+    def restore(self, snapshot: SessionSnapshot, clear_queue: Callable[[str], int]) -> None:
+        """Continue `snapshot` (a new stream in its map frame)."""
 
 
 class SessionFiles:
@@ -114,7 +124,7 @@ class SessionFiles:
     def load(
         self,
         p: NodeParams,
-        camera: CameraStream,
+        camera: SessionCamera,
         clear_queue: Callable[[str], int],
         stream_change: AbstractContextManager,
     ) -> str:

@@ -15,8 +15,7 @@ from geometry_msgs.msg import TransformStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from ..engine.mapping.tf_graph import TfGraph
-from ..engine.mapping.tf_tree import TfEdgeGuard
+from ..engine.face import TfEdgeGuard, TfGraph
 
 try:
     from tf2_msgs.msg import TFMessage

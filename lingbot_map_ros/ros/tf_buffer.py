@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.geometry import interpolate_pose, invert_rigid, pose_from_quat
-from ..engine.mapping.tf_graph import TfGraph
-from ..engine.robot_tf import TransformUnavailable
+from ..engine.face import TfGraph, TransformUnavailable, interpolate_pose, invert_rigid, pose_from_quat
 from .tf_wire import TfSample
 
 __all__ = ["TfBuffer", "TransformUnavailable"]  # TransformUnavailable: the engine's, raised here

@@ -25,9 +25,7 @@ import numpy as np
 from geometry_msgs.msg import Quaternion, Transform, Vector3
 from rclpy.node import Node
 
-from ..engine.geometry import pose_from_quat
-from ..engine.mapping.tf_graph import TfGraph
-from ..engine.robot_tf import FrameTooOld
+from ..engine.face import FrameTooOld, TfGraph, pose_from_quat
 from .tf_buffer import TfBuffer, TransformUnavailable
 from .tf_ingest import TF_STATIC_QOS, TfIngest
 from .tf_wire import TfSample

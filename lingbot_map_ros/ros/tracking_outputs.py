@@ -26,8 +26,7 @@ from geometry_msgs.msg import PoseWithCovarianceStamped
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
 
-from ..engine.geometry import quat_xyzw_to_matrix
-from ..engine.health import HealthReport, TrackingState
+from ..engine.face import HealthReport, TrackingState, quat_xyzw_to_matrix
 from .entities import guard_callback
 from .outputs import MappingOutputs
 

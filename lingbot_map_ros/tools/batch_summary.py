@@ -16,7 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from lingbot_map_ros.engine.mapping.writers import atomic_write
+from lingbot_map_ros.engine.offline import atomic_write
 from lingbot_map_ros.tools.report import write_json
 from lingbot_map_ros.tools.run_options import RunConfig
 from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error

@@ -69,7 +69,7 @@ class BagWorker:
 
         import torch
 
-        from lingbot_map_ros.model.graphed import compile_cache_dir
+        from lingbot_map_ros.engine.face import compile_cache_dir
 
         # a Ray actor is its own process: its entry point sets the process-wide settings (architecture.md)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir(""))  # before any compile

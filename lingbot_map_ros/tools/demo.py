@@ -18,15 +18,15 @@ import shutil
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
-from lingbot_map_ros.engine.config import PRESET_NAMES
+from lingbot_map_ros.engine.face import PRESET_NAMES
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.dds_tools.mapping_monitor import MappingMonitor
 from lingbot_map_ros.tools.bag_io import CAMERA_INFO, COMPRESSED_IMAGE, camera_connection, open_bag
 from lingbot_map_ros.tools.dds import isolated_dds_env
 from lingbot_map_ros.tools.demo_analysis import DemoOutcome, analyse, print_report
+from lingbot_map_ros.tools.demo_config import DemoConfig, DemoInput, absolute_path
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 from lingbot_map_ros.tools.node_process import NodeProcess
 from lingbot_map_ros.tools.progress import wait_until_done
@@ -47,47 +47,6 @@ DDS_VARIABLES = (
 # dropped frames before the node could count them (seen once in CI); 100 frames of the demo's sizes are
 # at most ~15 MB.
 DDS_HISTORY_DEPTH = 100
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    """Input (default: the synthetic scene), node settings and limits of one demo run."""
-
-    output_dir: Path = Path("lingbot_map_demo")
-    bag: Path | None = None
-    images: Path | None = None
-    topic: str | None = None
-    ground_truth: Path | None = None
-    checkpoint: Path | None = None
-    preset: str = "tiny"
-    device: str = "cpu"
-    image_width: int = 224
-    scene: SceneConfig = SceneConfig()
-    rate_hz: float = 5.0  # frame rate given to the scene and to --images (CPU-friendly)
-    replay_rate: float = 1.0
-    queue_size: int = 2
-    timeout_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        # The node refuses a relative output_dir (its working directory is not the caller's): folders given
-        # relative are the caller's, so they are resolved here, against this process's working directory.
-        object.__setattr__(self, "output_dir", absolute_path(self.output_dir))
-        if self.bag is not None and self.images is not None:
-            raise ValueError("give at most one of --bag and --images")
-        if self.replay_rate <= 0 or self.rate_hz <= 0:
-            raise ValueError(f"rates must be > 0, got rate {self.rate_hz} and replay rate {self.replay_rate}")
-
-
-@dataclass(frozen=True)
-class DemoInput:
-    """The bag the demo replays, its camera topic and type, CameraInfo topics, and ground truth if any."""
-
-    bag: Path
-    topic: str
-    msgtype: str
-    info_topics: tuple[str, ...]
-    ground_truth: Path | None
-    description: str
 
 
 def prepare_input(config: DemoConfig, run_dir: Path) -> DemoInput:
@@ -144,12 +103,6 @@ def node_parameters(config: DemoConfig, run_dir: Path, compressed: bool) -> dict
     if config.checkpoint is not None:
         params["model.checkpoint"] = str(absolute_path(config.checkpoint))
     return params
-
-
-def absolute_path(path: Path) -> Path:
-    """`path` with '~' expanded and, when relative, joined to the current working directory (the caller's:
-    the folders given on the command line are meant relative to where the command was typed)."""
-    return path.expanduser().absolute()
 
 
 def run_demo(config: DemoConfig, env: dict[str, str]) -> DemoOutcome:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 from rosbags.rosbag2 import Reader
 
-from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix
-from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
+from lingbot_map_ros.engine.face import quat_xyzw_to_matrix
+from lingbot_map_ros.engine.offline import read_ply, read_tum
 from lingbot_map_ros.tools.bag_io import ros2_typestore
 from lingbot_map_ros.tools.record import RecordStats
 from lingbot_map_ros.tools.replay import ReplayStats
@@ -22,7 +22,7 @@ from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error, associate
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.tools.demo import DemoConfig, DemoInput
+    from lingbot_map_ros.tools.demo_config import DemoConfig, DemoInput
 
 
 @dataclass

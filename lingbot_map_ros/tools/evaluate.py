@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.mapping.writers import read_tum
+from lingbot_map_ros.engine.offline import read_tum
 from lingbot_map_ros.tools.bag_io import BagError, open_bag, ros2_typestore
 from lingbot_map_ros.tools.report import TOP_VIEW, plot_alignment
 from lingbot_map_ros.tools.trajectory_eval import ALIGNMENTS, AteResult, matched_ate

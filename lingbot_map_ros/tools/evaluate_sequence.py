@@ -20,9 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
-from lingbot_map_ros.engine.loop import LoopClosureConfig
-from lingbot_map_ros.engine.mapping.writers import write_tum
+from lingbot_map_ros.engine.face import CameraState, LoopClosureConfig, loop_closer, write_tum
 from lingbot_map_ros.tools.bag_io import iter_frames
 from lingbot_map_ros.tools.evaluate import load_trajectory
 from lingbot_map_ros.tools.run_bag import PosedFrames, bag_camera_topic, build_session, track_frame

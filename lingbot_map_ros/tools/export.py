@@ -21,10 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.geometry import pose_from_quat
-from lingbot_map_ros.engine.mapping.frames import TfMode
-from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
-from lingbot_map_ros.engine.persistence.store import load_session
+from lingbot_map_ros.engine.face import TfMode, load_session, pose_from_quat
+from lingbot_map_ros.engine.offline import read_ply, read_tum
 from lingbot_map_ros.tools.export_formats import ExportScene, ExportView, write_colmap, write_nerfstudio
 from lingbot_map_ros.tools.run_frames import read_frames
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw
-from lingbot_map_ros.engine.mapping.writers import atomic_write, write_ply
+from lingbot_map_ros.engine.face import matrix_to_quat_xyzw, write_ply
+from lingbot_map_ros.engine.offline import atomic_write
 
 #: Flips the camera's y and z axes: OpenCV optical <-> OpenGL (nerfstudio, Blender); its own inverse.
 OPENCV_TO_OPENGL = np.diag([1.0, -1.0, -1.0, 1.0])

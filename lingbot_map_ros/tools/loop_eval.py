@@ -34,11 +34,15 @@ from evo.core import metrics
 from evo.core.trajectory import PosePath3D
 from scipy.spatial import cKDTree
 
-from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
-from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig
-from lingbot_map_ros.engine.loop.similarity import from_pose
-from lingbot_map_ros.engine.mapping.mapper import MapperConfig
-from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.face import (
+    CameraState,
+    LoopCloser,
+    LoopClosureConfig,
+    MapperConfig,
+    ScaleConfig,
+    loop_closer,
+)
+from lingbot_map_ros.engine.offline import from_pose
 from lingbot_map_ros.tools.loop_oracle import (
     DriftConfig,
     DriftingOracle,

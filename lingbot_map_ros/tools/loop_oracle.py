@@ -28,10 +28,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lingbot_map_ros.engine.builder import EngineSpec, build_engine
-from lingbot_map_ros.engine.config import SessionConfig
-from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw, rigid
-from lingbot_map_ros.engine.stream.session import StreamingSession
+from lingbot_map_ros.engine.face import (
+    EngineSpec,
+    SessionConfig,
+    StreamingSession,
+    build_engine,
+    matrix_to_quat_xyzw,
+)
+from lingbot_map_ros.engine.offline import rigid
 from lingbot_map_ros.model import StepOutput
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig, camera_path, intrinsics, render
 

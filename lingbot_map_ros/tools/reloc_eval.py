@@ -38,13 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
-from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.health import HealthConfig, TrackingState
-from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig
-from lingbot_map_ros.engine.loop.relocalise import RelocaliseConfig
-from lingbot_map_ros.engine.mapping.mapper import MapperConfig
-from lingbot_map_ros.engine.mapping.scale import ScaleConfig
+from lingbot_map_ros.engine.face import (
+    CameraState,
+    HealthConfig,
+    LoopCloser,
+    LoopClosureConfig,
+    MapperConfig,
+    ScaleConfig,
+    TrackingState,
+    loop_closer,
+)
+from lingbot_map_ros.engine.offline import RelocaliseConfig, Sim3
 from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
 from lingbot_map_ros.tools.reloc_oracle import KidnapOracle, TwinRooms, kidnap_session
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig

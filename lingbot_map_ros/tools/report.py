@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
 import numpy as np  # noqa: E402
 
-from lingbot_map_ros.engine.mapping.writers import atomic_write  # noqa: E402
+from lingbot_map_ros.engine.offline import atomic_write  # noqa: E402
 
 # frame -> (horizontal axis, vertical axis, their labels) of the view from above
 TOP_VIEW = {

@@ -36,22 +36,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from lingbot_map_ros.engine import persistence
-from lingbot_map_ros.engine.camera_state import CameraState, loop_closer
-from lingbot_map_ros.engine.correction import LoopCorrection
-from lingbot_map_ros.engine.health import HealthConfig
-from lingbot_map_ros.engine.loop import LoopClosureConfig
-from lingbot_map_ros.engine.loop.descriptor import Describe
-from lingbot_map_ros.engine.loop.gtsam_import import gtsam_missing
-from lingbot_map_ros.engine.mapping.voxel_map import VoxelMap
-from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
+from lingbot_map_ros.engine.face import (
+    CameraState,
+    HealthConfig,
+    LoopClosureConfig,
+    LoopCorrection,
+    gtsam_missing,
+    loop_closer,
+    persistence,
+    write_ply,
+    write_tum,
+)
+from lingbot_map_ros.engine.offline import Describe, VoxelMap
 from lingbot_map_ros.tools.bag_io import camera_connection, count_messages, iter_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_frames import FrameKeeper
 from lingbot_map_ros.tools.run_options import RunConfig
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.stream.session import StreamingModel, StreamingSession
+    from lingbot_map_ros.engine.face import StreamingModel, StreamingSession
 
 
 @dataclass
@@ -83,7 +86,7 @@ def build_session(config: RunConfig, model: object | None = None) -> StreamingSe
     """A `StreamingSession` over the preset's model (checkpoint or seeded synthetic weights), or over
     ``model`` (an already built one: several cameras of one run share it)."""
 
-    from lingbot_map_ros.engine.builder import EngineSpec, build_engine
+    from lingbot_map_ros.engine.face import EngineSpec, build_engine
 
     return build_engine(
         EngineSpec(

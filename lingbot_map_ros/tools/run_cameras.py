@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from lingbot_map_ros.engine.camera_state import CameraState
-from lingbot_map_ros.engine.mapping.writers import write_ply, write_tum
+from lingbot_map_ros.engine.face import CameraState, write_ply, write_tum
 from lingbot_map_ros.tools.bag_io import camera_connections, count_messages, iter_camera_frames, open_bag
 from lingbot_map_ros.tools.report import latency_summary, plot_run, write_json
 from lingbot_map_ros.tools.run_bag import PosedFrames, RunConfig, build_session, camera_state, track_frame

@@ -13,12 +13,16 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from lingbot_map_ros.engine.config import DEFAULT_MAX_WINDOW, PRESET_NAMES, SessionConfig
-from lingbot_map_ros.engine.mapping.mapper_config import MapperConfig
-from lingbot_map_ros.engine.mapping.scale import ScaleConfig
-from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
-from lingbot_map_ros.engine.persistence.save_load import compat_fields
-from lingbot_map_ros.engine.settings import Owned, owned
+from lingbot_map_ros.engine.face import (
+    PRESET_NAMES,
+    MapperConfig,
+    Owned,
+    ScaleConfig,
+    SessionConfig,
+    VoxelMapConfig,
+    owned,
+)
+from lingbot_map_ros.engine.offline import DEFAULT_MAX_WINDOW, compat_fields
 
 #: `run`'s flags of engine settings: flag -> (the `RunConfig` field holding the owner, the owner's setting).
 SETTING_FLAGS: dict[str, tuple[str, Owned]] = {

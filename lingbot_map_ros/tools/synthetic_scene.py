@@ -18,7 +18,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from lingbot_map_ros.engine.mapping.writers import write_tum
+from lingbot_map_ros.engine.face import write_tum
 from lingbot_map_ros.tools.bag_io import STORAGE_PLUGINS
 from lingbot_map_ros.tools.make_bag import MakeBagConfig, MakeBagResult, write_camera_bag
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 from evo.core.geometry import umeyama_alignment
 
-from lingbot_map_ros.engine.geometry import Sim3
-from lingbot_map_ros.engine.mapping.writers import read_tum
+from lingbot_map_ros.engine.offline import Sim3, read_tum
 
 ALIGNMENTS = ("sim3", "se3", "none")
 

@@ -246,7 +246,7 @@ def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
     """Issue 29: `--show-args` took ~15 s because the launch file imported the parameter table (the engine,
     torch). It imports only lingbot_map_ros.ros.param_docs, which a Python without torch and rclpy imports;
     that module is the table's data, regenerated (a drift fails here)."""
-    written = (REPO / "lingbot_map_ros" / "ros" / "param_docs.py").read_text()
+    written = (REPO / "lingbot_map_ros/ros/param_docs.py").read_text()
     assert written == param_docs_source(), (
         "stale: python -m lingbot_map_ros.ros.params --param-docs > lingbot_map_ros/ros/param_docs.py"
     )
@@ -258,9 +258,8 @@ def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
     }
     assert imported == {"lingbot_map_ros.ros.param_docs"}
     env = {**os.environ, "PYTHONPATH": hide_modules(tmp_path, "torch", "rclpy", "numpy")}
-    code = (
-        "import sys, lingbot_map_ros.ros.param_docs as d; assert d.PARAMETER_DOCS; print(sorted(sys.modules))"
-    )
+    docs = "lingbot_map_ros.ros.param_docs"
+    code = f"import sys, {docs} as d; assert d.PARAMETER_DOCS; print(sorted(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "torch" not in done.stdout and "rclpy" not in done.stdout

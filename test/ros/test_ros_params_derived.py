@@ -100,7 +100,7 @@ def test_the_node_defaults_build_valid_engine_configs() -> None:
 def test_node_params_module_is_generated_from_the_table() -> None:
     written = Path(node_params.__file__).read_text()
     assert written == node_params_source(), (
-        "stale: python -m lingbot_map_ros.ros.params --node-params > lingbot_map_ros/ros/node_params.py"
+        f"stale: python -m lingbot_map_ros.ros.params --node-params > {node_params.__file__}"
     )
     hints = typing.get_type_hints(NodeParams)
     assert list(hints) == [field_name(spec.name) for spec in PARAMETERS]
