@@ -13,16 +13,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import cv2
 import numpy as np
 
 from ..geometry import Sim3, rotation_angle
-from ..mapping.frames import camera_points
 from ..result import FrameResult
-from ..stream.preprocess import preprocess_geometry, resize_uint8
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
 from .gate import OdometryScale, innovation_chi2, odometry_disagreement
+from .keyframe_build import build_keyframe
 from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
 from .pose_graph import Edge, EdgeSigma, GraphState, OptimizeResult, PoseGraph
@@ -251,34 +249,9 @@ class LoopCloser:
 
     # ------------------------------------------------------------------------------------------------
     def _keyframe(self, result: FrameResult, stamp_s: float) -> Keyframe:
-        cfg = self.config
-        geometry = preprocess_geometry(result.image_hw, self.image_width)
-        image = resize_uint8(result.rgb, geometry)
-        (resized_h, resized_w), top, out_h = geometry.resized_hw, geometry.crop_top, geometry.out_hw[0]
-
-        def network(values: np.ndarray) -> np.ndarray:
-            grid = cv2.resize(
-                np.nan_to_num(values, nan=0.0).astype(np.float32),
-                (resized_w, resized_h),
-                interpolation=cv2.INTER_NEAREST,
-            )
-            return grid[top : top + out_h][:: cfg.depth_stride, :: cfg.depth_stride].copy()
-
-        mask = result.depth_conf > cfg.conf_threshold
-        cam_xyz, flat = camera_points(result.depth, result.intrinsics, mask, cfg.point_stride)
-        stream_pose = from_pose(result.pose_c2w)
-        return Keyframe(
-            key=int(result.index) + self._key_offset,
-            stamp_s=stamp_s,
-            stream_pose=stream_pose,
-            pose=compose(self.correction, stream_pose),
-            points=cam_xyz.astype(np.float32),
-            colors=result.rgb.reshape(-1, 3).take(flat, axis=0),
-            descriptor=self.describe(image) if result.place_descriptor is None else result.place_descriptor,
-            image=image,
-            depth=network(result.depth),
-            conf=network(result.depth_conf),
-            depth_stride=cfg.depth_stride,
+        key = int(result.index) + self._key_offset
+        return build_keyframe(
+            result, stamp_s, key, self.correction, self.config, self.image_width, self.describe
         )
 
     def _stream_sigma(self, step: Sim3, previous: Keyframe) -> EdgeSigma:
