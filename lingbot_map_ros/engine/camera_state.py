@@ -120,18 +120,18 @@ class CameraState:
     # ------------------------------------------------------------------------------------------ stream
     @property
     def stream(self) -> int:
-        """The camera's one stream token: the stream its frames, rounds and map works belong to. A frame
-        takes it when it arrives (the node's `InputFrame.stream`), a round and its `MapWork`s carry it, and
-        whatever carries another is stale: not stepped (the node's `CameraStream.prepare`), not delivered
-        (`PoseSink.pose_round`), not integrated (`MapSide.integrate`). Only `next_stream` moves it; the
-        engine's own restarts (`FrameResult.epoch`: a failed scale, a new resolution) do not, so the frames
-        queued meanwhile still count."""
+        """The camera's one stream token: a frame takes it when it arrives (the node's `InputFrame.stream`),
+        a round and its `MapWork`s carry it; whatever carries another is stale: not stepped (the node's
+        `CameraStream.prepare`), not delivered (`PoseSink.pose_round`), not integrated (`MapSide.integrate`).
+        Only `next_stream` moves it, not the engine's own restarts (`FrameResult.epoch`: a failed scale, a
+        new resolution), so the frames queued meanwhile still count."""
         return self._stream
 
     def next_stream(self) -> int:
         """Start another stream (the node's `~/reset`, `~/load_session`): from now on everything carrying an
         older token is stale. The caller then resets the session and clears this state (`tracker.clear`,
-        `clear_loop`). Returns the new token. Thread-safe (any thread)."""
+        `clear_loop`). Returns the new token. Stream changes are serialised by the caller (the node's
+        `node.stream_change` lock); `stream` and `is_current` are read on any thread."""
         self._stream = next(self._streams)
         return self._stream
 
