@@ -37,14 +37,17 @@ def oracle_scene() -> LoopScene:
 
 
 class LoopOracleNode(LingBotMapNode):
-    """`LingBotMapNode` whose model is the drifting oracle of `oracle_scene()`."""
+    """`LingBotMapNode` whose model is an oracle of `oracle_scene()`: `ORACLE` (a `DriftingOracle`; the
+    kidnapped one in test/kidnap_oracle_node.py)."""
+
+    ORACLE: type[DriftingOracle] = DriftingOracle
 
     def build_pipeline(self) -> Pipeline:
         pipeline = super().build_pipeline()
-        oracle = DriftingOracle(pipeline.cameras.model, oracle_scene(), DRIFT, seed=0)
+        oracle = self.ORACLE(pipeline.cameras.model, oracle_scene(), DRIFT, seed=0)
         pipeline.model = pipeline.cameras.model = oracle  # the engine's model seam
         pipeline.loop_descriptor = image_descriptor
-        self.get_logger().warning("test node: the model is the drifting oracle (tools/loop_oracle.py)")
+        self.get_logger().warning(f"test node: the model is the oracle {self.ORACLE.__name__} (tools/)")
         return pipeline
 
 

@@ -22,7 +22,7 @@ class RecordingSink:
         self.camera, self.publish, self.rounds = camera, publish, rounds
 
     @contextmanager
-    def pose_round(self, stream: object) -> Iterator[object | None]:
+    def pose_round(self, stream: int) -> Iterator[object | None]:
         with self.camera.pose_round(stream) as tracker:
             if tracker is None:  # stale: not delivered
                 yield None
@@ -30,9 +30,9 @@ class RecordingSink:
             self.rounds.append((self.camera.name, []))
             yield self  # the camera's engine as the pipeline sees it (`track`, `posed`)
 
-    def track(self, result, optical: str, stamp_s: float):
+    def track(self, result, optical: str, stamp_s: float, stream: int | None = None):
         self.rounds[-1][1].append(result)
-        return self.camera.outputs.state.track(result, optical, stamp_s) if self.publish else None
+        return self.camera.outputs.state.track(result, optical, stamp_s, stream) if self.publish else None
 
     def posed(self, result, frame, stamp_s: float) -> None:
         if self.publish:
@@ -52,7 +52,7 @@ def recording_pipeline(node, publish: bool = False) -> tuple[CameraPipeline, lis
     """A `CameraPipeline` over `node`'s cameras and the list its pose stage records the rounds in."""
     rounds: list[tuple[str, list]] = []
     sinks = {name: RecordingSink(camera, publish, rounds) for name, camera in node.cameras.items()}
-    return CameraPipeline(node._pipeline.cameras, sinks, lambda frame: frame.generation, _raise), rounds
+    return CameraPipeline(node._pipeline.cameras, sinks, lambda frame: frame.stream, _raise), rounds
 
 
 def _raise(name: str, exc: Exception) -> None:

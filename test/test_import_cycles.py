@@ -1,11 +1,11 @@
 """No import cycle in lingbot_map_ros/: the module import graph, parsed from the source, has no cycle.
 
 Edges: every `import lingbot_map_ros...` / `from lingbot_map_ros... import ...` / relative import of a module,
-at module level or inside a function or class (a deferred import still ties the two modules together: it
-only hides the cycle from the interpreter's start-up). `from package import name` points at the submodule
-`package.name` when there is one, else at the package (`__init__.py`). Imports under `if TYPE_CHECKING:` do
-not count: they are annotations only, never executed, and are how a module names a type of a module that
-imports it. A failure names every cycle, one path per strongly connected component.
+at module level, inside a function or class (a deferred import still ties the two modules together: it
+only hides the cycle from the interpreter's start-up) or under `if TYPE_CHECKING:` (a type named there is a
+dependency all the same: two modules that need each other's types share a third one, a leaf module or a
+Protocol). `from package import name` points at the submodule `package.name` when there is one, else at the
+package (`__init__.py`). A failure names every cycle, one path per strongly connected component.
 """
 
 from __future__ import annotations
@@ -22,37 +22,24 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+# Cycles still to break, each one strongly connected component (its modules): ros/ and tools/ are being
+# restructured apart (issue 28, "ros/ and tools/ in folders by role"); whoever breaks one deletes its line.
+# A listed cycle that is gone fails the test too, so the list only shrinks. Nothing outside ros/ and tools/.
+ALLOWED_CYCLES: tuple[frozenset[str], ...] = ()  # a cycle being broken, listed with why; none now
 
 
-def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement outside `if TYPE_CHECKING:` bodies (their `else:` branches do run)."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module: module level, deferred, under `if TYPE_CHECKING:`."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
 
 
 def import_graph() -> dict[str, set[str]]:
-    """{module: the package modules it imports at run time} for every module of the package."""
+    """{module: the package modules it imports} for every module of the package."""
     paths = {module_name(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in paths}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -69,9 +56,8 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle path (first module repeated at the end) per strongly connected component of more than one
-    module (Tarjan), sorted."""
+def components(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -102,7 +88,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     for v in sorted(graph):
         if v not in index:
             connect(v)
-    return sorted(_cycle_in(graph, component) for component in components)
+    return components
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle path (first module repeated at the end) per strongly connected component of more than one
+    module, sorted."""
+    return sorted(_cycle_in(graph, component) for component in components(graph))
 
 
 def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
@@ -126,7 +118,7 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start} in its component")
 
 
-def test_the_cycle_finder_finds_a_cycle_through_a_deferred_import_and_ignores_type_checking() -> None:
+def test_the_cycle_finder_finds_a_cycle_through_deferred_and_type_checking_imports() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -134,14 +126,15 @@ def test_the_cycle_finder_finds_a_cycle_through_a_deferred_import_and_ignores_ty
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n"
         "def f():\n    import z\n"
     )
-    assert [alias.name for node in _runtime_imports(ast.parse(source)) for alias in node.names] == [
+    assert sorted(alias.name for node in _imports(ast.parse(source)) for alias in node.names) == [
         "TYPE_CHECKING",
+        "x",
         "y",
         "z",
     ]
 
 
-def test_the_graph_sees_relative_deferred_and_submodule_imports() -> None:
+def test_the_graph_sees_relative_deferred_type_checking_and_submodule_imports() -> None:
     graph = import_graph()
     assert len(graph) > 100
     # `from . import persistence` (engine/face.py): the submodule, not engine/__init__
@@ -150,10 +143,17 @@ def test_the_graph_sees_relative_deferred_and_submodule_imports() -> None:
     assert "lingbot_map_ros.engine.lock_order" in graph["lingbot_map_ros.engine.tracker"]
     # a deferred one (`BagWorker.__init__` imports the engine's face inside the method)
     assert "lingbot_map_ros.engine.face" in graph["lingbot_map_ros.tools.batch_worker"]
+    # one under `if TYPE_CHECKING:` only (model/stream.py names `GraphedStreamStep` there)
+    assert "lingbot_map_ros.model.graphed" in graph["lingbot_map_ros.model.stream"]
 
 
 def test_no_import_cycle_in_the_package() -> None:
-    found = cycles(import_graph())
-    assert not found, f"{len(found)} import cycle(s) in {PACKAGE}/:\n" + "\n".join(
-        " -> ".join(c) for c in found
+    graph = import_graph()
+    found = components(graph)
+    new = [c for c in found if frozenset(c) not in ALLOWED_CYCLES]
+    assert not new, f"{len(new)} import cycle(s) in {PACKAGE}/:\n" + "\n".join(
+        " -> ".join(_cycle_in(graph, c)) for c in sorted(new, key=min)
     )
+    gone = [sorted(c) for c in ALLOWED_CYCLES if c not in {frozenset(f) for f in found}]
+    assert not gone, f"broken cycles still in ALLOWED_CYCLES (delete their lines): {gone}"
+    assert all(m.split(".")[1] in ("ros", "tools") for c in ALLOWED_CYCLES for m in c)

@@ -22,62 +22,15 @@ execute that one description, planned once for all layers:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from lingbot_map_ros.cache.backends import TorchAttention, check_backend
+from lingbot_map_ros.cache.batch_plan import BatchBackend, BatchPlan, BatchRequest
 from lingbot_map_ros.cache.config import KVCacheConfig
+from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
 from lingbot_map_ros.cache.paged_kv_cache import CacheStep
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """One stream's share of a batched step.
-
-    Query rows ``[query_start, query_stop)`` of the batch attend over shared-pool tokens
-    ``[key_start, key_stop)``; ``[key_start, frames_start)`` is the stream's special stream, the rest its
-    frame slots. ``specials_capped``: its special stream is at ``max_special_frames`` (steady key count).
-    """
-
-    query_start: int
-    query_stop: int
-    key_start: int
-    frames_start: int
-    key_stop: int
-    specials_capped: bool
-
-    @property
-    def num_queries(self) -> int:
-        return self.query_stop - self.query_start
-
-    @property
-    def num_keys(self) -> int:
-        return self.key_stop - self.key_start
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """The requests of one batched step, in batch order (shared by all layers)."""
-
-    requests: tuple[BatchRequest, ...]
-
-    @property
-    def num_queries(self) -> int:
-        return self.requests[-1].query_stop if self.requests else 0
-
-
-class BatchBackend(Protocol):
-    """Executes a :class:`BatchPlan` over one layer of the shared pool."""
-
-    name: str
-
-    def plan(self, plan: BatchPlan) -> None: ...
-
-    def run(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-        """q ``[sum T_i, H, D]``; pools ``[capacity, H, D]`` -> ``[sum T_i, H, D]``."""
 
 
 class TorchBatchAttention:
@@ -277,8 +230,6 @@ def make_batch_backend(name: str, config: KVCacheConfig) -> BatchBackend:
     (``auto``: torch, as for a single stream, ``backends.make_backend``)."""
     check_backend(name)
     if name == "flashinfer":
-        from lingbot_map_ros.cache.flashinfer_batch import FlashInferBatchAttention
-
         return FlashInferBatchAttention(config)
     return TorchBatchAttention(config)
 

@@ -1,4 +1,4 @@
-"""FlashInfer execution of a :class:`~lingbot_map_ros.cache.batch.BatchPlan`: one paged prefill per layer.
+"""FlashInfer execution of a :class:`~lingbot_map_ros.cache.batch_plan.BatchPlan`: one prefill per layer.
 
 The shared pool ``[capacity, H, D]`` is read as a paged cache of page size 1 (``[capacity, 1, H, D]``, NHD);
 request i (stream i of the batch) has query rows ``qo_indptr[i]:qo_indptr[i+1]`` and pages = its visible
@@ -8,15 +8,11 @@ layer. flashinfer is imported here only (not installed on CPU machines).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from lingbot_map_ros.cache.batch_plan import BatchPlan
 from lingbot_map_ros.cache.config import KVCacheConfig
 from lingbot_map_ros.cache.flashinfer_backend import PagedPrefill
-
-if TYPE_CHECKING:  # cache/batch.py imports this module (its `make_batch_backend`)
-    from lingbot_map_ros.cache.batch import BatchPlan
 
 
 class FlashInferBatchAttention(PagedPrefill):

@@ -9,11 +9,13 @@ a robot TF lookup, which may wait up to `tf.timeout` for odometry newer than the
 model. `flush(name)` collects an overlapped frame left in flight the same way.
 
 The pose stage takes one camera's results of one round at a time, in round order, and opens that camera's
-`PoseSink.pose_round(stream)`: the sink holds its outputs for the round and gives the camera's engine
-`CameraState` (engine/camera_state.py), or None when the results are stale (a reset or a loaded session came
-after the round: the old stream's results are never delivered). Each result then goes through
-`CameraState.track` (the `CameraTracker`, engine/tracker.py: TF-mode policy, the robot TF through
-`RobotTfSource`, depth through `DepthSource`, `Mapper.locate`, `map -> odom`), and the round comes back to
+`PoseSink.pose_round(stream)` with the round's stream token (`CameraState.stream` when its frame arrived,
+`stream_of` its meta): the sink holds its outputs for the round and gives the camera's engine `CameraState`
+(engine/camera_state.py), or None when the results are stale (the token is no longer current,
+`CameraState.is_current`: a reset or a loaded session came after the round, so the old stream's results are
+never delivered). Each result then goes through `CameraState.track` in that stream (the `CameraTracker`,
+engine/tracker.py: TF-mode policy, the robot TF through `RobotTfSource`, depth through `DepthSource`,
+`Mapper.locate`, `map -> odom`; its `MapWork` carries the token), and the round comes back to
 the sink ONCE: `PoseSink.delivered(posed)`, a `PosedResult` per result in input order (its `TrackedFrame`:
 convert, publish, hand the map work to the camera's map thread; or the `TransformUnavailable` of a transform
 its TF mode needs that is missing: the frame is dropped), then each tracked one goes to the camera's loop
@@ -42,9 +44,10 @@ POSE_QUEUE_ROUNDS = 2
 class PoseSink(Protocol):
     """What the pipeline needs of one camera's outputs (the node's `CameraStream`)."""
 
-    def pose_round(self, stream: object) -> AbstractContextManager[CameraState | None]:
-        """Hold the outputs for one round's results stepped in `stream`; the camera's engine, or None when
-        they must not be delivered (stale: another stream since; or nothing can be published)."""
+    def pose_round(self, stream: int) -> AbstractContextManager[CameraState | None]:
+        """Hold the outputs for one round's results stepped in stream token `stream`; the camera's engine, or
+        None when they must not be delivered (stale: not `CameraState.is_current(stream)`; or nothing can be
+        published)."""
 
     def where(self, result: FrameResult) -> tuple[str, float]:
         """(the optical frame of the result's image, its stamp in s)."""
@@ -71,12 +74,13 @@ class RoundOutput:
 
     Attributes:
         camera: the camera's name in the set.
-        stream: the stream the results' frame was stepped in (`stream_of` its meta), for the stale check.
+        stream: the stream token the results' frame was stepped in (`stream_of` its meta: the camera's
+            `CameraState.stream` when the frame arrived), for the stale check and their `MapWork`s.
         results: `FrameResult`s in input order (the S0 anchor frames at once, else one).
     """
 
     camera: str
-    stream: object
+    stream: int
     results: list[FrameResult]
 
 
@@ -86,7 +90,8 @@ class CameraPipeline:
     Args:
         cameras: the set of cameras (`build_engine`'s `MultiStreamSession`).
         sinks: each camera's `PoseSink`, by name.
-        stream_of: the stream a frame's meta (the `meta` given to `step`) was stepped in.
+        stream_of: the stream token a frame's meta (the `meta` given to `step`) carries (`CameraState.stream`
+            when the frame arrived).
         on_error: `(camera, exception)` of a round whose delivery raised (pose-stage thread).
     """
 
@@ -94,7 +99,7 @@ class CameraPipeline:
         self,
         cameras: MultiStreamSession,
         sinks: Mapping[str, PoseSink],
-        stream_of: Callable[[Any], object],
+        stream_of: Callable[[Any], int],
         on_error: Callable[[str, Exception], None],
     ) -> None:
         self.cameras = cameras
@@ -155,7 +160,7 @@ class CameraPipeline:
             for result in output.results:
                 optical, stamp_s = sink.where(result)
                 try:
-                    posed.append(PosedResult(result, state.track(result, optical, stamp_s)))
+                    posed.append(PosedResult(result, state.track(result, optical, stamp_s, output.stream)))
                 except TransformUnavailable as exc:
                     posed.append(PosedResult(result, None, exc))
             sink.delivered(posed)  # ros/ once per round

@@ -22,6 +22,7 @@ is applied by `apply_correction` like a loop (`map -> odom` / `map -> camera` ju
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
@@ -104,7 +105,9 @@ class CameraState:
             on_notice,
         )
         self.mapper = self.tracker.mapper
-        self.map_side = MapSide(self.mapper)  # the map's one owner (engine/mapping/map_side.py)
+        self._streams = itertools.count(1)
+        self._stream = 0  # the stream token (`stream`)
+        self.map_side = MapSide(self.mapper, self.is_current)  # the map's one owner (mapping/map_side.py)
         self.outputs: CorrectionOutputs = NoOutputs()
         self.health = TrackingHealth(health, mapping) if health is not None else None
         self.lost_and_found: LostAndFound | None = None  # health and relocalisation, with loop closure
@@ -114,12 +117,37 @@ class CameraState:
         self._apply_lock = OrderedLock("loop.apply_lock")
         self.corrections: list[tuple[float, float, float]] = []  # the size of each correction applied
 
+    # ------------------------------------------------------------------------------------------ stream
+    @property
+    def stream(self) -> int:
+        """The camera's one stream token: a frame takes it when it arrives (the node's `InputFrame.stream`),
+        a round and its `MapWork`s carry it; whatever carries another is stale: not stepped (the node's
+        `CameraStream.prepare`), not delivered (`PoseSink.pose_round`), not integrated (`MapSide.integrate`).
+        Only `next_stream` moves it, not the engine's own restarts (`FrameResult.epoch`: a failed scale, a
+        new resolution), so the frames queued meanwhile still count."""
+        return self._stream
+
+    def next_stream(self) -> int:
+        """Start another stream (the node's `~/reset`, `~/load_session`): from now on everything carrying an
+        older token is stale. The caller then resets the session and clears this state (`tracker.clear`,
+        `clear_loop`). Returns the new token. Stream changes are serialised by the caller (the node's
+        `node.stream_change` lock); `stream` and `is_current` are read on any thread."""
+        self._stream = next(self._streams)
+        return self._stream
+
+    def is_current(self, stream: int) -> bool:
+        """Whether `stream` is the current stream token (not stale)."""
+        return stream == self._stream
+
     # ------------------------------------------------------------------------------------------ frames
-    def track(self, result: FrameResult, camera: str, stamp_s: float) -> TrackedFrame:
-        """`CameraTracker.track`: the pose side of one frame, judged by the tracking health when on (module
-        doc: covariances inflated, the map work off for a frame that does not map). Raises
-        `TransformUnavailable`."""
-        tracked = self.tracker.track(result, camera, stamp_s)
+    def track(
+        self, result: FrameResult, camera: str, stamp_s: float, stream: int | None = None
+    ) -> TrackedFrame:
+        """`CameraTracker.track`: the pose side of one frame stepped in `stream` (None: the current one),
+        judged by the tracking health when on (module doc: covariances inflated, the map work off for a frame
+        that does not map). Raises `TransformUnavailable`."""
+        token = self._stream if stream is None else stream
+        tracked = self.tracker.track(result, camera, stamp_s, token)
         if self.health is None:
             return tracked
         if tracked.frame.new_epoch:

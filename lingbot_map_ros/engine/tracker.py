@@ -131,8 +131,9 @@ class CameraTracker:
         return self.robot.config
 
     # ------------------------------------------------------------------------------------------ frames
-    def track(self, result: FrameResult, camera: str, stamp_s: float) -> TrackedFrame:
-        """The pose side of one frame whose image has optical frame `camera` and stamp `stamp_s` (s).
+    def track(self, result: FrameResult, camera: str, stamp_s: float, stream: int = 0) -> TrackedFrame:
+        """The pose side of one frame whose image has optical frame `camera` and stamp `stamp_s` (s), stepped
+        in camera stream `stream` (`CameraState.stream`, carried by its `MapWork`).
 
         Raises:
             TransformUnavailable: a transform the TF mode (its `mode`) needs is missing after `tf.timeout`.
@@ -155,7 +156,7 @@ class CameraTracker:
                 mapper.switch_mode(robot.mode)
                 self._switched(mode, robot.mode, camera, stamp_s)
             bad_stamps = mapper.stamps_backwards + mapper.stamps_duplicate
-            frame, work = mapper.locate(result, stamp_s, robot, sensor)
+            frame, work = mapper.locate(result, stamp_s, robot, sensor, stream)
             if mapper.stamps_backwards + mapper.stamps_duplicate > bad_stamps:
                 self._notice(
                     "warning",

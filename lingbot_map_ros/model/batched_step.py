@@ -16,7 +16,7 @@ resolution (the caller groups streams by resolution).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -25,14 +25,18 @@ from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.camera_history import CameraHistory, CameraStep
 from lingbot_map_ros.model.graphed import GraphedStreamStep
 from lingbot_map_ros.model.layers import AttendFn
+from lingbot_map_ros.model.network import StepNetwork
 from lingbot_map_ros.model.stream import StepOutput, StreamState
 
-if TYPE_CHECKING:
-    from lingbot_map_ros.model.lingbot_map import LingBotMap
+
+class BatchNetwork(StepNetwork, Protocol):
+    """The network of a batched step (`LingBotMap`): its parts and the graphs it keeps per batch."""
+
+    batch_graphs: dict[tuple, GraphedStreamStep]
 
 
 def batched_step(
-    model: LingBotMap,
+    model: BatchNetwork,
     images: torch.Tensor,
     states: list[StreamState],
     keyframes: list[bool],
@@ -56,7 +60,7 @@ def batched_step(
         if graphed is not None:
             return _run_graphed(graphed, images, states, keyframes, step, indices)
         try:
-            with model._autocast():
+            with model.autocast():
                 index = torch.tensor(indices, dtype=torch.long, device=model.device)
                 layers, descriptors = model.aggregator(
                     images.to(model.precision.aggregator_dtype), step, index, states[0].config.scale_frames
@@ -88,7 +92,7 @@ def batched_step(
 
 
 def graphed_batch(
-    model: LingBotMap, states: list[StreamState], image_hw: tuple[int, int]
+    model: BatchNetwork, states: list[StreamState], image_hw: tuple[int, int]
 ) -> GraphedStreamStep | None:
     """The captured graphs for a batch of these B streams at `image_hw`, or None where the eager path runs
     (CPU, `cuda_graphs` off). Captured on the first batch of each (B, resolution); kept by the model."""
@@ -211,7 +215,7 @@ def _abandon(step: BatchCacheStep, states: list[StreamState], keyframes: list[bo
 
 
 def _check_batch(
-    model: LingBotMap, images: torch.Tensor, states: list[StreamState], keyframes: list[bool]
+    model: BatchNetwork, images: torch.Tensor, states: list[StreamState], keyframes: list[bool]
 ) -> None:
     if not states or len(states) != len(keyframes) or any(not isinstance(k, bool) for k in keyframes):
         raise ValueError(f"need one bool keyframe flag per state, got {len(states)} states, {keyframes!r}")
@@ -230,4 +234,4 @@ def _check_batch(
             raise ValueError("every stream of a batch must keep its KV cache in the same shared pool")
         if state.config.scale_frames != states[0].config.scale_frames:
             raise ValueError("every stream of a batch must have the same scale_frames")
-    model._check_images(images[:1], states[0])  # dtype, device, patch multiples (S = 1 per stream)
+    model.check_images(images[:1])  # dtype, device, patch multiples (S = 1 per stream)

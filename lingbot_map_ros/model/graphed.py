@@ -47,10 +47,10 @@ from lingbot_map_ros.model.aggregator import place_descriptor
 from lingbot_map_ros.model.block_regions import block_regions
 from lingbot_map_ros.model.camera_history import CameraHistory
 from lingbot_map_ros.model.layers import AttendFn
+from lingbot_map_ros.model.network import StepNetwork
 
 if TYPE_CHECKING:
     from lingbot_map_ros.model.aggregator import GlobalAttentionStep
-    from lingbot_map_ros.model.lingbot_map import LingBotMap
 
 MAX_CAMERA_GRAPHS = 16  # camera graphs kept per batch graph (one per set of streams batched together)
 
@@ -74,7 +74,7 @@ class GraphedStreamStep:
 
     def __init__(
         self,
-        model: LingBotMap,
+        model: StepNetwork,
         history: CameraHistory | Sequence[CameraHistory],
         image_hw: tuple[int, int],
         num_scale_frames: int,

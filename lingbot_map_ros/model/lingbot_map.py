@@ -94,13 +94,16 @@ class LingBotMap(nn.Module):
             torch.cuda.empty_cache()  # the capture's side-stream blocks
         return captured
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the aggregator's dtype (a null context in fp32)."""
         dtype = self.precision.aggregator_dtype
         if dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
-    def _check_images(self, images: torch.Tensor, state: StreamState) -> None:
+    def check_images(self, images: torch.Tensor, anchor_frames: int | None = None) -> None:
+        """Raise ValueError unless `images` is `[S, 3, H, W]` float on the model's device, H and W patch
+        multiples, S = `anchor_frames` (an anchor step) or 1 (a streaming step, `anchor_frames` None)."""
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != 3:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"images must be a tensor [S, 3, H, W] (RGB in [0, 1]), got {shape}")
@@ -114,9 +117,9 @@ class LingBotMap(nn.Module):
             )
         if images.device != self.device:
             raise ValueError(f"images must be on the model's device {self.device}, got {images.device}")
-        expected = state.config.scale_frames if state.in_anchor_phase else 1
+        expected = 1 if anchor_frames is None else anchor_frames
         if images.shape[0] != expected:
-            phase = "the anchor step" if state.in_anchor_phase else "a streaming step"
+            phase = "a streaming step" if anchor_frames is None else "the anchor step"
             raise ValueError(f"{phase} takes S = {expected} frames, got {images.shape[0]}")
 
     @torch.inference_mode()
@@ -140,7 +143,7 @@ class LingBotMap(nn.Module):
             depth: run the depth head (False: `depth` and `depth_conf` are None; the caches and the pose are
                 the same, the depth head reads nothing the stream keeps).
         """
-        self._check_images(images, state)
+        self.check_images(images, state.config.scale_frames if state.in_anchor_phase else None)
         if state.in_anchor_phase and not keyframe:
             raise ValueError("the anchor step must be a keyframe")
         image_hw = (int(images.shape[-2]), int(images.shape[-1]))
@@ -156,7 +159,7 @@ class LingBotMap(nn.Module):
                     None if t is None else t.clone() for t in outputs
                 )
             else:
-                with self._autocast():
+                with self.autocast():
                     layers, descriptor = self.aggregator(
                         images, cache_step, first_index, state.config.scale_frames
                     )

@@ -1,16 +1,16 @@
 """One camera of the node: its input, stream, session, outputs and counters (the node holds one per camera).
 
 A `CameraStream` owns what belongs to one image stream (docs/node.md "Behaviour", "Several cameras"): the
-input subscriptions and stream guard (intake.py, streams.py), the stream generations (`~/reset` bumps the
-generation first, so frames arriving during a reset already belong to the new stream; the session, under the
-session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*`), the camera identity (a
-confirmed change of the image frame_id restarts the stream), its place in the node's set of cameras
-(`MultiStreamSession`: its `StreamingSession`, all on the node's one model), its `MappingOutputs` (kept
-from the first activate after configure until cleanup, so deactivate/activate keeps the map), its counters
-(`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. The round runs on the node's
-inference thread (scheduler.py, camera_step.py: `prepare` and `finish` around `CameraPipeline.step`); the
-engine pipeline's pose stage hands the results back here (`pose_round`, `where`, `delivered` once per round:
-the `PoseSink`), in round order. Nothing here raises into a callback.
+input subscriptions and stream guard (intake.py, streams.py), the stream (`~/reset` moves the engine's token
+first, `CameraState.next_stream`, so frames arriving during a reset already belong to the new stream; the
+session, under the session lock, and the outputs, under the publish lock, catch up lazily: `_sync_*`), the
+camera identity (a confirmed change of the image frame_id restarts the stream), its place in the node's set
+of cameras (`MultiStreamSession`: its `StreamingSession`, all on the node's one model), its
+`MappingOutputs` (kept from the first activate after configure until cleanup, so deactivate/activate keeps
+the map), its counters (`RuntimeStats`; the unnamed camera shares the node's) and its `~/<name>/reset`. The
+round runs on the node's inference thread (scheduler.py, camera_step.py: `prepare` and `finish` around
+`CameraPipeline.step`); the engine pipeline's pose stage hands the results back here (`pose_round`, `where`,
+`delivered` once per round: the `PoseSink`), in round order. Nothing here raises into a callback.
 """
 
 from __future__ import annotations
@@ -112,8 +112,7 @@ class CameraStream:
         self.output_prefix = f"~/{name}/" if name else "~/"
         self.session_lock = OrderedLock("camera.session_lock")
         self.publish_lock = OrderedLock("camera.publish_lock")  # one step's results at a time; reset clears
-        self.generation = 0
-        self._session_generation = self._outputs_generation = 0
+        self._session_stream = self._outputs_stream = 0  # the stream token each has caught up with
         self.camera_id: str | None = None  # header frame_id of the stream's frames (a change = new camera)
         self._engine: MultiStreamSession | None = None  # the node's cameras (this one is `name` in it)
         self._step_epoch: object = None  # the session's epoch before the step in progress
@@ -192,6 +191,7 @@ class CameraStream:
                 on_map_error=lambda exc: self.causes.callback_failed("map_worker", exc),
                 tf_guard=self._host.tf_guard,
             )
+            self._session_stream = self._outputs_stream = self.outputs.state.stream  # a new engine's first
         subscriptions = self.intake.subscribe(self._host.facade, params, self._host.input_group)
         return subscriptions[0].topic_name
 
@@ -208,16 +208,18 @@ class CameraStream:
 
     # ---------------------------------------------------------------------------------------- frames
     def _enqueue(self, header: Header, rgb: np.ndarray, received: float) -> None:
-        """An accepted frame (intake.py) joins this camera's queue in the current generation."""
-        if not self._host.submit(self.name, InputFrame(header, rgb, received, self.generation)):
+        """An accepted frame (intake.py) joins this camera's queue in the current stream token."""
+        stream = None if (outputs := self.outputs) is None else outputs.state.stream
+        if not self._host.submit(self.name, InputFrame(header, rgb, received, stream)):
             self.stats.record_ignored_inactive()
 
     def prepare(self, frame: InputFrame) -> bool:
         """Inference thread, with `session_lock` held: whether `frame` goes into this step (False: a reset
-        came after it arrived); a new generation resets the session, another camera id restarts the stream."""
-        if frame.generation != self.generation or self._engine is None or self.outputs is None:
+        came after it arrived); a new stream resets the session, another camera id restarts the stream."""
+        outputs = self.outputs
+        if self._engine is None or outputs is None or not outputs.state.is_current(frame.stream):
             return False
-        self._sync_session(frame.generation)
+        self._sync_session(frame.stream)
         self._step_epoch = self._session_epoch()
         self._follow_camera(frame.header.frame_id)
         return True
@@ -244,11 +246,12 @@ class CameraStream:
 
     # --------------------------------------------------- the pose stage's `PoseSink` (camera_pipeline.py)
     @contextmanager
-    def pose_round(self, stream: object) -> Iterator[CameraState | None]:
-        """Hold `publish_lock` for one round's results stepped in generation `stream`: the camera's engine,
+    def pose_round(self, stream: int) -> Iterator[CameraState | None]:
+        """Hold `publish_lock` for one round's results stepped in stream token `stream`: the camera's engine,
         None when a reset came in between, the outputs are gone or the node is shutting down."""
         with self.publish_lock:
-            if stream != self.generation or self.outputs is None or not self._host.node.context.ok():
+            outputs = self.outputs
+            if outputs is None or not outputs.state.is_current(stream) or not self._host.node.context.ok():
                 yield None
                 return
             self._sync_outputs(stream)
@@ -286,21 +289,20 @@ class CameraStream:
 
     # ------------------------------------------------------------------------------------------ reset
     def reset(self, clear_queue: Callable[[str], int]) -> int | None:
-        """Start a new stream: bump the generation first (frames arriving from now on belong to the new
-        stream), drop the queued frames (`clear_queue(name)`), then reset the session after a step in
+        """Start a new stream: move the engine's stream token first (frames arriving from now on belong to
+        the new stream), drop the queued frames (`clear_queue(name)`), then reset the session after a step in
         progress and clear path, trajectory and map after a step being published. Returns the number of
         queued frames discarded, None when not active."""
-        if self._engine is None or self.outputs is None:
+        if self._engine is None or (outputs := self.outputs) is None:
             return None
-        self.generation += 1
-        generation = self.generation
+        stream = outputs.state.next_stream()
         discarded = clear_queue(self.name)
         with self.session_lock:  # waits for a step in progress
             if self._engine is not None:
-                self._sync_session(generation)
+                self._sync_session(stream)
         with self.publish_lock:  # waits for a step being published
             if self.outputs is not None:
-                self._sync_outputs(generation)
+                self._sync_outputs(stream)
         self.stats.record_reset()
         return discarded
 
@@ -313,18 +315,17 @@ class CameraStream:
             return sessions.capture(params, self.session, self.outputs)
 
     def restore(self, snapshot: SessionSnapshot, clear_queue: Callable[[str], int]) -> None:
-        """Continue a saved session (`~/load_session`) in a new generation: queued and in-flight frames of
+        """Continue a saved session (`~/load_session`) in a new stream: queued and in-flight frames of
         the old stream are dropped, session and outputs take the snapshot. Raises `SessionError`."""
         if self.session is None or self.outputs is None:
             raise SessionError("not active")
-        self.generation += 1
-        generation = self.generation
+        stream = self.outputs.state.next_stream()
         clear_queue(self.name)
         with self.session_lock, self.publish_lock:
             if self.session is None or self.outputs is None:
                 raise SessionError("not active")
             self.outputs.restore(self.session, snapshot)
-            self._session_generation = self._outputs_generation = generation
+            self._session_stream = self._outputs_stream = stream
             self.camera_id = None
             self._last_result = {}
             self._refresh_session_stats()
@@ -342,11 +343,11 @@ class CameraStream:
         self._host.node.get_logger().info(message)
         return Trigger.Response(success=True, message=message)
 
-    def _sync_session(self, generation: int) -> None:
-        """Reset the session once for a new stream generation (call with `session_lock` held)."""
-        if self._session_generation != generation:
+    def _sync_session(self, stream: int) -> None:
+        """Reset the session once for a new stream token (call with `session_lock` held)."""
+        if self._session_stream != stream:
             self._reset_session("reset requested")
-            self._session_generation = generation
+            self._session_stream = stream
             self._last_result = {}
             self._refresh_session_stats()
 
@@ -355,12 +356,12 @@ class CameraStream:
         the other cameras in progress."""
         self._engine.reset(self.name, reason)
 
-    def _sync_outputs(self, generation: int) -> None:
-        """Clear path, trajectory and map once for a new stream generation (with `publish_lock` held)."""
-        if self._outputs_generation != generation:
+    def _sync_outputs(self, stream: int) -> None:
+        """Clear path, trajectory and map once for a new stream token (with `publish_lock` held)."""
+        if self._outputs_stream != stream:
             self.outputs.clear()
             self.outputs.publish_cleared(self._host.node.get_clock().now().to_msg())
-            self._outputs_generation = generation
+            self._outputs_stream = stream
 
     # ------------------------------------------------------------------------------------ parameters
     def set_sliding_window(self, window: int) -> None:

@@ -1,7 +1,7 @@
 """One round over the cameras that have a frame: the one place the node steps its cameras.
 
 `step_cameras` holds the session lock of every camera in the batch (in camera order; overlapped, of every
-camera), lets each camera take its frame in (`CameraStream.prepare`: stream generation, camera identity) and
+camera), lets each camera take its frame in (`CameraStream.prepare`: stream token, camera identity) and
 makes ONE engine call, `CameraPipeline.step` (engine/camera_pipeline.py): the model round (a set of one camera
 is a single stream, `push`, or with `overlap` the one-deep `push_overlapped` pipeline of issue 22, whose
 results are those of the frame before; `flush_cameras` collects the frame left in flight when no next frame is

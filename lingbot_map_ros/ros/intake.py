@@ -57,13 +57,14 @@ class InputFrame:
         header: the input image header (stamp and frame_id reused by every output of this frame).
         rgb: `[H, W, 3]` uint8 at the input resolution.
         received: `time.monotonic()` at the callback (latency origin).
-        generation: reset counter when it arrived; frames from before a reset are discarded.
+        stream: the camera's stream token when it arrived (`CameraState.stream`, None before the camera's
+            engine exists); a frame of a stream left since (a reset, a loaded session) is discarded.
     """
 
     header: Header
     rgb: np.ndarray
     received: float
-    generation: int
+    stream: int | None
 
 
 def check_size(rgb: np.ndarray, image_width: int) -> None:
@@ -112,7 +113,7 @@ class FrameIntake:
         params: returns the current parameter snapshot (image width, pixel budget, frames; live ones apply
             to the next frame).
         enqueue: takes an accepted frame's `(header, rgb [H, W, 3] uint8, received monotonic s)`; must not
-            block (the node stamps the stream generation and submits to the drop-oldest inference queue).
+            block (the node stamps the stream token and submits to the drop-oldest inference queue).
         active: whether the node is active; frames arriving otherwise are counted by `on_inactive`.
         on_inactive: called for each frame that arrives while not active (counted, nothing else).
         reserved_frames: the frame ids a camera must not have (default: `reserved_frame_ids`).

@@ -322,7 +322,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
 
     def load_session(self) -> str:
         """`~/load_session` (and `session.load_path` at activate): read and check the session first (a refused
-        load touches nothing), then start a new stream generation in its map frame (session_files.py)."""
+        load touches nothing), then start a new stream in its map frame (session_files.py)."""
         camera, rounds = self._single(), self._rounds
         if rounds is None:
             raise SessionError("not active")

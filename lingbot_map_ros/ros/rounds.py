@@ -49,7 +49,7 @@ class NodeRounds:
         configured = pipeline()
         assert configured is not None, "NodeRounds are made at activate, after configure"
         self._engine = CameraPipeline(
-            configured.cameras, cameras, lambda frame: frame.generation, self._on_publish_error
+            configured.cameras, cameras, lambda frame: frame.stream, self._on_publish_error
         )
         max_wait_ms = configured.cameras.batch.max_wait_ms
         self._scheduler: StreamScheduler[str, InputFrame] = StreamScheduler(

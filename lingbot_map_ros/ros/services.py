@@ -1,7 +1,7 @@
 """The node's std_srvs/Trigger services: `~/reset`, `~/save_map`, `~/save_session`, `~/load_session`,
 `~/reject_loop` (`create_reject_loop_service`: each camera's loop closer undoes its last loop, issue 30).
 
-`~/reset` calls the node's `reset_stream` (stream generations, docs/node.md "Behaviour"); `~/save_map` writes
+`~/reset` calls the node's `reset_stream` (the stream token, docs/node.md "Behaviour"); `~/save_map` writes
 the map (binary PLY) and the trajectory (TUM) through `MappingOutputs.save`, atomically (temp file + rename)
 into `output_dir`, and a session too with `session.save_with_map`; `~/save_session` / `~/load_session` call
 the node's `save_session` / `load_session` (docs/session.md). All answer "not active" while the node is not

@@ -131,7 +131,7 @@ class SessionFiles:
         """`~/load_session` for `camera`: read and validate the session within the camera's budgets, then
         under `stream_change` (the lock resets take) check it against the camera's session and mapper, the
         node's `tf.mode` and frame ids (`session_check.check_loadable`: a refused load touches nothing), and
-        only then start a new stream generation in its map frame. Returns the report line."""
+        only then start a new stream in its map frame. Returns the report line."""
         session, outputs = camera.session, camera.outputs
         if session is None or outputs is None:
             raise SessionError("not active")

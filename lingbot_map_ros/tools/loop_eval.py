@@ -47,11 +47,11 @@ from lingbot_map_ros.tools.loop_oracle import (
     DriftConfig,
     DriftingOracle,
     LoopScene,
+    eval_scene,
     image_descriptor,
     oracle_session,
 )
 from lingbot_map_ros.tools.run_bag import PosedFrames, track_frame
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 from lingbot_map_ros.tools.trajectory_eval import umeyama_sim3
 
 OVERSHOOT_TURNS = 0.25
@@ -90,13 +90,7 @@ def ate(estimate: np.ndarray, reference: np.ndarray) -> tuple[float, np.ndarray]
 def evaluate(config: LoopEvalConfig) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Run the loop (module doc): the result dict and the tracks {truth, without, with} [N, 3] (aligned)."""
     turns = config.laps + OVERSHOOT_TURNS
-    scene_config = SceneConfig(
-        width=config.width, height=config.height, frames=config.frames, seed=7 + config.seed, supersample=1
-    )
-    if config.twin_rooms_m > 0:
-        scene = LoopScene.twin_rooms(scene_config, 2 * turns, config.twin_rooms_m)
-    else:
-        scene = LoopScene.render(scene_config, turns)
+    scene = eval_scene(config.width, config.height, config.frames, config.seed, turns, config.twin_rooms_m)
     truth = scene.world_poses
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     session, oracle = oracle_session(scene, drift, config.seed)

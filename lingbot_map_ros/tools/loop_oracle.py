@@ -23,6 +23,7 @@ is fooled the way a real model is, and only the loop closer's consistency checks
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,6 +148,18 @@ class LoopScene:
         return float((seen <= tolerance * cam[front][inside, 2]).sum() / z.size)
 
 
+def eval_scene(
+    width: int, height: int, frames: int, seed: int, turns: float, twin_rooms_m: float = 0.0
+) -> LoopScene:
+    """The scene of an evaluation run (`loop-eval`, `reloc-eval`): `frames` frames of width x height over
+    `turns` laps, rendered with seed 7 + `seed`; with `twin_rooms_m` > 0 the twin rooms that far apart
+    (`twin_rooms`, 2 x `turns`: both rooms)."""
+    config = SceneConfig(width=width, height=height, frames=frames, seed=7 + seed, supersample=1)
+    if twin_rooms_m > 0:
+        return LoopScene.twin_rooms(config, 2 * turns, twin_rooms_m)
+    return LoopScene.render(config, turns)
+
+
 def drifted_poses(scene: LoopScene, drift: DriftConfig) -> tuple[np.ndarray, np.ndarray]:
     """The stream's drifting poses [N, 4, 4] and its local unit per frame [N] (stream units per metre), along
     the world path (between twin rooms too)."""
@@ -252,21 +265,26 @@ class DriftingOracle:
 
 
 def oracle_session(
-    scene: LoopScene, drift: DriftConfig, seed: int = 0
+    scene: LoopScene,
+    drift: DriftConfig,
+    seed: int = 0,
+    frames: int | None = None,
+    make: Callable[..., DriftingOracle] | None = None,
 ) -> tuple[StreamingSession, DriftingOracle]:
-    """A `StreamingSession` (2 anchor frames, window 4, no re-anchor within the scene) over a `DriftingOracle`
-    of the tiny preset's synthetic model."""
-    width, frames = scene.images.shape[2], len(scene.images)
+    """A `StreamingSession` (2 anchor frames, window 4, no re-anchor within `frames` pushes: by default the
+    scene's, at most 992) over the oracle `make(model, scene, drift, seed=seed)` (default `DriftingOracle`;
+    tools/reloc_oracle.py `kidnap_session` makes a `KidnapOracle`) of the tiny preset's synthetic model."""
+    stored = min(1000, len(scene.images) + 8) if frames is None else frames + 8
     config = SessionConfig(
         scale_frames=2,
         sliding_window=4,
         max_window=4,
-        image_width=width,
-        max_stored_frames=min(1000, frames + 8),
+        image_width=scene.images.shape[2],
+        max_stored_frames=stored,
         camera_history=12,
     )
     session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config)).only
-    oracle = DriftingOracle(session.model, scene, drift, seed=seed)
+    oracle = (make or DriftingOracle)(session.model, scene, drift, seed=seed)
     session.model = oracle  # the engine's model seam: steps go through the oracle from now on
     return session, oracle  # type: ignore[return-value]
 

@@ -49,9 +49,8 @@ from lingbot_map_ros.engine.face import (
     loop_closer,
 )
 from lingbot_map_ros.engine.offline import RelocaliseConfig, Sim3
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
+from lingbot_map_ros.tools.loop_oracle import DriftConfig, eval_scene, image_descriptor
 from lingbot_map_ros.tools.reloc_oracle import KidnapOracle, TwinRooms, kidnap_session
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 from lingbot_map_ros.tools.trajectory_eval import umeyama_sim3
 
 MAP_TURNS = 1.25
@@ -116,8 +115,7 @@ def evaluate(config: RelocEvalConfig) -> tuple[dict[str, object], float]:
     """Run the scenario (module doc): the result dict and the smallest covariance factor while lost."""
     laps = MAP_TURNS + 2.0
     total = int(config.frames_per_lap * laps)
-    scene_config = SceneConfig(config.width, config.height, total, seed=7 + config.seed, supersample=1)
-    scene = LoopScene.render(scene_config, laps)
+    scene = eval_scene(config.width, config.height, total, config.seed, laps)
     drift = DriftConfig(scale_per_m=config.drift_scale, yaw_deg_per_m=config.drift_yaw_deg_per_m)
     twins = TwinRooms() if config.aliasing == "twin-rooms" else None
     budget = int(config.frames_per_lap * MAP_TURNS * 2) + config.segment * (config.kidnaps + 1)

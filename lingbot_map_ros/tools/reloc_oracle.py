@@ -19,11 +19,12 @@ places: it returns the relative pose of the two look-alikes in A, so verificatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
-from lingbot_map_ros.engine.face import EngineSpec, SessionConfig, StreamingSession, build_engine
+from lingbot_map_ros.engine.face import StreamingSession
 from lingbot_map_ros.engine.offline import rigid
 from lingbot_map_ros.model import StepOutput
 from lingbot_map_ros.tools.loop_oracle import (
@@ -32,6 +33,7 @@ from lingbot_map_ros.tools.loop_oracle import (
     LoopScene,
     _axis_angle,
     _digest,
+    oracle_session,
     pair_relative,
 )
 
@@ -191,16 +193,5 @@ class KidnapOracle(DriftingOracle):
 def kidnap_session(
     scene: LoopScene, drift: DriftConfig, frames: int, seed: int = 0, twins: TwinRooms | None = None
 ) -> tuple[StreamingSession, KidnapOracle]:
-    """A `StreamingSession` over a `KidnapOracle` (as `oracle_session`), sized for `frames` pushes."""
-    config = SessionConfig(
-        scale_frames=2,
-        sliding_window=4,
-        max_window=4,
-        image_width=scene.images.shape[2],
-        max_stored_frames=frames + 8,
-        camera_history=12,
-    )
-    session = build_engine(EngineSpec(preset="tiny", device="cpu", seed=0, session=config)).only
-    oracle = KidnapOracle(session.model, scene, drift, seed=seed, twins=twins)
-    session.model = oracle  # the engine's model seam
-    return session, oracle
+    """`oracle_session` over a `KidnapOracle` (`twins`: the twin rooms), sized for `frames` pushes."""
+    return oracle_session(scene, drift, seed, frames, partial(KidnapOracle, twins=twins))  # type: ignore[return-value]

@@ -16,14 +16,8 @@ import torch
 
 from lingbot_map_ros.cache import KVCacheConfig, PagedKVCache
 from lingbot_map_ros.cache.backends import TorchAttention
-from lingbot_map_ros.cache.batch import (
-    BatchPlan,
-    BatchRequest,
-    TorchBatchAttention,
-    begin_batch,
-    end_batch,
-    equal_spacing,
-)
+from lingbot_map_ros.cache.batch import TorchBatchAttention, begin_batch, end_batch, equal_spacing
+from lingbot_map_ros.cache.batch_plan import BatchPlan, BatchRequest
 from lingbot_map_ros.cache.shared_pool import PooledKVCache, SharedKVPool
 
 LAYERS, HEADS, DIM, PATCHES = 2, 2, 4, 5

@@ -45,17 +45,16 @@ class GatedTf:
 
 
 class Sink:
-    """A camera's `PoseSink`: its engine, its current stream (a reset moves it on), what was delivered."""
+    """A camera's `PoseSink`: its engine (whose stream token a reset moves on), what was delivered."""
 
     def __init__(self, state: CameraState) -> None:
         self.state = state
-        self.stream = 0
         self.frames: list[tuple[int, TrackedFrame]] = []  # (frame number, tracked frame) delivered
         self.rounds = 0  # `delivered` calls
 
     @contextmanager
-    def pose_round(self, stream: object) -> Iterator[CameraState | None]:
-        yield self.state if stream == self.stream else None
+    def pose_round(self, stream: int) -> Iterator[CameraState | None]:
+        yield self.state if self.state.is_current(stream) else None
 
     def where(self, result) -> tuple[str, float]:
         return "cam", 100.0 + result.meta[1]
@@ -89,7 +88,7 @@ def pipeline(model: LingBotMap) -> Iterator[tuple[CameraPipeline, Sink, GatedTf]
 
 
 def _step(pipeline: CameraPipeline, sink: Sink, rgb: np.ndarray, i: int) -> None:
-    round_ = pipeline.step({"cam": (rgb, (sink.stream, i))}, overlap=False, depth={"cam"})
+    round_ = pipeline.step({"cam": (rgb, (sink.state.stream, i))}, overlap=False, depth={"cam"})
     assert not round_.errors
 
 
@@ -114,7 +113,7 @@ def test_a_round_of_a_stream_left_before_its_delivery_is_dropped(pipeline) -> No
     for i, rgb in enumerate(frames[: S0 + 1]):  # the anchors (taken, waiting for TF), one round queued
         _step(pipeline, sink, rgb, i)
     assert tf.waiting.wait(30)
-    sink.stream += 1  # a reset: the queued round's stream is gone
+    sink.state.next_stream()  # a reset: the queued round's stream is gone
     pipeline.cameras.reset("cam", "reset requested")
     tf.gate.set()
     for i, rgb in enumerate(frames[S0 + 1 :]):  # the new stream's anchors

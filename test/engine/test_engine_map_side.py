@@ -1,7 +1,6 @@
 """`MapSide` (engine/mapping/map_side.py), the map's one owner, without ROS: integration with the frame cloud
-under
-its lock, each reader's change tracking (a new epoch, `mark_changed`), the robot-map parts the fused map
-reads, and a rebuild that replaces the map."""
+under its lock, each reader's change tracking (a new epoch, `mark_changed`), the robot-map parts the fused map
+reads, a rebuild that replaces the map, and a work of a stream left since (the stream token) dropped."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import threading
 
 import numpy as np
 
+from lingbot_map_ros.engine.camera_state import CameraState
 from lingbot_map_ros.engine.mapping.map_side import MapSide
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
@@ -80,3 +80,25 @@ def test_a_reader_waits_for_an_integration_in_progress() -> None:
     release.set()
     thread.join(5), reader.join(5)
     assert sizes == [side.size()] and sizes[0] > 0
+
+
+def test_a_map_work_from_before_a_new_stream_is_dropped() -> None:
+    """The camera's stream token (`CameraState.stream`) is carried by each `MapWork`: a work located before
+    `next_stream` (a reset, a loaded session) never enters the map, one of the new stream does."""
+    state = CameraState(MapperConfig(voxel=VoxelMapConfig(voxel_size=0.05)))
+    old = state.track(result(0), "cam", 0.0).work
+    assert old.stream == state.stream == 0
+    assert state.next_stream() == state.stream == 1 and not state.is_current(old.stream)
+    clouds: list[object] = []
+    assert state.map_side.integrate(old, clouds.append) is None  # stale: dropped, no frame cloud
+    assert clouds == [] and state.map_side.size() == 0 and state.map_side.stale_dropped == 1
+    with state.tracker.lock, state.map_side.lock:
+        state.tracker.clear()  # what the reset does next (the node's `MappingOutputs.clear`)
+    new = state.track(result(1, epoch=1), "cam", 1.0).work
+    assert new.stream == 1 and new.epoch == 1
+    cloud = state.map_side.integrate(new, clouds.append)
+    assert cloud is not None and clouds == [cloud] and state.map_side.size() > 0
+    # a round of the old stream tracked late (its token given explicitly) is dropped too
+    late = state.track(result(2, epoch=1), "cam", 2.0, stream=0).work
+    size = state.map_side.size()
+    assert state.map_side.integrate(late) is None and state.map_side.size() == size

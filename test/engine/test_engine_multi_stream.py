@@ -169,7 +169,7 @@ def test_warm_up_captures_batched_steps_of_every_size(
     monkeypatch.setattr(model, "warm_up_batch", lambda states, hw: calls.append((states, hw)))
     multi.warm_up((42, 74), streaming_frames=0)
     assert [len(states) for states, _ in calls] == sizes
-    expected = [multi.sessions[name].model_state for name in ("a", "b", "c")]
+    expected = [multi.sessions[name].batched.model_state for name in ("a", "b", "c")]
     assert all(states == expected[: len(states)] and hw == (28, 56) for states, hw in calls)
 
 
@@ -203,7 +203,7 @@ def test_pool_stats_report_the_memory_each_camera_adds(model: LingBotMap) -> Non
     stats = multi.pool_stats()
     c = model.config
     for name in ("a", "b"):
-        state = multi.sessions[name].model_state
+        state = multi.sessions[name].batched.model_state
         tokens = state.kv_cache.region.tokens
         assert stats["camera_kv_bytes"][name] == 2 * c.depth * tokens * c.num_heads * c.head_dim * 4  # fp32
         history = state.camera

@@ -66,7 +66,9 @@ def test_two_cameras_step_as_one_batch_on_cuda(backend: str, overlap: bool) -> N
             for i, name in enumerate(results):
                 camera = node.cameras[name]
                 header = Header(stamp=Time(sec=t), frame_id=f"{name}_optical")
-                batch.append((name, InputFrame(header, images[i, t], time.monotonic(), camera.generation)))
+                batch.append(
+                    (name, InputFrame(header, images[i, t], time.monotonic(), camera.outputs.state.stream))
+                )
             assert not step_cameras(node.cameras, batch, pipeline, overlap=overlap)
         assert not flush_cameras(node.cameras, pipeline)  # the inference thread's idle flush
         assert pipeline.stop(30)

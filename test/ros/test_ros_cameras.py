@@ -127,9 +127,9 @@ def node() -> Iterator[LingBotMapNode]:
 
 
 def frame(camera: CameraStream, rgb: np.ndarray, i: int, frame_id: str = "") -> InputFrame:
-    """A frame of `camera` in its current generation, stamped `i` s, frame id `<name>_optical` by default."""
+    """A frame of `camera` in its current stream, stamped `i` s, frame id `<name>_optical` by default."""
     header = Header(stamp=Time(sec=i), frame_id=frame_id or f"{camera.name}_optical")
-    return InputFrame(header, rgb, time.monotonic(), camera.generation)
+    return InputFrame(header, rgb, time.monotonic(), camera.outputs.state.stream)
 
 
 def step(

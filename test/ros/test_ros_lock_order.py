@@ -84,7 +84,7 @@ def test_the_nodes_paths_take_their_locks_in_order(strict: list[str], tmp_path: 
         for i in range(FRAMES):  # through the scheduler: inference, publish and map threads
             rgb = rng.integers(0, 256, (42, 56, 3), dtype=np.uint8)
             header = Header(stamp=Time(sec=100 + i), frame_id="cam")
-            assert node._submit("", InputFrame(header, rgb, time.monotonic(), camera.generation))
+            assert node._submit("", InputFrame(header, rgb, time.monotonic(), camera.outputs.state.stream))
         _wait(lambda: camera.outputs.frames_published == FRAMES)
         node.publish_diagnostics()
         assert camera.outputs.publish_path()

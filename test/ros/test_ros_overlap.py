@@ -71,8 +71,8 @@ def node() -> Iterator[LingBotMapNode]:
         yield node
 
 
-def _frame(generation: int, rgb: np.ndarray, i: int) -> InputFrame:
-    return InputFrame(Header(stamp=Time(sec=i), frame_id="cam"), rgb, time.monotonic(), generation)
+def _frame(stream: int, rgb: np.ndarray, i: int) -> InputFrame:
+    return InputFrame(Header(stamp=Time(sec=i), frame_id="cam"), rgb, time.monotonic(), stream)
 
 
 def _run(
@@ -90,7 +90,7 @@ def _run(
                 errors = flush_cameras(node.cameras, pipeline)
             else:
                 errors = step_cameras(
-                    node.cameras, [("", _frame(camera.generation, rgb, i))], pipeline, overlap
+                    node.cameras, [("", _frame(camera.outputs.state.stream, rgb, i))], pipeline, overlap
                 )
             assert not errors
             assert pipeline.wait_delivered(10)
@@ -168,7 +168,7 @@ def test_a_reset_drops_the_frame_in_flight(node: LingBotMapNode) -> None:
     frames = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(S0 + 1)]
     pipeline, rounds = recording_pipeline(node)
     for i, rgb in enumerate(frames):
-        frame = _frame(camera.generation, rgb, i)
+        frame = _frame(camera.outputs.state.stream, rgb, i)
         step_cameras(node.cameras, [("", frame)], pipeline, overlap=True)
     assert pipeline.wait_delivered(10) and len(rounds) == 1  # the anchors
     camera.reset(lambda name: 0)  # frame S0 is in flight: its stream is gone

@@ -13,16 +13,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import cv2
 import numpy as np
 
 from ..geometry import Sim3, rotation_angle
-from ..mapping.frames import camera_points
 from ..result import FrameResult
-from ..stream.preprocess import preprocess_geometry, resize_uint8
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
+from .edges import loop_sigma, stream_sigma
 from .gate import OdometryScale, innovation_chi2, odometry_disagreement
+from .keyframe_build import build_keyframe
 from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
 from .pose_graph import Edge, EdgeSigma, GraphState, OptimizeResult, PoseGraph
@@ -133,7 +132,7 @@ class LoopCloser:
         with it (`gate.odometry_disagreement`)."""
         if not self.wants(result.pose_c2w):
             return None
-        keyframe = self._keyframe(result, stamp_s)
+        keyframe = self.keyframe_of(result, stamp_s)
         if odometry is not None:
             keyframe.odometry = np.asarray(odometry, np.float64)
             self._odometry_scale.observe(previous_step=self._last, keyframe=keyframe)
@@ -142,7 +141,9 @@ class LoopCloser:
         self.graph.add_node(keyframe.key, keyframe.pose)
         if previous is not None:
             step = between(previous.stream_pose, keyframe.stream_pose)
-            self.graph.add_edge(Edge(previous.key, keyframe.key, step, self._stream_sigma(step, previous)))
+            self.graph.add_edge(
+                Edge(previous.key, keyframe.key, step, stream_sigma(step, previous, self.config))
+            )
         elif self._restored_end is not None:  # a new epoch on a restored map: held loosely where it starts
             end = self.graph.poses[self._restored_end]
             self.graph.add_edge(
@@ -249,55 +250,28 @@ class LoopCloser:
         """A stream pose [4, 4] in the map now (the correction applied)."""
         return compose(self.correction, from_pose(stream_pose))
 
+    def keyframe_of(self, result: FrameResult, stamp_s: float) -> Keyframe:
+        """The keyframe `result` would become now (its key, its pose under the current correction); not
+        added (`add` adds it; the relocaliser searches with it, engine/loop/relocalise.py)."""
+        key = int(result.index) + self._key_offset
+        return build_keyframe(
+            result, stamp_s, key, self.correction, self.config, self.image_width, self.describe
+        )
+
+    def join_relocalised(self, query: Keyframe, old: Keyframe, relative: Sim3) -> None:
+        """A relocalised keyframe `query` (its `pose` already in the map) joins the map by a loop edge from
+        `old` (`relative`: the verified old -> query Sim(3)); the new segment's stream edges start at it,
+        none across the loss (engine/loop/relocalise.py)."""
+        self.map.add(query)
+        self.graph.add_node(query.key, query.pose)
+        self.graph.add_edge(Edge(old.key, query.key, relative, loop_sigma(old, self.config), loop=True))
+        self.index.add(query.key, query.descriptor)
+        self.loops.append((old.key, query.key))
+        self.accepted.append((old.key, query.key))
+        self._last, self._restored_end, self.last_loop_key = query, None, query.key
+        self.stats.keyframes = len(self.map)
+
     # ------------------------------------------------------------------------------------------------
-    def _keyframe(self, result: FrameResult, stamp_s: float) -> Keyframe:
-        cfg = self.config
-        geometry = preprocess_geometry(result.image_hw, self.image_width)
-        image = resize_uint8(result.rgb, geometry)
-        (resized_h, resized_w), top, out_h = geometry.resized_hw, geometry.crop_top, geometry.out_hw[0]
-
-        def network(values: np.ndarray) -> np.ndarray:
-            grid = cv2.resize(
-                np.nan_to_num(values, nan=0.0).astype(np.float32),
-                (resized_w, resized_h),
-                interpolation=cv2.INTER_NEAREST,
-            )
-            return grid[top : top + out_h][:: cfg.depth_stride, :: cfg.depth_stride].copy()
-
-        mask = result.depth_conf > cfg.conf_threshold
-        cam_xyz, flat = camera_points(result.depth, result.intrinsics, mask, cfg.point_stride)
-        stream_pose = from_pose(result.pose_c2w)
-        return Keyframe(
-            key=int(result.index) + self._key_offset,
-            stamp_s=stamp_s,
-            stream_pose=stream_pose,
-            pose=compose(self.correction, stream_pose),
-            points=cam_xyz.astype(np.float32),
-            colors=result.rgb.reshape(-1, 3).take(flat, axis=0),
-            descriptor=self.describe(image) if result.place_descriptor is None else result.place_descriptor,
-            image=image,
-            depth=network(result.depth),
-            conf=network(result.depth_conf),
-            depth_stride=cfg.depth_stride,
-        )
-
-    def _stream_sigma(self, step: Sim3, previous: Keyframe) -> EdgeSigma:
-        """floor + rate x length per keyframe step; a step longer than the keyframe spacing counts as that
-        many steps (drift is a random walk: its variance grows with the distance, not its square), so one
-        long jump of the stream cannot absorb a loop's error that a walked path would not."""
-        cfg = self.config
-        length = float(np.linalg.norm(step.translation)) + previous.median_depth * float(
-            rotation_angle(step.rotation)
-        )
-        steps = max(1.0, length / (cfg.keyframe_translation * previous.median_depth))
-        each = length / steps
-        root = float(np.sqrt(steps))
-        return EdgeSigma(
-            root * (cfg.stream_sigma_floor + cfg.stream_sigma_rate * each),
-            root * (cfg.stream_sigma_floor * previous.median_depth + cfg.stream_sigma_rate * each),
-            root * (cfg.stream_sigma_floor + cfg.stream_sigma_rate * each),
-        )
-
     def _close(self, keyframe: Keyframe, candidates: list[Candidate]) -> LoopEvent | None:
         for candidate in candidates:
             old = self.map.keyframes.get(candidate.key)
@@ -320,10 +294,7 @@ class LoopCloser:
         the graph, then spread + optimise; a gtsam failure, the new edge dropped as an outlier or a jump past
         `max_correction_m` restores everything as it was (counted)."""
         cfg = self.config
-        sigma = EdgeSigma(
-            cfg.loop_rotation_sigma, cfg.loop_translation_sigma * old.median_depth, cfg.loop_scale_sigma
-        )
-        edge = Edge(old.key, keyframe.key, verdict.relative, sigma, loop=True)
+        edge = Edge(old.key, keyframe.key, verdict.relative, loop_sigma(old, cfg), loop=True)
         checkpoint = self._checkpoint()
         try:
             chi2 = innovation_chi2(self.graph, edge)

@@ -38,7 +38,7 @@ class ModelDescriptor:
     def __call__(self, image_net: np.ndarray) -> np.ndarray:
         model = self.model
         dtype = model.precision.aggregator_dtype  # type: ignore[attr-defined]
-        with torch.inference_mode(), model._autocast():  # type: ignore[attr-defined]
+        with torch.inference_mode(), model.autocast():  # type: ignore[attr-defined]
             # writable and contiguous (copied only when not): torch warns on a read-only array (issue 29)
             images = torch.from_numpy(np.require(image_net, requirements=["C", "W"])).to(model.device)
             images = images.permute(2, 0, 1)[None].to(torch.float32).div_(255.0).to(dtype)

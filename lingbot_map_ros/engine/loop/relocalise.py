@@ -28,7 +28,6 @@ from ..health import HealthReport, TrackingHealth, Verdict
 from ..result import FrameResult
 from .closer import LoopCloser, LoopEvent
 from .keyframes import Keyframe
-from .pose_graph import Edge, EdgeSigma
 from .similarity import compose, from_pose, inverse
 from .verify import Verification
 
@@ -120,7 +119,7 @@ class Relocaliser:
         closer = self.closer
         if not len(closer.map):
             return None
-        query = closer._keyframe(result, stamp_s)
+        query = closer.keyframe_of(result, stamp_s)
         self.stats.searches += 1
         self._searched += 1
         matches = self._matches(query)
@@ -178,7 +177,7 @@ class Relocaliser:
         )
 
     def _commit(self, match: Match, query: Keyframe, extend: bool) -> Relocalisation:
-        closer, loop = self.closer, self.closer.config
+        closer = self.closer
         jump = compose(match.correction, inverse(closer.correction))
         closer.correction = match.correction
         self.stats.relocalised += 1
@@ -187,21 +186,7 @@ class Relocaliser:
         if not extend:
             return Relocalisation(match.correction, jump, None, match.old.key)
         query.pose = compose(match.correction, query.stream_pose)
-        closer.map.add(query)
-        closer.graph.add_node(query.key, query.pose)
-        sigma = EdgeSigma(
-            loop.loop_rotation_sigma,
-            loop.loop_translation_sigma * match.old.median_depth,
-            loop.loop_scale_sigma,
-        )
-        closer.graph.add_edge(Edge(match.old.key, query.key, match.verification.relative, sigma, loop=True))
-        closer.index.add(query.key, query.descriptor)
-        closer.loops.append((match.old.key, query.key))
-        closer.accepted.append((match.old.key, query.key))
-        closer._last = query  # the new segment's stream edges start here, none across the loss
-        closer._restored_end = None
-        closer.last_loop_key = query.key
-        closer.stats.keyframes = len(closer.map)
+        closer.join_relocalised(query, match.old, match.verification.relative)
         return Relocalisation(match.correction, jump, query.key, match.old.key)
 
     def _place(self, hint: Hint, query: Keyframe) -> Relocalisation:

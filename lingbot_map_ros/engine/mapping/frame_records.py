@@ -63,13 +63,16 @@ class PosedFrame:
 
 @dataclass(frozen=True)
 class MapWork:
-    """What `Mapper.integrate` needs of one located frame, as the pose side was at that frame: `serial` of its
-    epoch (another than the map's: the map is cleared first), `is_keyframe`, `pose_c2w` [4, 4] (model world),
+    """What `Mapper.integrate` needs of one located frame, as the pose side was at that frame: `stream`, the
+    camera's stream token it was stepped in (`CameraState.stream`: a work of a stream left since is dropped,
+    `MapSide.integrate`), `epoch` (the session's, `FrameResult.epoch`: another than the map's clears the map
+    first), `is_keyframe`, `pose_c2w` [4, 4] (model world),
     `camera_pose` [4, 4] T_map_cam, metric `depth` [H, W] float32, `depth_conf` [H, W], `intrinsics` [3, 3],
     `rgb` [H, W, 3] uint8, `voxel` (threshold and stride then: live parameters), a copy of the frame `chain`
     (its scale), `scale_converged` and `mapping_enabled` then."""
 
-    serial: int
+    stream: int
+    epoch: int
     is_keyframe: bool
     pose_c2w: np.ndarray
     camera_pose: np.ndarray

@@ -8,8 +8,9 @@ through it, and every reader (the map and grid timers, the fused map of several 
 (the camera's outputs: reset, session save and load), which takes it before the pose lock.
 
 Change tracking: `take_points` / `take_grid` return the map or grid only when it changed since that reader's
-last take (or `force`): an integration that changed the map, a new epoch (`FrameCloud.map_cleared`: the
-mapper's epoch serial is the one counter), `mark_changed`, a `rebuild`.
+last take (or `force`): an integration that changed the map, a new epoch (`FrameCloud.map_cleared`),
+`mark_changed`, a `rebuild`. A work of a camera stream left since (`MapWork.stream`, not `current`: a reset
+or a loaded session came after it was located) is dropped, never integrated.
 """
 
 from __future__ import annotations
@@ -30,15 +31,22 @@ GridCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
 class MapSide:
     """The map side of `mapper` (module doc)."""
 
-    def __init__(self, mapper: Mapper) -> None:
+    def __init__(self, mapper: Mapper, current: Callable[[int], bool] | None = None) -> None:
         self.lock = OrderedLock("map.lock")
         self._mapper = mapper
+        self._current = current  # is a work's stream token current (`CameraState.is_current`; None: always)
+        self.stale_dropped = 0  # works of a stream left since, dropped
         self._changed = {"map": False, "grid": False}  # per reader: changed since its last take
 
-    def integrate(self, work: MapWork, on_cloud: Callable[[FrameCloud], None] | None = None) -> FrameCloud:
+    def integrate(
+        self, work: MapWork, on_cloud: Callable[[FrameCloud], None] | None = None
+    ) -> FrameCloud | None:
         """`Mapper.integrate(work)`; `on_cloud(cloud)` runs under the lock (once a reset holds it, nothing of
-        the old stream goes out)."""
+        the old stream goes out). None: the work's stream is stale (dropped, counted in `stale_dropped`)."""
         with self.lock:
+            if self._current is not None and not self._current(work.stream):
+                self.stale_dropped += 1
+                return None
             cloud = self._mapper.integrate(work)
             if cloud.map_changed or cloud.map_cleared:  # a new epoch cleared the old one's map
                 self.mark_changed()

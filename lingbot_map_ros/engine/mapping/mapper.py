@@ -15,9 +15,9 @@ converged scale, so the map never mixes two scales of the start-up.
 A frame is `locate` (pose side: chain, scale, poses, twist, trajectory -> `PosedFrame`) then `integrate` (map
 side: the frame's points, voxel map, grid, held keyframes -> `FrameCloud`) of the `MapWork` that `locate`
 captured. The node runs them on two threads (pose outputs never wait for map work: ros/map_worker.py); `run`
-calls one after the other. The sides share no state: `locate` bumps the serial of a new epoch and `integrate`
-clears the map when a work's serial differs from the map's, so a dropped work never leaves an old epoch's map
-behind.
+calls one after the other. The sides share no state: a work carries its epoch and `integrate` clears the map
+when it differs from the map's, so a dropped work never leaves an old epoch's map behind (a work of a camera
+stream left since, `MapWork.stream`, never gets here: `MapSide.integrate` drops it).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Mapper:
             config.path_max_length, keep_full_history=True, max_history=config.trajectory_max_poses
         )
         self.stamps_backwards = self.stamps_duplicate = self.held_dropped = 0
-        self._serial = self._map_serial = 0  # epoch serial of the pose side / of the map's contents
+        self._map_epoch: int | None = None  # the epoch of the map's contents (None: cleared since)
         #: False = localisation mode (`mapping.enabled`): poses go on, the voxel map and the grid stay as
         #: they are (keyframes are neither integrated nor held).
         self.mapping_enabled = True
@@ -88,10 +88,10 @@ class Mapper:
         Both sides: no `integrate` may run meanwhile."""
         self._clear_stream()
         self._clear_map()
-        self._map_serial = self._serial
+        self._map_epoch = None
 
     def _clear_stream(self) -> None:
-        """The pose side of a new epoch (the map follows at the next `integrate`: new serial)."""
+        """The pose side of a new epoch (the map follows at the next `integrate`: another epoch)."""
         self.trajectory.clear()
         self.scale.reset()
         self.chain: FrameChain | None = None
@@ -103,7 +103,6 @@ class Mapper:
         self._segment = 0
         self._prev: tuple[float, np.ndarray] | None = None
         self._last: tuple[np.ndarray, np.ndarray] | None = None  # the last frame's body, camera poses
-        self._serial += 1
 
     def _clear_map(self) -> None:
         self.voxels.clear()
@@ -144,9 +143,10 @@ class Mapper:
         stamp_s: float,
         robot: RobotSample | None = None,
         sensor_depth: np.ndarray | None = None,
+        stream: int = 0,
     ) -> tuple[PosedFrame, MapWork]:
         """The pose side of a frame: poses, twist, metric depth (the trajectory appended) and the frame's
-        `MapWork`. Touches no map state."""
+        `MapWork` (in camera stream `stream`, `CameraState.stream`). Touches no map state."""
         robot = robot or RobotSample()
         new_epoch = self.needs_new_epoch(result)
         if new_epoch:
@@ -190,7 +190,8 @@ class Mapper:
             image_hw=result.image_hw,
         )
         work = MapWork(
-            serial=self._serial,
+            stream=stream,
+            epoch=result.epoch,
             is_keyframe=result.is_keyframe,
             pose_c2w=pose_c2w,
             camera_pose=camera_pose,
@@ -209,10 +210,10 @@ class Mapper:
         """The map side of a frame (`locate`'s work): the frame's points in the map frame; a keyframe enters
         the voxel map and the grid (or is held until the scale converged). A work of another epoch clears the
         map first (`map_cleared`)."""
-        cleared = work.serial != self._map_serial
+        cleared = work.epoch != self._map_epoch
         if cleared:
             self._clear_map()
-            self._map_serial = work.serial
+            self._map_epoch = work.epoch
         if work.depth is None:  # the step skipped the depth head (SessionConfig.depth_every_n): no points
             empty = np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8)
             return FrameCloud(*empty, map_changed=False, map_cleared=cleared)
@@ -284,6 +285,7 @@ class Mapper:
         self.mode = TfMode(mode)
         self.chain = FrameChain(world_cam0, map_cam0, self.scale.value)
         self._epoch, self._segment = epoch, segment
+        self._map_epoch = epoch  # the caller restores the map of this epoch
 
     def stats(self) -> dict[str, object]:
         """For /diagnostics and run's summary."""

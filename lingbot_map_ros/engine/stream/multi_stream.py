@@ -5,7 +5,7 @@
 map frame). A set of one runs its lone session exactly as a single stream: `StreamingSession.push` (CUDA
 graphs) or, with ``overlap``, `push_overlapped` + `flush` (the one-deep pipeline, docs/performance.md).
 Several cameras keep their caches in one shared KV pool (``model.new_pool()``): a round takes at most one
-frame per camera, each session takes its frame in (`StreamingSession.begin_frame`; anchor phases and
+frame per camera, each session takes its frame in (`StreamingSession.batched.begin_frame`; anchor phases and
 re-anchors run there, on their own), the plain streaming frames are grouped by network resolution and run as
 ONE `LingBotMap.step_batch` per group (at most ``max_batch`` frames), and each session decodes its own result
 (`finish_frame`); a lone streaming frame runs through ``model.step``. So every camera's results equal those of
@@ -168,7 +168,7 @@ class MultiStreamSession:
             waiting: dict[str, StreamingFrame] = {}
             for name, (rgb, meta) in frames.items():
                 try:
-                    done, frame = self.sessions[name].begin_frame(rgb, meta, overlapped=overlap)
+                    done, frame = self.sessions[name].batched.begin_frame(rgb, meta, overlapped=overlap)
                 except Exception as exc:  # noqa: BLE001 - the session recovered; report per camera
                     out.errors[name] = exc
                     continue
@@ -186,7 +186,7 @@ class MultiStreamSession:
                 for name, output in zip(group, outputs, strict=True):
                     try:
                         out.results[name].append(
-                            self.sessions[name].finish_frame(waiting[name], output, model_ms)
+                            self.sessions[name].batched.finish_frame(waiting[name], output, model_ms)
                         )
                     except Exception as exc:  # noqa: BLE001 - e.g. non-finite outputs: that camera recovered
                         out.errors[name] = exc
@@ -202,9 +202,9 @@ class MultiStreamSession:
             outputs, model_ms = stepped
             for name, output in zip(group, outputs, strict=True):
                 try:
-                    before[name] = self.sessions[name].launch_frame(waiting[name], output, model_ms)
+                    before[name] = self.sessions[name].batched.launch_frame(waiting[name], output, model_ms)
                 except Exception as exc:  # noqa: BLE001 - its copies failed to queue: dropped, recovered
-                    self.sessions[name].fail_frame(exc)
+                    self.sessions[name].batched.fail_frame(exc)
                     out.errors[name] = exc
         for name, session in self.sessions.items():
             if name in out.errors:
@@ -212,7 +212,7 @@ class MultiStreamSession:
             try:
                 if name in before:
                     previous = before[name]
-                    done = [] if previous is None else [session.finish_launched(previous)]
+                    done = [] if previous is None else [session.batched.finish_launched(previous)]
                 else:  # no step of its own this round: its frame in flight is done all the same
                     done = session.flush()
             except Exception as exc:  # noqa: BLE001 - e.g. non-finite outputs: that camera recovered
@@ -255,7 +255,7 @@ class MultiStreamSession:
                     outputs = self.model.step_batch(images, states, keyframes, graphs=self.batch_graphs)
         except Exception as exc:  # noqa: BLE001 - every camera of the batch drops its frame and recovers
             for name in names:
-                self.sessions[name].fail_frame(exc)
+                self.sessions[name].batched.fail_frame(exc)
                 out.errors[name] = exc
             return None
         self._batches[len(frames)] = self._batches.get(len(frames), 0) + 1
@@ -275,7 +275,7 @@ class MultiStreamSession:
                 return seconds
             start = time.perf_counter()
             network_hw = preprocess_geometry(tuple(image_hw), self.config.image_width).out_hw
-            states = [session.model_state for session in self.sessions.values()]
+            states = [session.batched.model_state for session in self.sessions.values()]
             for size in range(2, min(len(states), self.batch.max_batch) + 1):
                 warm_up_batch(states[:size], network_hw)
             return seconds + time.perf_counter() - start
@@ -283,10 +283,10 @@ class MultiStreamSession:
     def reset(self, name: str, reason: str = "reset requested") -> None:
         """Reset camera ``name`` only (new epoch); the other cameras keep mapping, their caches untouched.
         Waits for a round in progress (call this, not ``sessions[name].reset``, from other threads); the
-        camera's frame in flight (``overlap``) is waited for and dropped unread (`BatchedStepping.drain`)."""
+        camera's frame in flight (``overlap``) is waited for and dropped unread (`BatchedSteps.drain`)."""
         session = self._session(name)
         with self._step_lock:
-            session.drain()
+            session.batched.drain()
             session.reset(reason)
 
     def set_sliding_window(self, n: int, name: str | None = None) -> None:
@@ -310,7 +310,7 @@ class MultiStreamSession:
         per_token = stats.pool_bytes // stats.capacity_tokens if stats.capacity_tokens else 0
         kv, history = {}, {}
         for name, session in self.sessions.items():
-            state = session.model_state
+            state = session.batched.model_state
             region = getattr(state.kv_cache, "region", None)
             kv[name] = region.tokens * per_token if region is not None else 0
             history[name] = 2 * state.camera.k.numel() * state.camera.k.element_size()

@@ -31,7 +31,7 @@ from ..config import SessionConfig
 from ..contracts import AnchorState, NonFiniteOutputError, SessionCounters, SessionStats, StreamingModel
 from ..result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
 from .anchors import StreamAnchors
-from .batched_stepping import BatchedStepping
+from .batched_stepping import BatchedSteps, FrameFlow
 from .depth_schedule import DepthSchedule
 from .frame_decoder import FrameDecoder
 from .model_steps import ModelSteps
@@ -45,14 +45,14 @@ __all__ = ["AnchorState", "NonFiniteOutputError", "StreamingFrame", "StreamingMo
 _LOG = logging.getLogger(__name__)
 
 
-class StreamingSession(BatchedStepping):
+class StreamingSession:
     """One live stream through a `LingBotMap` model (the model owns its caches through a ``StreamState``).
 
     ``kv_pool``: keep the stream's KV cache in this shared pool (``model.new_pool()``), so that several
-    sessions' streaming steps can run as one batch (engine/stream/multi_stream.py; `BatchedStepping`, its
-    side of the session). What it owns: `ModelSteps` (the model steps and their device transfers), per epoch
-    a `StreamAnchors` (anchor phase, kept keyframes, re-anchor, map-frame alignment) and a `FrameDecoder`
-    (outputs → `FrameResult`s), a `StageTimer`.
+    sessions' streaming steps can run as one batch (engine/stream/multi_stream.py through `batched`, a
+    `BatchedSteps` given the session's `FrameFlow`). What it owns: `ModelSteps` (the model steps and their
+    device transfers), per epoch a `StreamAnchors` (anchor phase, kept keyframes, re-anchor, map-frame
+    alignment) and a `FrameDecoder` (outputs → `FrameResult`s), a `StageTimer`.
     """
 
     def __init__(
@@ -73,6 +73,11 @@ class StreamingSession(BatchedStepping):
         self._epoch = -1
         self._counters = SessionCounters()
         self._clear(reason=None)
+        flow = FrameFlow(
+            self._lock, self._steps, self._timer, self._admit, self._needs_sync, self._swap_in_flight,
+            self._run, self._streaming_keyframe, self._finish, self._recover,
+        )  # fmt: skip
+        self.batched = BatchedSteps(flow)  # the side of a caller that batches several sessions' steps
 
     @property
     def model(self) -> StreamingModel:
@@ -298,8 +303,20 @@ class StreamingSession(BatchedStepping):
         stale = geometry is None or rgb.shape[:2] != geometry.source_hw or self._reanchor_due()
         return self._in_flight is not None and stale
 
+    def _swap_in_flight(self, frame: InFlightFrame | None) -> InFlightFrame | None:
+        """Under the lock: ``frame`` becomes the frame in flight; the one before is returned."""
+        previous, self._in_flight = self._in_flight, frame
+        return previous
+
     def _reanchor_due(self) -> bool:
         return self._anchors.reanchor_due(self._steps.state.frames_stored)
+
+    def _streaming_keyframe(self) -> bool | None:
+        """None in the anchor phase; else, after a due re-anchor, the next streaming frame's keyframe flag."""
+        if self._anchors.anchoring:
+            return None
+        self._reanchor_if_due()
+        return self._anchors.next_keyframe()
 
     def _reanchor_if_due(self) -> None:
         if self._reanchor_due():
