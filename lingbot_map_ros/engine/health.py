@@ -108,12 +108,15 @@ class Verdict:
     """One frame's health as the pose path saw it (`TrackingHealth.assess`) and what the loop closer's side
     does with it (engine/loop/relocalise.py `LostAndFound.follow`): `lost_started` (a new loss: forget partial
     agreements), `search` (a lost frame that is itself good: match it against the map), `new_segment` (a
-    loss ended without a match, in mapping mode: the stream starts an unconnected segment)."""
+    loss ended without a match, in mapping mode: the stream starts an unconnected segment), `loss`: which loss
+    of the stream (`TrackingHealth.losses`) the frame was judged in: the closer's side runs behind the pose
+    path, so a search of a loss that already ended (or a match found for one) must not end a later one."""
 
     report: HealthReport
     lost_started: bool
     search: bool
     new_segment: bool
+    loss: int = 0
 
 
 @dataclass
@@ -156,11 +159,13 @@ class TrackingHealth:
         self.config = config or HealthConfig()
         self.mapping = mapping
         self.lock = threading.Lock()  # a leaf: the pose path's `assess` against the closer's `relocalised`
+        self.losses = 0  # losses started so far (never reset: a stale verdict's loss stays stale)
         self.reset()
 
     def reset(self, lost: bool = False) -> None:
         """A new stream (the node's reset or a new epoch): tracking, no history; `lost`: a stream on a
-        loaded map in localization mode, whose place in it is unknown until a verified match."""
+        loaded map in localization mode, whose place in it is unknown until a verified match (a new loss)."""
+        self.losses += 1  # a search of the previous stream ends nothing in this one
         self.state = TrackingState.LOST if lost else TrackingState.TRACKING
         self._bad = 0
         self._good = 0
@@ -193,6 +198,7 @@ class TrackingHealth:
                 reasons = ("new segment",)
         elif bad:
             self.state = TrackingState.LOST if self._bad >= cfg.lost_after else TrackingState.DEGRADED
+            self.losses += self.state is TrackingState.LOST
         elif self.state is TrackingState.RELOCALISED or self._good >= cfg.recover_after:
             self.state = TrackingState.TRACKING
         if not bad and self.state is TrackingState.TRACKING:
@@ -207,13 +213,18 @@ class TrackingHealth:
         with self.lock:
             was_lost = self.lost
             report = self.observe(result, odometry_step_m, stream_step_m)
-            lost = self.lost
+            lost, loss = self.lost, self.losses
         return Verdict(
             report,
             lost_started=lost and not was_lost,
             search=lost and not report.reasons,  # a frame that is itself bad cannot be matched
             new_segment=was_lost and report.state is TrackingState.TRACKING,
+            loss=loss,
         )
+
+    def current(self, verdict: Verdict) -> bool:
+        """Whether `verdict` was judged in the loss that is still on (call under `lock`)."""
+        return self.lost and verdict.loss == self.losses
 
     def relocalised(self) -> HealthReport:
         """A verified match ended a loss (the current frame): `relocalised`, maps again."""

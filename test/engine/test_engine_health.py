@@ -135,3 +135,22 @@ def test_a_jump_is_measured_against_the_streams_own_motion() -> None:
 
     fresh = TrackingHealth()  # a stream's first steps (its anchor frames) have no motion to be judged against
     assert walk(fresh, [turned(0, 0.0), turned(1, 150.0), turned(2, 10.0)]) == [TrackingState.TRACKING] * 3
+
+
+def test_a_verdict_of_an_ended_loss_is_stale() -> None:
+    """The closer's side runs behind the pose path: a search verdict of a loss that a match ended, or of a
+    stream before a reset, must not end a later loss (`TrackingHealth.current`, `LostAndFound.follow`)."""
+    health = TrackingHealth()
+    black = np.zeros((H, W, 3), np.uint8)
+    verdicts = [health.assess(frame(i, rgb=black)) for i in range(3)]
+    first = health.assess(frame(3))
+    assert verdicts[-1].lost_started and first.search and health.current(first)
+    health.relocalised()
+    assert not health.current(first)  # found: the queued searches of that loss are skipped
+    for i in range(4, 7):
+        health.assess(frame(i, rgb=black))
+    second = health.assess(frame(7))
+    assert health.lost and health.current(second) and not health.current(first)
+    health.reset(lost=True)  # a loaded session in localization mode: lost, a new loss
+    assert health.lost and not health.current(second)
+    assert health.current(health.assess(frame(8)))
