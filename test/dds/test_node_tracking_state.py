@@ -6,8 +6,8 @@ One run: 20 mapped frames track; a cover (black frames) makes `~/tracking_state`
 the camera is uncovered elsewhere (kidnapped back to frame 2 of the path): lost while the stream is confused
 (nothing added to the map), then a verified match relocalises it (`map -> camera` jumps from where the stream
 was to the mapped place). A second cover and an `/initialpose` far from every keyframe: nothing verifies
-within its radius, so after `PLACE_AFTER` searched frames the camera is placed at the hint. One parent per
-frame in /tf throughout.
+within its radius, so after `PLACE_AFTER` searched frames the (standing) camera is placed at the hint. One
+parent per frame in /tf throughout.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ PARAMS = {**ORACLE_PARAMS, "publish.frame_cloud": False, "publish.depth": False,
 MAPPED, COVERED = 20, 4  # scene frames 0..19 mapped; black frames per cover
 KIDNAP = list(range(2, 14))  # uncovered at scene frame 2 (4 m from frame 19): 5 confused frames, then found
 CONFUSED = 5  # the oracle's confused frames after a cover (KidnapOracle.confused_frames)
+AFTER = 3  # frames shown once the state says found (the closer's thread runs behind the pose path)
+STILL = 3  # frames shown once the state says placed
 HINT = np.array([50.0, 0.0, 0.0])  # /initialpose: far from every keyframe
 
 
@@ -146,6 +148,7 @@ def test_cover_kidnap_relocalise_and_a_pose_hint_over_dds(ros_client: RosClient,
         found = state.wait_for(lambda m: m and m[-1].message in ("relocalised", "tracking"), timeout=30)[-1]
         assert found.level == DiagnosticStatus.OK, found  # only a verified match ends a loss
         kidnap_end = len(shown)
+        show(list(range(KIDNAP[-1] + 1, KIDNAP[-1] + 1 + AFTER)))  # found: tracked from the mapped place
 
         # A second cover and a hint far from every keyframe: placed there after PLACE_AFTER searched frames.
         show([None] * COVERED)
@@ -161,9 +164,12 @@ def test_cover_kidnap_relocalise_and_a_pose_hint_over_dds(ros_client: RosClient,
         taken = state.wait_for(lambda m: m and values(m[-1])["hints"] == "1", timeout=20)[-1]
         assert taken.message == "lost", taken  # a hint narrows the search; it does not end the loss by itself
         hint_start = len(shown)
-        show(list(range(KIDNAP[-1] + 1, KIDNAP[-1] + 1 + CONFUSED + PLACE_AFTER + 3)))
+        # The camera stands still at one scene frame (the oracle's stream does not move on a repeated frame),
+        # so the frames after the placement (on the closer's thread, behind the pose path) are at the hint.
+        show([KIDNAP[-1] + 1 + AFTER] * (1 + PLACE_AFTER))
         placed = state.wait_for(lambda m: m and m[-1].message in ("relocalised", "tracking"), timeout=30)[-1]
         assert values(placed)["hints"] == "1", placed
+        show([KIDNAP[-1] + 1 + AFTER] * STILL)
     finally:
         assert proc.stop() == 0, proc.output()
 
@@ -177,7 +183,8 @@ def test_cover_kidnap_relocalise_and_a_pose_hint_over_dds(ros_client: RosClient,
     inflation = [by_frame[i].pose.covariance[0] / tracked for i in range(MAPPED, MAPPED + COVERED + CONFUSED)]
     lost_after = HealthConfig().lost_after  # degraded (x10) at once, lost (>= x100) from the lost_after-th
     assert min(inflation[: lost_after - 1]) >= 10.0 and min(inflation[lost_after - 1 :]) >= 100.0, inflation
-    assert by_frame[kidnap_end - 1].pose.covariance[0] < 100.0 * tracked  # found: the tracking covariance
+    found_covariance = [by_frame[i].pose.covariance[0] for i in range(kidnap_end, kidnap_end + AFTER)]
+    assert max(found_covariance) < 2.0 * tracked, (tracked, found_covariance)  # found: tracking's again
 
     edges: dict[int, np.ndarray] = {}
     parents: dict[str, set[str]] = {}
@@ -189,13 +196,16 @@ def test_cover_kidnap_relocalise_and_a_pose_hint_over_dds(ros_client: RosClient,
                 edges[frame_index(t.header.stamp)] = np.array([v.x, v.y, v.z])
     assert all(len(p) == 1 for p in parents.values()), parents  # one parent per frame throughout
     assert sorted(edges) == list(range(len(shown)))
-    # While lost the stream stays where it was (near frame 19); the relocalisation jumps map -> camera to the
-    # mapped place the camera sees (the last kidnapped frames within 0.5 m of the truth, 4 m away).
+    # While lost the stream stays where it was (near frame 19, 4 m from frame 2); the relocalisation jumps
+    # map -> camera to the mapped place the camera sees: where the node put the same scene frames while
+    # mapping (the map drifts with the oracle's stream, so its places, not the truth, are the reference).
     confused = MAPPED + COVERED
-    away = np.linalg.norm(edges[confused] - truth[KIDNAP[0]])
-    assert away > 2.5, (edges[confused], truth[KIDNAP[0]])
-    errors = [np.linalg.norm(edges[i] - truth[shown[i]]) for i in range(kidnap_end - 3, kidnap_end)]
-    assert max(errors) < 0.5, errors
-    # The hint: no keyframe lies within its radius, so the camera is placed at it (then moves on from there).
-    near_hint = [np.linalg.norm(edges[i] - HINT) for i in range(hint_start, len(shown))]
-    assert min(near_hint) < 1.0 and near_hint[-1] < 3.0, near_hint
+    away = np.linalg.norm(edges[confused] - edges[KIDNAP[0]])
+    assert away > 2.5, (edges[confused], edges[KIDNAP[0]])
+    errors = [np.linalg.norm(edges[i] - edges[shown[i]]) for i in range(kidnap_end, kidnap_end + AFTER)]
+    assert max(errors) < 0.15 * away, (errors, away)
+    truth_errors = [np.linalg.norm(edges[i] - truth[shown[i]]) for i in range(kidnap_end, kidnap_end + AFTER)]
+    assert max(truth_errors) < 0.3 * away, (truth_errors, away)  # the map's drift, far below the jump
+    # The hint: no keyframe lies within its radius, so the standing camera is placed at it.
+    near_hint = [float(np.linalg.norm(edges[i] - HINT)) for i in range(hint_start, len(shown))]
+    assert near_hint[0] > 40.0 and near_hint[-1] < 0.05, near_hint
