@@ -197,6 +197,22 @@ class CameraState:
         if self.health is not None:
             self.health.mapping = mapping
 
+    def session_loaded(self) -> None:
+        """A saved session (map, keyframe map) was loaded: the stream's place in it is unknown until a
+        verified match. In localization mode (health on, `mapping` false) the camera starts `lost` (reported,
+        covariance inflated, nothing mapped) and searches the loaded keyframes; in mapping mode it starts
+        `tracking` from the loaded anchors (docs/session.md "Localization mode")."""
+        if self.health is None:
+            return
+        with self.health.lock:
+            self.health.reset(lost=not self.health.mapping)
+        if self.lost_and_found is not None:
+            relocaliser = self.lost_and_found.relocaliser
+            if self._worker is not None:
+                self._worker.call(relocaliser.reset)
+            else:
+                relocaliser.reset()
+
     def posed(
         self, result: FrameResult, tracked: TrackedFrame, stamp_s: float, odometry: np.ndarray | None = None
     ) -> LoopCorrection | None:

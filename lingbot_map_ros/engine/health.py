@@ -10,7 +10,12 @@ Signals (each exists for the real model and for the stand-ins):
   (standard deviation below `flat_std`: a covered lens) or blurred (variance of its Laplacian below
   `blur_drop` x its running mean while tracking);
 * **implausible motion**: the stream's step since the previous frame longer than `max_step_depths` x the
-  frame's median depth (stream units, so no metric scale is needed), or turned more than `max_turn_deg`;
+  frame's median depth (stream units, so no metric scale is needed), or turned more than `max_turn_deg`; each
+  bound rises to `jump_factor` x the stream's own running mean step / turn while tracking, so only a stream
+  that already moves erratically (e.g. synthetic weights' poses, 20-90 deg between frames; a real 30 Hz
+  stream turns a few degrees) gets a looser one: a jump is implausible for *this* stream. Judged once
+  `motion_warmup` good frames' motion is known (a stream's first steps, its anchor frames among them, have
+  no motion of its own to be measured against);
 * **odometry disagreement** (robot modes, when the caller has both lengths in metres): the stream's step and
   the wheels' step differ by more than `odometry_tolerance_m` + `odometry_tolerance` x the wheels' step.
 
@@ -45,7 +50,9 @@ class TrackingState(StrEnum):
 class HealthConfig:
     """Thresholds of the signals and the hysteresis (module doc). `degraded_inflation` / `lost_inflation`:
     the odometry covariance factors (lost >= 100); `running_rate`: weight of a good frame in the running
-    means; `thumbnail`: (w, h) of the grey image the statistics use."""
+    means (confidence, sharpness, step, turn); `thumbnail`: (w, h) of the grey image the statistics use;
+    `sample_stride`: the median confidence and depth use every n-th pixel in each axis (a few ms less per
+    frame on the pose path at 518x378)."""
 
     min_confidence: float = 1.2
     confidence_drop: float = 0.5
@@ -55,6 +62,8 @@ class HealthConfig:
     blur_drop: float = 0.05
     max_step_depths: float = 1.0
     max_turn_deg: float = 45.0
+    jump_factor: float = 3.0
+    motion_warmup: int = 5
     odometry_tolerance_m: float = 0.1
     odometry_tolerance: float = 0.5
     lost_after: int = 3
@@ -64,10 +73,20 @@ class HealthConfig:
     lost_inflation: float = 1e4
     running_rate: float = 0.1
     thumbnail: tuple[int, int] = (64, 48)
+    sample_stride: int = 4
 
     def __post_init__(self) -> None:
-        if self.lost_after < 1 or self.recover_after < 1 or self.new_segment_after < 0:
-            raise ValueError("health: need lost_after >= 1, recover_after >= 1, new_segment_after >= 0")
+        if (
+            self.lost_after < 1
+            or self.recover_after < 1
+            or self.new_segment_after < 0
+            or self.sample_stride < 1
+            or self.motion_warmup < 0
+        ):
+            raise ValueError(
+                "health: need lost_after, recover_after, sample_stride >= 1 and new_segment_after, "
+                "motion_warmup >= 0"
+            )
         if self.degraded_inflation < 1.0 or self.lost_inflation < 100.0:
             raise ValueError("health: need degraded_inflation >= 1 and lost_inflation >= 100")
 
@@ -89,18 +108,24 @@ class Verdict:
     """One frame's health as the pose path saw it (`TrackingHealth.assess`) and what the loop closer's side
     does with it (engine/loop/relocalise.py `LostAndFound.follow`): `lost_started` (a new loss: forget partial
     agreements), `search` (a lost frame that is itself good: match it against the map), `new_segment` (a
-    loss ended without a match, in mapping mode: the stream starts an unconnected segment)."""
+    loss ended without a match, in mapping mode: the stream starts an unconnected segment), `loss`: which loss
+    of the stream (`TrackingHealth.losses`) the frame was judged in: the closer's side runs behind the pose
+    path, so a search of a loss that already ended (or a match found for one) must not end a later one."""
 
     report: HealthReport
     lost_started: bool
     search: bool
     new_segment: bool
+    loss: int = 0
 
 
 @dataclass
 class _Running:
     confidence: float | None = None
     sharpness: float | None = None
+    step: float | None = None  # stream step / median depth
+    turn: float | None = None  # degrees
+    moves: int = 0  # good frames whose turn was learned
 
     def update(self, name: str, value: float, rate: float) -> None:
         old = getattr(self, name)
@@ -108,17 +133,22 @@ class _Running:
 
 
 def image_information(rgb: np.ndarray, size: tuple[int, int]) -> tuple[float, float, float]:
-    """(grey mean, grey standard deviation, Laplacian variance) of `rgb` [H, W, 3] uint8 at `size` (w, h)."""
-    grey = cv2.cvtColor(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
-    grey = grey.astype(np.float32)
+    """(grey mean, grey standard deviation, Laplacian variance) of `rgb` [H, W, 3] uint8 at `size` (w, h).
+    A large image is first sampled down to about twice `size` by a pixel stride, then area-averaged."""
+    h, w = rgb.shape[:2]
+    stride = max(1, min(h // size[1], w // size[0]) // 2)
+    small = cv2.resize(np.ascontiguousarray(rgb[::stride, ::stride]), size, interpolation=cv2.INTER_AREA)
+    grey = cv2.cvtColor(small, cv2.COLOR_RGB2GRAY).astype(np.float32)
     return float(grey.mean()), float(grey.std()), float(cv2.Laplacian(grey, cv2.CV_32F).var())
 
 
-def median_confidence(result: FrameResult) -> float | None:
-    """Median depth confidence over the frame's pixels (None when the step skipped the depth head)."""
+def median_confidence(result: FrameResult, stride: int = 1) -> float | None:
+    """Median depth confidence over the frame's pixels, every `stride`-th in each axis (None when the step
+    skipped the depth head)."""
     if result.depth_conf is None:
         return None
-    conf = result.depth_conf[result.depth_conf > 0]
+    sampled = result.depth_conf[::stride, ::stride]
+    conf = sampled[sampled > 0]
     return float(np.median(conf)) if conf.size else 0.0
 
 
@@ -129,18 +159,20 @@ class TrackingHealth:
         self.config = config or HealthConfig()
         self.mapping = mapping
         self.lock = threading.Lock()  # a leaf: the pose path's `assess` against the closer's `relocalised`
+        self.losses = 0  # losses started so far (never reset: a stale verdict's loss stays stale)
         self.reset()
 
     def reset(self, lost: bool = False) -> None:
         """A new stream (the node's reset or a new epoch): tracking, no history; `lost`: a stream on a
-        loaded map in localization mode, whose place in it is unknown until a verified match."""
+        loaded map in localization mode, whose place in it is unknown until a verified match (a new loss)."""
+        self.losses += 1  # a search of the previous stream ends nothing in this one
         self.state = TrackingState.LOST if lost else TrackingState.TRACKING
         self._bad = 0
         self._good = 0
         self._reasons: tuple[str, ...] = ()
         self._previous: np.ndarray | None = None
         self._running = _Running()
-        self._measured: tuple[float | None, float] = (None, 0.0)
+        self._measured: dict[str, float | None] = {}
 
     @property
     def lost(self) -> bool:
@@ -166,6 +198,7 @@ class TrackingHealth:
                 reasons = ("new segment",)
         elif bad:
             self.state = TrackingState.LOST if self._bad >= cfg.lost_after else TrackingState.DEGRADED
+            self.losses += self.state is TrackingState.LOST
         elif self.state is TrackingState.RELOCALISED or self._good >= cfg.recover_after:
             self.state = TrackingState.TRACKING
         if not bad and self.state is TrackingState.TRACKING:
@@ -180,13 +213,18 @@ class TrackingHealth:
         with self.lock:
             was_lost = self.lost
             report = self.observe(result, odometry_step_m, stream_step_m)
-            lost = self.lost
+            lost, loss = self.lost, self.losses
         return Verdict(
             report,
             lost_started=lost and not was_lost,
             search=lost and not report.reasons,  # a frame that is itself bad cannot be matched
             new_segment=was_lost and report.state is TrackingState.TRACKING,
+            loss=loss,
         )
+
+    def current(self, verdict: Verdict) -> bool:
+        """Whether `verdict` was judged in the loss that is still on (call under `lock`)."""
+        return self.lost and verdict.loss == self.losses
 
     def relocalised(self) -> HealthReport:
         """A verified match ended a loss (the current frame): `relocalised`, maps again."""
@@ -225,19 +263,18 @@ class TrackingHealth:
             reasons.append("covered image")
         elif running.sharpness is not None and sharpness < cfg.blur_drop * running.sharpness:
             reasons.append("blurred image")
-        confidence = median_confidence(result)
-        self._measured = (confidence, sharpness)
+        confidence = median_confidence(result, cfg.sample_stride)
         if confidence is not None and (
             confidence < cfg.min_confidence
             or (running.confidence is not None and confidence < cfg.confidence_drop * running.confidence)
         ):
             reasons.append(f"low confidence {confidence:.2f}")
-        if self._previous is not None and self.state is not TrackingState.LOST:
-            step = np.linalg.inv(self._previous) @ result.pose_c2w
-            depth = _median_depth(result)
-            if depth is not None and np.linalg.norm(step[:3, 3]) > cfg.max_step_depths * depth:
+        step, turn = self._motion(result)
+        self._measured = {"confidence": confidence, "sharpness": sharpness, "step": step, "turn": turn}
+        if self.state is not TrackingState.LOST:
+            if step is not None and step > self._bound(cfg.max_step_depths, running.step):
                 reasons.append("jump")
-            elif np.degrees(rotation_angle(step[:3, :3])) > cfg.max_turn_deg:
+            elif turn is not None and turn > self._bound(cfg.max_turn_deg, running.turn):
                 reasons.append("jump (turn)")
         if odometry_step_m is not None and stream_step_m is not None:
             allowed = cfg.odometry_tolerance_m + cfg.odometry_tolerance * abs(odometry_step_m)
@@ -245,17 +282,35 @@ class TrackingHealth:
                 reasons.append("disagrees with odometry")
         return tuple(reasons)
 
+    def _motion(self, result: FrameResult) -> tuple[float | None, float | None]:
+        """(step / median depth, turn in degrees) of the stream since the previous frame (None: unknown)."""
+        if self._previous is None:
+            return None, None
+        step = np.linalg.inv(self._previous) @ result.pose_c2w
+        depth = _median_depth(result, self.config.sample_stride)
+        length = float(np.linalg.norm(step[:3, 3])) / depth if depth else None
+        return length, float(np.degrees(rotation_angle(step[:3, :3])))
+
+    def _bound(self, floor: float, running: float | None) -> float:
+        """A motion bound: `floor`, or `jump_factor` x the stream's running mean when that is larger; none
+        (infinite) before `motion_warmup` good frames' motion was learned."""
+        if self._running.moves < self.config.motion_warmup:
+            return float("inf")
+        return floor if running is None else max(floor, self.config.jump_factor * running)
+
     def _learn(self) -> None:
-        """Fold the last good frame's confidence and sharpness into the running means."""
-        cfg, running = self.config, self._running
-        confidence, sharpness = self._measured
-        if confidence is not None:
-            running.update("confidence", confidence, cfg.running_rate)
-        running.update("sharpness", sharpness, cfg.running_rate)
+        """Fold the last good frame's measurements (confidence, sharpness, step, turn) into the running
+        means."""
+        for name, value in self._measured.items():
+            if value is not None:
+                self._running.update(name, value, self.config.running_rate)
+        if self._measured.get("turn") is not None:
+            self._running.moves += 1
 
 
-def _median_depth(result: FrameResult) -> float | None:
+def _median_depth(result: FrameResult, stride: int) -> float | None:
     if result.depth is None:
         return None
-    valid = result.depth[np.isfinite(result.depth) & (result.depth > 0)]
+    sampled = result.depth[::stride, ::stride]
+    valid = sampled[np.isfinite(sampled) & (sampled > 0)]
     return float(np.median(valid)) if valid.size else None

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
 from lingbot_map_ros.model.layers import AttendFn
-
-if TYPE_CHECKING:
-    from lingbot_map_ros.model.lingbot_map import LingBotMap
+from lingbot_map_ros.model.network import StepNetwork
 
 #: Frames of a pair pass (also its `num_scale_frames`: both are anchors).
 PAIR = 2
@@ -33,6 +31,15 @@ PAIR = 2
 LOWEST_PRIORITY = 0
 
 PairOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class PairNetwork(StepNetwork, Protocol):
+    """What a pair pass uses of `LingBotMap` (which imports this module): the network's parts and its
+    per-image-size pair graphs (`pair_graph`)."""
+
+    pair_graphs: dict[tuple[int, int], GraphedPairStep]
+
+
 _CAPTURING = threading.Lock()
 
 
@@ -55,7 +62,7 @@ def _camera_attend(pass_index: int, block: int) -> AttendFn:
     return attend
 
 
-def _aggregator_autocast(model: LingBotMap) -> contextlib.AbstractContextManager:
+def _aggregator_autocast(model: PairNetwork) -> contextlib.AbstractContextManager:
     dtype = model.precision.aggregator_dtype
     if dtype == torch.float32:
         return contextlib.nullcontext()
@@ -63,7 +70,7 @@ def _aggregator_autocast(model: LingBotMap) -> contextlib.AbstractContextManager
 
 
 @torch.inference_mode()
-def pair_forward(model: LingBotMap, images: torch.Tensor) -> PairOutputs:
+def pair_forward(model: PairNetwork, images: torch.Tensor) -> PairOutputs:
     """The anchor step of a fresh 2-frame stream (module doc).
 
     images `[2, 3, H, W]` float RGB in [0, 1] on the model's device (H, W multiples of the patch size).
@@ -82,7 +89,7 @@ def pair_forward(model: LingBotMap, images: torch.Tensor) -> PairOutputs:
     return pose_list[:, -1].float(), depth.float(), conf.float()
 
 
-def pair_graph(model: LingBotMap, image_hw: tuple[int, int]) -> GraphedPairStep:
+def pair_graph(model: PairNetwork, image_hw: tuple[int, int]) -> GraphedPairStep:
     """The model's captured pair pass at `image_hw` (captured now on first use, then kept by the model in
     `pair_graphs`; needs CUDA). Replays run on the caller's current stream."""
     with _CAPTURING:  # two callers (offline: several cameras' closers) capture one graph, not two
@@ -111,7 +118,7 @@ class GraphedPairStep:
 
     def __init__(
         self,
-        model: LingBotMap,
+        model: PairNetwork,
         image_hw: tuple[int, int],
         stream: torch.cuda.Stream | None = None,
         capture: bool = True,

@@ -311,7 +311,8 @@ class MappingOutputs:
         mapper takes
         its map, grid, trajectory and frame chain; the path is rebuilt from the trajectory, the saved
         T_map_odom is republished (stamped now) until the first frame gives a new one, and map cloud, grid and
-        path are published at once (latched for late subscribers).
+        path are published at once (latched for late subscribers). In localization mode with tracking health
+        the camera starts lost (`CameraState.session_loaded`).
 
         Raises:
             SessionError: the snapshot does not fit (see `persistence.restore`).
@@ -326,6 +327,7 @@ class MappingOutputs:
             self.tracker.restore_estimate(
                 saved if self.mapper.mode == "map_to_odom" and len(stamps) else None
             )
+        self.state.session_loaded()  # localization mode: lost until a verified match (tracking health)
         self.publish_path()
         self.publish_map(self.last_stamp or self._node.get_clock().now().to_msg(), force=True)
         self.publish_grid(force=True)

@@ -202,7 +202,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ),
     ParamSpec(
         "tracking.health",
-        False,
+        True,
         "Judge each frame's tracking (tracking | degraded | lost | relocalised, ~/tracking_state): while "
         "degraded or lost the odometry covariance is inflated and the frame does not map; with loop "
         "closure a lost camera relocalises against the keyframe map (docs/robot.md 'Tracking state'). "

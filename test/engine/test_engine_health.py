@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from lingbot_map_ros.engine.geometry import rigid
@@ -72,9 +74,9 @@ def test_each_signal_fires() -> None:
         "jump": dict(x=5.0),
     }
     for reason, kwargs in cases.items():
-        health = TrackingHealth()
-        walk(health, [frame(i, 0.01 * i) for i in range(5)])
-        report = health.observe(frame(5, **({"x": 0.05} | kwargs)))
+        health = TrackingHealth()  # 8 good frames: past the motion warm-up (HealthConfig.motion_warmup)
+        walk(health, [frame(i, 0.01 * i) for i in range(8)])
+        report = health.observe(frame(8, **({"x": 0.08} | kwargs)))
         assert report.state is TrackingState.DEGRADED, (reason, report)
         assert any(r.startswith(reason) for r in report.reasons), (reason, report.reasons)
 
@@ -104,3 +106,51 @@ def test_new_segment_only_in_mapping_mode() -> None:
         assert health.lost
         states = walk(health, [frame(3 + i, 0.01 * i) for i in range(4)])
         assert states[:3] == [TrackingState.LOST] * 3 and states[3] is expected, (mapping, states)
+
+
+def turned(index: int, yaw_deg: float) -> FrameResult:
+    """`frame(index)` turned by `yaw_deg` about the camera's vertical (the stream's heading, degrees)."""
+    a = np.radians(yaw_deg)
+    rotation = np.array([[np.cos(a), 0.0, np.sin(a)], [0.0, 1.0, 0.0], [-np.sin(a), 0.0, np.cos(a)]])
+    return replace(frame(index), pose_c2w=rigid(rotation, np.zeros(3)))
+
+
+def test_a_jump_is_measured_against_the_streams_own_motion() -> None:
+    """A smooth stream (2 deg a frame) turning 50 deg at once jumps; a stream whose poses already turn 25-60
+    deg a frame (synthetic weights) is not judged lost for its usual motion, only for a turn far beyond it."""
+    smooth = TrackingHealth()
+    walk(smooth, [turned(i, 2.0 * i) for i in range(10)])
+    report = smooth.observe(turned(10, 18.0 + 50.0))
+    assert report.state is TrackingState.DEGRADED and "jump (turn)" in report.reasons, report
+
+    erratic = TrackingHealth()
+    rng = np.random.default_rng(5)
+    heading, states = 0.0, []
+    for i in range(60):
+        heading += float(rng.choice([-1.0, 1.0]) * rng.uniform(25.0, 60.0))
+        states.append(erratic.observe(turned(i, heading)).state)
+    assert TrackingState.LOST not in states and states.count(TrackingState.TRACKING) >= 55, states
+    report = erratic.observe(turned(60, heading + 179.0))
+    assert "jump (turn)" in report.reasons, report
+
+    fresh = TrackingHealth()  # a stream's first steps (its anchor frames) have no motion to be judged against
+    assert walk(fresh, [turned(0, 0.0), turned(1, 150.0), turned(2, 10.0)]) == [TrackingState.TRACKING] * 3
+
+
+def test_a_verdict_of_an_ended_loss_is_stale() -> None:
+    """The closer's side runs behind the pose path: a search verdict of a loss that a match ended, or of a
+    stream before a reset, must not end a later loss (`TrackingHealth.current`, `LostAndFound.follow`)."""
+    health = TrackingHealth()
+    black = np.zeros((H, W, 3), np.uint8)
+    verdicts = [health.assess(frame(i, rgb=black)) for i in range(3)]
+    first = health.assess(frame(3))
+    assert verdicts[-1].lost_started and first.search and health.current(first)
+    health.relocalised()
+    assert not health.current(first)  # found: the queued searches of that loss are skipped
+    for i in range(4, 7):
+        health.assess(frame(i, rgb=black))
+    second = health.assess(frame(7))
+    assert health.lost and health.current(second) and not health.current(first)
+    health.reset(lost=True)  # a loaded session in localization mode: lost, a new loss
+    assert health.lost and not health.current(second)
+    assert health.current(health.assess(frame(8)))

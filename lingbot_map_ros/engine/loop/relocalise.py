@@ -238,20 +238,24 @@ class LostAndFound:
         keyframe: bool = True,
         odometry: np.ndarray | None = None,
     ) -> Relocalisation | None:
-        """The closer's part of `frame` (its thread, under its lock): the search of a lost frame (a
-        relocalisation ends the loss: `health.relocalised()`, kept in `last`), a new segment, and the frame
-        to the closer when it maps (`keyframe`: a keyframe result, the only ones the node gives it; with the
-        robot's `odometry` pose [4, 4], `LoopCloser.add`); the loop event it caused is kept in `event`."""
+        """The closer's part of `frame` (its thread, under its lock): the search of a lost frame while its
+        loss is still on (a relocalisation ends it: `health.relocalised()`, kept in `last`), a new segment,
+        and the frame to the closer when it maps (`keyframe`: a keyframe result, the only ones the node gives
+        it; with the robot's `odometry` pose [4, 4], `LoopCloser.add`); the loop event it caused is kept in
+        `event`."""
         closer = self.relocaliser.closer
         self.last, self.event = None, None
         if verdict.lost_started:
             self.relocaliser.reset()
         self.report = verdict.report
-        if verdict.search:
+        with self.health.lock:  # behind the pose path: a loss that ended meanwhile is not searched for
+            search = verdict.search and self.health.current(verdict)
+        if search:
             self.last = self.relocaliser.search(result, stamp_s, extend=self.health.mapping)
             if self.last is not None:
                 with self.health.lock:
-                    self.report = self.health.relocalised()
+                    if self.health.current(verdict):
+                        self.report = self.health.relocalised()
         if verdict.new_segment:  # unconnected to the keyframes before the loss
             closer.start_segment()
         if self.report.maps and keyframe and self.health.mapping:
