@@ -34,8 +34,14 @@
 #            pushes on a high-priority stream (no wheels; run it before loop-ab on the same machine: warm /tmp/cc)
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
+#   bench6   session 6, call 1 (carry .device/fi: whl + device_env.sh): multi_camera.py 1,2,4 cameras (graphed
+#            batched steps, rounds unpipelined and pipelined, single-stream rows), the batched / multi-stream /
+#            verification-pass GPU tests with FlashInfer, benchmarks/verify_pass.py (eager vs graphed pass)
+#   node6    session 6, call 2 (carry .device/final: rosw, gt, device_ros_env.sh): node_e2e.py loop closure on,
+#            off, on at 60 and 30 Hz; 60 s at 30 Hz (re-anchors inside); two cameras at 15 Hz each; then
+#            test_node_cameras_gpu.py
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | verify | gpu-node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | verify | gpu-node | bench6 | node6}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -168,6 +174,33 @@ case "$MODE" in
     export PYTHONPATH
     step 400 /tmp/rv/bin/python -u -m pytest -q -rs test/gpu/test_node_cameras_gpu.py \
       test/gpu/test_multi_stream_gpu.py
+    ;;
+  bench6)
+    . "$DEV/device_env.sh" "$DEV" >>"$LOG" 2>&1 || echo "FlashInfer install failed" | tee -a "$LOG"
+    export PYTHONPATH=$PWD:${PYTHONPATH:-}
+    (cd benchmarks && step 300 python3 -u multi_camera.py --device cuda --preset lingbot-map --height 378 \
+      --width 518 --cameras 1,2,4 --frames 50 --warmup 70 --batch-graphs on --overlap both \
+      --cache-dir /tmp/cc --profile-rounds 3 --record "$OUT/multi_camera_h200.json")
+    step 170 python3 -u -m pytest -q -rs --noconftest test/gpu/test_batched_graphs_gpu.py \
+      test/gpu/test_multi_stream_gpu.py test/gpu/test_verify_graph_gpu.py
+    step 110 python3 -u benchmarks/verify_pass.py --cache-dir /tmp/cc --passes 20 --live-frames 80 \
+      --record "$OUT/verify_pass_h200.json"
+    ;;
+  node6)
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    PYTHONPATH=$(with_gtsam "$PWD:$PYTHONPATH")
+    export PYTHONPATH
+    NODE="/tmp/rv/bin/python -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc"
+    for enabled in true false true; do
+      step 120 $NODE --set loop_closure.enabled=$enabled --out "/tmp/ne_loop_$enabled" --rates 60,30 \
+        --seconds 15 --settle-s 4 --segments 3 --record "$OUT/node_e2e_loop_ab_h200.json"
+      grep -E "Traceback|Error" "/tmp/ne_loop_$enabled/node_e2e.log" | tail -3 | tee -a "$LOG"
+    done
+    step 120 $NODE --out /tmp/ne_long --rates 30 --seconds 60 --settle-s 4 --segments 6 \
+      --record "$OUT/node_e2e_30hz_long_h200.json"
+    step 100 $NODE --cameras front,rear --rates 15 --seconds 20 --settle-s 8 --out /tmp/ne_cams \
+      --record "$OUT/node_e2e_cameras_h200.json"
+    step 150 /tmp/rv/bin/python -u -m pytest -q -rs -s test/gpu/test_node_cameras_gpu.py
     ;;
   *)
     echo "unknown MODE $MODE" >&2
