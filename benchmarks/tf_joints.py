@@ -1,8 +1,9 @@
 """Cost of /tf messages of 10,000 joint transforms (issue 30: at 5 Hz they cut the node's posing from ~10 to
 1.1 frames/s): one message taken, checked and stored by the node's TF listener (ros/tf_listener.py
 `TfLookup.take_message`, tf_ingest.py), every transform read (before: `FULL_STORE_EDGES` above the tree's
-size) against the listener as it is (past `FULL_STORE_EDGES` child frames only the frames a lookup needed
-are read). The node's lookups (`odom -> camera` through `base_link`) are made once before timing.
+size, no layouts) against the listener as it is (past `FULL_STORE_EDGES` child frames only the frames a
+lookup needed are read; a message repeating a known layout is compared in one numpy operation,
+tf_layout.py). The node's lookups (`odom -> camera` through `base_link`) are made once before timing.
 
     python benchmarks/tf_joints.py [--joints 10000] [--messages 20]
 
@@ -12,6 +13,7 @@ Prints ms per message (median, max) and the share of one core that messages at 5
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from unittest import mock
@@ -42,7 +44,11 @@ def message(stamp_s: float, joints: int) -> bytes:
 def measure(node: object, joints: int, messages: int, read_all: bool) -> list[float]:
     """ms per message over `messages` messages (after one warm-up message and the node's lookup)."""
     full = joints + 10 if read_all else tf_ingest.FULL_STORE_EDGES
-    with mock.patch.object(tf_ingest, "FULL_STORE_EDGES", full):
+    no_layouts = mock.patch.object(tf_ingest.TfLayouts, "match", return_value=None)
+    with (
+        mock.patch.object(tf_ingest, "FULL_STORE_EDGES", full),
+        no_layouts if read_all else contextlib.nullcontext(),
+    ):
         lookup = TfLookup(node, use_tf2_ros=False, cache_s=1e6)
         try:
             data = [message(1.0 + 0.2 * k, joints) for k in range(messages + 1)]

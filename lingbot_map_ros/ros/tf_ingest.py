@@ -32,7 +32,8 @@ from collections.abc import Callable
 from rclpy.callback_groups import CallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from .tf_wire import ColdSample, TfSample, cold_sample, parse_tf_message
+from .tf_layout import TfLayouts
+from .tf_wire import ColdSample, TfSample, byte_order, cold_sample, parse_tf_message
 
 #: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
 #: rejected (a zero quaternion is no rotation; tf2's C++ core raises on one).
@@ -218,6 +219,7 @@ class TfIngest:
         self.hot: set[bytes] = set()  # child frames read in full (stored ones and needed ones)
         self.wanted: set[str] = set()  # frames a lookup needed, and their ancestors
         self.cold: dict[bytes, ColdSample] = {}  # child -> its newest transform, unread
+        self.layouts = TfLayouts()  # big messages that repeat (tf_layout.py)
         group = ManualTakeGroup()
         self._subs = [
             (
@@ -267,10 +269,20 @@ class TfIngest:
         """Check and store one serialized TFMessage (the caller holds `lock`): /tf_static in full, /tf
         selectively (class doc). The number of transforms it held that were new or read."""
         before = len(self.cold)
+        order = byte_order(data)
+        layout = None if static or order is None else self.layouts.match(data, order)
         if static:
             samples = parse_tf_message(data)
+        elif layout is not None:  # the same tree again: only its needed transforms are read
+            samples = [cold_sample(layout.cold(start, end)) for start, end in layout.hot(self.hot)]
+            for sample in samples:
+                self._take(sample, static, now_s, max_future_s)
+            return len(layout.records)
         else:
-            samples = parse_tf_message(data, self.hot, self.cold, FULL_STORE_EDGES)
+            records: list[tuple[bytes, int, int]] = []
+            samples = parse_tf_message(data, self.hot, self.cold, FULL_STORE_EDGES, records)
+            if order is not None:
+                self.layouts.learn(data, order, records)
             if len(self.cold) > MAX_COLD_EDGES:  # the oldest half goes (a needed one waits for its next)
                 for key in list(self.cold)[: len(self.cold) // 2]:
                     del self.cold[key]
@@ -292,10 +304,13 @@ class TfIngest:
         while frame and frame not in self.wanted:
             self.wanted.add(frame)
             key = frame.encode()
-            self.hot.add(key)
-            kept = self.cold.pop(key, None)
-            if kept is not None:
-                self._take(cold_sample(kept), False, now_s, self.max_future_s)
+            if key not in self.hot:  # read from now on; the newest of what was kept unread, at once
+                self.hot.add(key)
+                kept = [self.cold.pop(key)] if key in self.cold else []
+                kept += self.layouts.newest(key)
+                if kept:
+                    newest = max((cold_sample(cold) for cold in kept), key=lambda sample: sample.stamp_s)
+                    self._take(newest, False, now_s, self.max_future_s)
             frame = self._parent_of(frame)
 
     def _take(self, sample: TfSample, static: bool, now_s: float | None, max_future_s: float) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["ColdSample", "TfSample", "WireError", "cold_sample", "parse_tf_message"]
+__all__ = ["ColdSample", "TfSample", "WireError", "byte_order", "cold_sample", "parse_tf_message"]
 
 _ENDIAN = {b"\x00\x01": "<", b"\x00\x00": ">", b"\x00\x03": "<", b"\x00\x02": ">"}  # CDR / PL_CDR, LE / BE
 _HEADER = 4
@@ -44,6 +44,11 @@ class TfSample:
         return f"{self.parent} -> {self.child}"
 
 
+def byte_order(data: bytes) -> str | None:
+    """'<' / '>' of a CDR message (XCDR1), None for any other encapsulation."""
+    return _ENDIAN.get(bytes(data[:2]))
+
+
 #: A transform of a frame nobody needs, kept unread: (its bytes, their offset in the message body modulo 8,
 #: byte order) by child id (bytes, without a leading `/`); `cold_sample` reads it when the frame is needed.
 ColdSample = tuple[bytes, int, str]
@@ -54,13 +59,15 @@ def parse_tf_message(
     hot: set[bytes] | None = None,
     cold: dict[bytes, ColdSample] | None = None,
     hot_until: int = 0,
+    records: list[tuple[bytes, int, int]] | None = None,
 ) -> list[TfSample]:
     """The transforms of a serialized TFMessage (frame ids with a leading `/` stripped, as tf2 does).
 
     `hot` / `cold` (issue 30: a message of 10,000 joints costs what the node needs of it): a transform whose
     child id is in `hot` is read into a `TfSample`; a new child id joins `hot` while it holds fewer than
     `hot_until`; any other transform is not read: its raw fields replace the child's entry in `cold` (a dict
-    write; no decoding, no floats). Without `hot` every transform is read.
+    write; no decoding, no floats). Without `hot` every transform is read. `records` (with `hot`): gets
+    (child id, start, end) of every transform in the body (tf_layout.py).
 
     Raises:
         WireError: malformed or truncated bytes.
@@ -69,7 +76,7 @@ def parse_tf_message(
     if order is None:
         return _parse_with_rclpy(data)
     try:
-        return _parse_cdr(memoryview(data), order, hot, cold, hot_until)
+        return _parse_cdr(memoryview(data), order, hot, cold, hot_until, records=records)
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise WireError(f"malformed TFMessage ({len(data)} bytes): {exc}") from exc
 
@@ -96,6 +103,7 @@ def _parse_cdr(
     cold: dict[bytes, ColdSample] | None,
     hot_until: int,
     first: int = 0,
+    records: list[tuple[bytes, int, int]] | None = None,
 ) -> list[TfSample]:
     """`first` > 0: `buf` is a body holding one transform at `first` (`cold_sample`), no header or count."""
     count_s, head_s, len_s, seven = _STRUCTS[order]
@@ -124,6 +132,8 @@ def _parse_cdr(
         pos += -pos % 8
         if hot is not None:
             key = bytes(body[child_at : child_at + length - 1]).lstrip(b"/")
+            if records is not None:
+                records.append((key, start, pos + 56))
             if key not in hot and len(hot) < hot_until:
                 hot.add(key)
             elif key not in hot:

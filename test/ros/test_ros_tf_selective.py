@@ -32,16 +32,17 @@ def lookup() -> Iterator[TfLookup]:
     rclpy.shutdown(context=context)
 
 
-def joints_message(stamp_s: float) -> bytes:
+def joints_message(stamp_s: float, renamed: str = "") -> bytes:
     """The robot (`odom -> base_link`, x = stamp) and `JOINTS` joints `base_link -> joint_i` (x = i) in one
-    serialized message."""
+    serialized message; `renamed`: joint 9,000's frame id instead."""
     odom = np.eye(4)
     odom[0, 3] = stamp_s
     transforms = [transform_msg(odom, seconds_stamp(stamp_s), "odom", "base_link")]
     for i in range(JOINTS):
         pose = np.eye(4)
         pose[0, 3] = i
-        transforms.append(transform_msg(pose, seconds_stamp(stamp_s), "base_link", f"joint_{i}"))
+        name = renamed if renamed and i == 9000 else f"joint_{i}"
+        transforms.append(transform_msg(pose, seconds_stamp(stamp_s), "base_link", name))
     return serialize_message(TFMessage(transforms=transforms))
 
 
@@ -68,3 +69,15 @@ def test_a_small_tree_is_stored_whole(lookup: TfLookup) -> None:
     transforms = [transform_msg(np.eye(4), seconds_stamp(1.0), "base_link", f"wheel_{i}") for i in range(100)]
     lookup.take_message(serialize_message(TFMessage(transforms=transforms)), False)
     assert lookup.stats()["tf.samples"] == 100 and lookup.stats()["tf.unread_edges"] == 0
+
+
+def test_a_repeated_tree_is_compared_not_parsed_and_a_renamed_frame_is_seen(lookup: TfLookup) -> None:
+    """The same tree again (tf_layout.py): one comparison of its frame-id bytes, only the needed transforms
+    read; a message of the same size with one frame id changed is another tree: the new frame can be looked
+    up at once."""
+    for stamp in (1.0, 2.0, 3.0):
+        lookup.take_message(joints_message(stamp), False)
+    assert lookup.stats()["tf.samples"] == 3 * FULL_STORE_EDGES
+    lookup.take_message(joints_message(4.0, renamed="jOint_9000"), False)  # same size, another id
+    assert lookup.lookup("odom", "jOint_9000", 4.0, 0.0)[0, 3] == pytest.approx(4.0 + 9000)
+    assert lookup.lookup("odom", "joint_9001", 4.0, 0.0)[0, 3] == pytest.approx(4.0 + 9001)
