@@ -382,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\nTF backend: {report['tf_backend']}; camera {args.camera_hz:g} Hz; node log {log_dir / 'node.log'}"
     )
     print(
-        "| scenario | /tf odom Hz | joints Hz (x6) | camera_info Hz | TF mode | odometry/s | x bare "
-        "| node cores |"
+        f"| scenario | /tf odom Hz | joints Hz (x{args.joint_frames}) | camera_info Hz | TF mode "
+        "| odometry/s | x bare | node cores |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for row in report["scenarios"]:
