@@ -220,6 +220,7 @@ class TfIngest:
         self.wanted: set[str] = set()  # frames a lookup needed, and their ancestors
         self.cold: dict[bytes, ColdSample] = {}  # child -> its newest transform, unread
         self.layouts = TfLayouts()  # big messages that repeat (tf_layout.py)
+        self.unread = 0  # /tf transforms kept unread (no lookup needed their frame)
         group = ManualTakeGroup()
         self._subs = [
             (
@@ -277,10 +278,12 @@ class TfIngest:
             samples = [cold_sample(layout.cold(start, end)) for start, end in layout.hot(self.hot)]
             for sample in samples:
                 self._take(sample, static, now_s, max_future_s)
+            self.unread += len(layout.records) - len(samples)
             return len(layout.records)
         else:
             records: list[tuple[bytes, int, int]] = []
             samples = parse_tf_message(data, self.hot, self.cold, FULL_STORE_EDGES, records)
+            self.unread += max(0, len(records) - len(samples))
             if order is not None:
                 self.layouts.learn(data, order, records)
             if len(self.cold) > MAX_COLD_EDGES:  # the oldest half goes (a needed one waits for its next)
@@ -322,9 +325,9 @@ class TfIngest:
             self._want(sample.parent, now_s)
 
     def stats(self) -> dict[str, int]:
-        """/diagnostics keys: `SampleCheck.stats` and `tf.unread_edges` (frames whose newest transform is
-        kept unread: no lookup needed them)."""
-        return {**self.check.stats(), "tf.unread_edges": len(self.cold)}
+        """/diagnostics keys: `SampleCheck.stats`, `tf.unread` (transforms kept unread so far) and
+        `tf.unread_edges` (frames whose newest transform is kept unread: no lookup needed them)."""
+        return {**self.check.stats(), "tf.unread": self.unread, "tf.unread_edges": len(self.cold)}
 
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):
