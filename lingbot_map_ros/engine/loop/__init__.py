@@ -2,12 +2,11 @@
 a Sim(3) pose graph in gtsam, and the closer that ties them together off the pose path (docs/loop_closure.md).
 """
 
-from .closer import LoopCloser, LoopEvent
+from .closer import LoopCloser, LoopEvent, LoopStats
 from .config import LoopClosureConfig
 from .descriptor import DescriptorIndex, ModelDescriptor
 from .keyframes import Keyframe, KeyframeMap, KeyframeVoxels
 from .pose_graph import Edge, EdgeSigma, GraphConfig, PoseGraph
-from .stats import LoopStats
 from .verify import PairVerifier, Verification, VerifyConfig
 from .worker import LoopClosureWorker
 

@@ -27,7 +27,6 @@ from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
 from .pose_graph import Edge, EdgeSigma, GraphState, OptimizeResult, PoseGraph
 from .similarity import between, compose, from_pose, inverse, size
-from .stats import LoopStats
 from .verify import Verification
 
 _LOG = logging.getLogger(__name__)
@@ -59,6 +58,33 @@ class _Checkpoint:
     last_loop_key: int | None
     restored_end: int | None
     pair: tuple[int, int] = (-1, -1)  # the loop edge committed after this checkpoint (`reject_last_loop`)
+
+
+@dataclass
+class LoopStats:
+    """Counters for /diagnostics (`as_dict`)."""
+
+    keyframes: int = 0
+    submaps: int = 0
+    candidates: int = 0
+    verified: int = 0
+    rejected: int = 0
+    graph_outliers: int = 0
+    optimizations: int = 0
+    last_optimize_ms: float = 0.0
+    last_correction_m: float = 0.0
+    last_correction_deg: float = 0.0
+    last_correction_scale: float = 1.0
+    rejected_unconfirmed: int = 0  # verified, but fewer than consistent_loops keyframes in a row agree
+    rejected_inconsistent: int = 0  # verified, refused by the chi-square gate (gate.py)
+    rejected_odometry: int = 0  # verified, contradicts the robot's odometry between its keyframes
+    rejected_correction: int = 0  # the optimised correction jumped more than max_correction_m: undone
+    optimize_failures: int = 0  # gtsam raised: graph and closer left as they were
+    loops_undone: int = 0  # reject_last_loop
+    last_loop_chi2: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(vars(self))
 
 
 class LoopCloser:
