@@ -13,6 +13,7 @@ published in the window.
 
     python benchmarks/tf_rates.py                                    # the default table (docs/benchmarks.md)
     python benchmarks/tf_rates.py --scenarios bare:0:0:0,odom30:30:0:0 --seconds 8 --settle-s 4
+    python benchmarks/tf_rates.py --scenarios odom30:30:0:0,joints10k:30:5:0 --joint-frames 10000  # issue 30
 
 A scenario is NAME:ODOM_HZ:JOINTS_HZ:INFO_HZ; the first one is the reference of the ratio column (the bare
 camera). `--rounds N` runs the scenarios N times in turn (a shared machine's load drifts over tens of seconds;
@@ -77,13 +78,14 @@ def cpu_share(before: dict, after: dict, seconds: float) -> tuple[float, list[di
 
 
 # ------------------------------------------------------------------------------------------- the robot
-def robot_main(camera_info_topic: str) -> int:
+def robot_main(camera_info_topic: str, joint_frames: int) -> int:
     """`--robot`: publish the robot's TF and camera_info at the rates read from stdin lines
     `ODOM JOINTS INFO` (Hz; 0 = off) until stdin closes; each line is answered with the counts so far."""
     import rclpy
     from builtin_interfaces.msg import Time
     from geometry_msgs.msg import Transform, TransformStamped, Vector3
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CameraInfo
     from std_msgs.msg import Header
     from tf2_msgs.msg import TFMessage
@@ -116,6 +118,9 @@ def robot_main(camera_info_topic: str) -> int:
     optical.transform.rotation.x, optical.transform.rotation.y = -0.5, 0.5
     optical.transform.rotation.z, optical.transform.rotation.w = -0.5, 0.5
     statics = TFMessage(transforms=[edge("base_link", "camera_link", Time(), 0.1), optical])
+    big_tree = serialize_message(
+        TFMessage(transforms=[edge("base_link", f"joint_{i}", now(), 0.1) for i in range(joint_frames)])
+    )
     rates = {"odom": 0.0, "joints": 0.0, "info": 0.0}
     counts = {"odom": 0, "joints": 0, "info": 0}
     lock = threading.Lock()
@@ -125,6 +130,8 @@ def robot_main(camera_info_topic: str) -> int:
         if kind == "odom":
             t = time.time()
             tf_pub.publish(TFMessage(transforms=[edge("odom", "base_link", stamp, 0.1 * np.sin(t), 0.2 * t)]))
+        elif kind == "joints" and joint_frames > JOINT_FRAMES:  # a big tree: built once, sent as bytes
+            tf_pub.publish(big_tree)
         elif kind == "joints":
             joints = [
                 edge("base_link", f"wheel_{i}", stamp, 0.1 * i, time.time() + i) for i in range(JOINT_FRAMES)
@@ -181,10 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="node parameter")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--json", type=Path, default=None, help="write the JSON here instead of --out/<time>")
+    parser.add_argument(
+        "--joint-frames",
+        type=int,
+        default=JOINT_FRAMES,
+        help="transforms per joints message (issue 30: 10000 at 5 Hz; more than 6: one message built once)",
+    )
     parser.add_argument("--robot", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.robot:
-        return robot_main(f"/{NODE}_camera/camera_info")
+        return robot_main(f"/{NODE}_camera/camera_info", args.joint_frames)
     scenarios = [Scenario.parse(s) for s in args.scenarios.split(",")]
 
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -208,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     remaps = {"image": f"/{NODE}_camera/image_raw", "camera_info": f"/{NODE}_camera/camera_info"}
     node = NodeProcess.start(log_dir / "node.log", params, remaps, name=NODE, env=env)
     robot = subprocess.Popen(
-        [sys.executable, __file__, "--robot"],
+        [sys.executable, __file__, "--robot", "--joint-frames", str(args.joint_frames)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=open(log_dir / "robot.log", "wb"),  # noqa: SIM115 - the child keeps it
@@ -369,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\nTF backend: {report['tf_backend']}; camera {args.camera_hz:g} Hz; node log {log_dir / 'node.log'}"
     )
     print(
-        "| scenario | /tf odom Hz | joints Hz (x6) | camera_info Hz | TF mode | odometry/s | x bare "
-        "| node cores |"
+        f"| scenario | /tf odom Hz | joints Hz (x{args.joint_frames}) | camera_info Hz | TF mode "
+        "| odometry/s | x bare | node cores |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for row in report["scenarios"]:

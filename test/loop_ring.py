@@ -80,10 +80,12 @@ class Ring:
         )
 
 
-def ring_closer(ring: Ring, max_keyframes: int) -> LoopCloser:
-    """A closer over the ring's descriptor and verifier (every step a keyframe)."""
+def ring_closer(ring: Ring, max_keyframes: int, consistent_loops: int = 1) -> LoopCloser:
+    """A closer over the ring's descriptor and verifier (every step a keyframe). One pair verifies per lap,
+    so by default a single verified loop is enough (`consistent_loops` 1)."""
     config = LoopClosureConfig(
         keyframe_translation=1e-3,
+        consistent_loops=consistent_loops,
         max_keyframes=max_keyframes,
         min_similarity=0.5,
         point_stride=7,

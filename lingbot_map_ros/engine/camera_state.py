@@ -332,13 +332,14 @@ class CameraState:
             yield self.closer
 
     def loop_stats(self) -> dict[str, float]:
-        """The closer's counters (`LoopStats`), corrections applied and keyframe results dropped from the
-        thread's queue; {} without loop closure."""
+        """The closer's counters (`LoopStats`), corrections applied, keyframe results dropped from the
+        thread's queue and its `backlog` (items waiting or in progress); {} without loop closure."""
         if self.closer is None:
             return {}
         values = dict(self.closer.stats.as_dict())
         values["corrections"] = len(self.corrections)
         values["dropped"] = self._worker.dropped if self._worker is not None else 0
+        values["backlog"] = self._worker.backlog if self._worker is not None else 0
         return values
 
     def loop_summary(self) -> dict[str, object]:

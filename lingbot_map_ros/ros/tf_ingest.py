@@ -32,7 +32,8 @@ from collections.abc import Callable
 from rclpy.callback_groups import CallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from .tf_wire import TfSample, parse_tf_message
+from .tf_layout import TfLayouts
+from .tf_wire import ColdSample, TfSample, byte_order, cold_sample, parse_tf_message
 
 #: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
 #: rejected (a zero quaternion is no rotation; tf2's C++ core raises on one).
@@ -43,6 +44,11 @@ TOP_REJECTED_EDGES = 20
 TRACKED_EDGES = 1000
 #: Distinct rejected edges warned about one by one; then one line says later ones are not.
 WARNED_EDGES = 20
+#: Edges stored whole before ingestion turns selective: past this many, a /tf transform whose child frame no
+#: lookup needed (`TfIngest.want`) is kept unread (`tf_wire.parse_tf_message`'s `cold`), issue 30.
+FULL_STORE_EDGES = 256
+#: Unread transforms kept (their newest sample per child frame); past it the oldest half is dropped.
+MAX_COLD_EDGES = 16_384
 #: How often the listener thread takes what arrived (s); the DDS history below holds what arrives meanwhile,
 #: and a lookup that waits for data takes it at once (`TfLookup.lookup`). Each wake-up hands the GIL over.
 TAKE_PERIOD_S = 0.05
@@ -181,7 +187,16 @@ class TfIngest:
         max_future_s: `tf.max_future_s` (read every batch: a live parameter sets the attribute).
         warn: the node logger's `warning`.
         ok: False once the node's context shut down (the thread ends).
+        parent_of: the stored parent of a frame (the graph's), to follow a needed frame's chain upwards.
         period_s: time between two batches.
+
+    Cost proportional to what is needed (issue 30: /tf messages of 10,000 joints at 5 Hz cut posing from
+    10 to 1.1 frames/s): until `FULL_STORE_EDGES` child frames were stored every sample is read, checked and
+    stored (a robot's tree: as before). Past that, a /tf transform is read only when its child frame is
+    `hot`: stored before that point, or needed (`want`: the frames a lookup asked for and, as their edges
+    arrive, their ancestors). Any other transform costs a dict write of its raw bytes (`cold`, the newest per
+    child); a frame that becomes needed is read from there at once, so its edge has a sample before the next
+    one arrives. /tf_static is always read whole.
     """
 
     def __init__(
@@ -192,6 +207,7 @@ class TfIngest:
         max_future_s: float,
         warn: Callable[[str], None],
         ok: Callable[[], bool],
+        parent_of: Callable[[str], str | None] = lambda frame: None,
         period_s: float = TAKE_PERIOD_S,
     ) -> None:
         from tf2_msgs.msg import TFMessage
@@ -199,6 +215,12 @@ class TfIngest:
         self.max_future_s = max_future_s
         self.check = SampleCheck(warn)
         self._store, self._now_s, self._ok, self._period_s = store, now_s, ok, period_s
+        self._parent_of = parent_of
+        self.hot: set[bytes] = set()  # child frames read in full (stored ones and needed ones)
+        self.wanted: set[str] = set()  # frames a lookup needed, and their ancestors
+        self.cold: dict[bytes, ColdSample] = {}  # child -> its newest transform, unread
+        self.layouts = TfLayouts()  # big messages that repeat (tf_layout.py)
+        self.unread = 0  # /tf transforms kept unread (no lookup needed their frame)
         group = ManualTakeGroup()
         self._subs = [
             (
@@ -234,11 +256,7 @@ class TfIngest:
                     if not taken:
                         now_s = self._now_s()  # once per batch, and not at all for an empty one
                     try:
-                        samples = parse_tf_message(got[0])
-                        for sample in samples:
-                            if self.check(sample, static, now_s, max_future_s):
-                                self._store(sample, static)
-                        taken += len(samples)
+                        taken += self.take(got[0], static, now_s, max_future_s)
                     except Exception as exc:  # noqa: BLE001 - bad bytes (WireError) or a store that refused it
                         self.check.malformed += 1
                         if self.check.malformed == 1:
@@ -247,6 +265,69 @@ class TfIngest:
                                 "counted in /diagnostics (tf.malformed)"
                             )
         return taken
+
+    def take(self, data: bytes, static: bool, now_s: float | None, max_future_s: float) -> int:
+        """Check and store one serialized TFMessage (the caller holds `lock`): /tf_static in full, /tf
+        selectively (class doc). The number of transforms it held that were new or read."""
+        before = len(self.cold)
+        order = byte_order(data)
+        layout = None if static or order is None else self.layouts.match(data, order)
+        if static:
+            samples = parse_tf_message(data)
+        elif layout is not None:  # the same tree again: only its needed transforms are read
+            samples = [cold_sample(layout.cold(start, end)) for start, end in layout.hot(self.hot)]
+            for sample in samples:
+                self._take(sample, static, now_s, max_future_s)
+            self.unread += len(layout.records) - len(samples)
+            return len(layout.records)
+        else:
+            records: list[tuple[bytes, int, int]] = []
+            samples = parse_tf_message(data, self.hot, self.cold, FULL_STORE_EDGES, records)
+            self.unread += max(0, len(records) - len(samples))
+            if order is not None:
+                self.layouts.learn(data, order, records)
+            if len(self.cold) > MAX_COLD_EDGES:  # the oldest half goes (a needed one waits for its next)
+                for key in list(self.cold)[: len(self.cold) // 2]:
+                    del self.cold[key]
+        for sample in samples:
+            self._take(sample, static, now_s, max_future_s)
+        return len(samples) + max(0, len(self.cold) - before)
+
+    def want(self, *frames: str) -> None:
+        """A lookup needs `frames`: read their transforms (and, as their edges arrive, their ancestors') in
+        full from now on; a transform of theirs kept unread is stored at once."""
+        if all(frame in self.wanted for frame in frames):
+            return
+        with self.lock:
+            now_s = self._now_s()
+            for frame in frames:
+                self._want(frame, now_s)
+
+    def _want(self, frame: str | None, now_s: float | None) -> None:
+        while frame and frame not in self.wanted:
+            self.wanted.add(frame)
+            key = frame.encode()
+            if key not in self.hot:  # read from now on; the newest of what was kept unread, at once
+                self.hot.add(key)
+                kept = [self.cold.pop(key)] if key in self.cold else []
+                kept += self.layouts.newest(key)
+                if kept:
+                    newest = max((cold_sample(cold) for cold in kept), key=lambda sample: sample.stamp_s)
+                    self._take(newest, False, now_s, self.max_future_s)
+            frame = self._parent_of(frame)
+
+    def _take(self, sample: TfSample, static: bool, now_s: float | None, max_future_s: float) -> None:
+        """Check and store one sample; a needed frame's parent becomes needed."""
+        if not self.check(sample, static, now_s, max_future_s):
+            return
+        self._store(sample, static)
+        if sample.child in self.wanted and sample.parent not in self.wanted:
+            self._want(sample.parent, now_s)
+
+    def stats(self) -> dict[str, int]:
+        """/diagnostics keys: `SampleCheck.stats`, `tf.unread` (transforms kept unread so far) and
+        `tf.unread_edges` (frames whose newest transform is kept unread: no lookup needed them)."""
+        return {**self.check.stats(), "tf.unread": self.unread, "tf.unread_edges": len(self.cold)}
 
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):

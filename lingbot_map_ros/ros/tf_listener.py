@@ -137,7 +137,9 @@ class TfLookup:
             return ns * 1e-9 if ns > 0 else None  # sim time before /clock: no future check
 
         context = node.context
-        self._ingest = TfIngest(node, self.store, now_s, max_future_s, logger.warning, context.ok)
+        self._ingest = TfIngest(
+            node, self.store, now_s, max_future_s, logger.warning, context.ok, parent_of=self.graph.parent
+        )
         logger.info(f"TF backend {self.backend}; /tf and /tf_static taken on the listener thread")
 
     @property
@@ -164,11 +166,19 @@ class TfLookup:
         """Store what arrived now (the listener thread does it every few ms; tests call it not to wait)."""
         return self._ingest.drain() if self._ingest is not None else 0
 
+    def take_message(self, data: bytes, static: bool) -> int:
+        """Check and store one serialized TFMessage as the listener thread does (tests, benchmarks)."""
+        if self._ingest is None:
+            return 0
+        with self._ingest.lock:
+            now_s = self._ingest._now_s()
+            return self._ingest.take(data, static, now_s, self._ingest.max_future_s)
+
     def stats(self) -> dict[str, object]:
         """/diagnostics keys of the listener (module doc)."""
         values: dict[str, object] = {"tf.backend": self.backend, **self.graph.stats()}
         if self._ingest is not None:
-            values.update(self._ingest.check.stats())
+            values.update(self._ingest.stats())
         return values
 
     def lookup(self, target: str, source: str, stamp_s: float, timeout_s: float) -> np.ndarray:
@@ -178,6 +188,8 @@ class TfLookup:
             TransformUnavailable: still missing after the timeout (its `edge` names what is missing).
         """
         deadline = time.monotonic() + timeout_s
+        if self._ingest is not None:
+            self._ingest.want(target, source)  # their transforms are read in full (tf_ingest.py)
         while True:
             stored = self._stored()
             try:

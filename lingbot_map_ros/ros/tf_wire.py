@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["TfSample", "WireError", "parse_tf_message"]
+__all__ = ["ColdSample", "TfSample", "WireError", "byte_order", "cold_sample", "parse_tf_message"]
 
 _ENDIAN = {b"\x00\x01": "<", b"\x00\x00": ">", b"\x00\x03": "<", b"\x00\x02": ">"}  # CDR / PL_CDR, LE / BE
 _HEADER = 4
@@ -44,8 +44,30 @@ class TfSample:
         return f"{self.parent} -> {self.child}"
 
 
-def parse_tf_message(data: bytes) -> list[TfSample]:
+def byte_order(data: bytes) -> str | None:
+    """'<' / '>' of a CDR message (XCDR1), None for any other encapsulation."""
+    return _ENDIAN.get(bytes(data[:2]))
+
+
+#: A transform of a frame nobody needs, kept unread: (its bytes, their offset in the message body modulo 8,
+#: byte order) by child id (bytes, without a leading `/`); `cold_sample` reads it when the frame is needed.
+ColdSample = tuple[bytes, int, str]
+
+
+def parse_tf_message(
+    data: bytes,
+    hot: set[bytes] | None = None,
+    cold: dict[bytes, ColdSample] | None = None,
+    hot_until: int = 0,
+    records: list[tuple[bytes, int, int]] | None = None,
+) -> list[TfSample]:
     """The transforms of a serialized TFMessage (frame ids with a leading `/` stripped, as tf2 does).
+
+    `hot` / `cold` (issue 30: a message of 10,000 joints costs what the node needs of it): a transform whose
+    child id is in `hot` is read into a `TfSample`; a new child id joins `hot` while it holds fewer than
+    `hot_until`; any other transform is not read: its raw fields replace the child's entry in `cold` (a dict
+    write; no decoding, no floats). Without `hot` every transform is read. `records` (with `hot`): gets
+    (child id, start, end) of every transform in the body (tf_layout.py).
 
     Raises:
         WireError: malformed or truncated bytes.
@@ -54,7 +76,7 @@ def parse_tf_message(data: bytes) -> list[TfSample]:
     if order is None:
         return _parse_with_rclpy(data)
     try:
-        return _parse_cdr(memoryview(data), order)
+        return _parse_cdr(memoryview(data), order, hot, cold, hot_until, records=records)
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
         raise WireError(f"malformed TFMessage ({len(data)} bytes): {exc}") from exc
 
@@ -66,31 +88,62 @@ _STRUCTS = {
 }
 
 
-def _parse_cdr(buf: memoryview, order: str) -> list[TfSample]:
+def cold_sample(cold: ColdSample) -> TfSample:
+    """The `TfSample` of a transform kept unread by `parse_tf_message`."""
+    record, offset, order = cold
+    body = bytes(8 + offset) + record  # a one-transform body, the record at its original alignment
+    (sample,) = _parse_cdr(memoryview(body), order, None, None, 0, first=8 + offset)
+    return sample
+
+
+def _parse_cdr(
+    buf: memoryview,
+    order: str,
+    hot: set[bytes] | None,
+    cold: dict[bytes, ColdSample] | None,
+    hot_until: int,
+    first: int = 0,
+    records: list[tuple[bytes, int, int]] | None = None,
+) -> list[TfSample]:
+    """`first` > 0: `buf` is a body holding one transform at `first` (`cold_sample`), no header or count."""
     count_s, head_s, len_s, seven = _STRUCTS[order]
-    body = buf[_HEADER:]  # alignment is relative to the body
+    body = buf[_HEADER:] if not first else buf  # alignment is relative to the body
     end = len(body)
-    (count,) = count_s.unpack_from(body, 0)
+    (count,) = count_s.unpack_from(body, 0) if not first else (1,)
     if count * 72 > end:  # each transform needs at least 72 bytes: a bogus count must not allocate
         raise WireError(f"TFMessage claims {count} transforms in {end + _HEADER} bytes")
     out: list[TfSample] = []
-    pos = 4
+    pos = first or 4
     for _ in range(count):
         pos += -pos % 4
+        start = pos
         sec, nanosec, length = head_s.unpack_from(body, pos)
         pos += 12
         if length < 1 or pos + length > end:
             raise WireError(f"frame_id of {length} bytes runs past the end ({end + _HEADER} bytes)")
-        parent = str(body[pos : pos + length - 1], "utf-8")
+        parent_at, parent_end = pos, pos + length - 1
         pos += length
         pos += -pos % 4
         (length,) = len_s.unpack_from(body, pos)
         pos += 4
         if length < 1 or pos + length > end:
             raise WireError(f"child_frame_id of {length} bytes runs past the end ({end + _HEADER} bytes)")
-        child = str(body[pos : pos + length - 1], "utf-8")
-        pos += length
+        child_at, pos = pos, pos + length
         pos += -pos % 8
+        if hot is not None:
+            key = bytes(body[child_at : child_at + length - 1]).lstrip(b"/")
+            if records is not None:
+                records.append((key, start, pos + 56))
+            if key not in hot and len(hot) < hot_until:
+                hot.add(key)
+            elif key not in hot:
+                pos += 56
+                if pos > end:
+                    raise WireError(f"transform runs past the end ({end + _HEADER} bytes)")
+                cold[key] = (bytes(body[start:pos]), start % 8, order)
+                continue
+        parent = str(body[parent_at:parent_end], "utf-8")
+        child = str(body[child_at : child_at + length - 1], "utf-8")
         tx, ty, tz, qx, qy, qz, qw = seven.unpack_from(body, pos)
         pos += 56
         if parent[:1] == "/" or child[:1] == "/":

@@ -20,7 +20,7 @@ from ..result import FrameResult
 from .config import LoopClosureConfig
 from .descriptor import Candidate, Describe, DescriptorIndex
 from .edges import loop_sigma, stream_sigma
-from .gate import OdometryScale, innovation_chi2, odometry_disagreement
+from .gate import LoopStreaks, OdometryScale, innovation_chi2, odometry_disagreement
 from .keyframe_build import build_keyframe
 from .keyframes import Keyframe, KeyframeMap
 from .persist import LoopRestore
@@ -74,6 +74,7 @@ class LoopStats:
     last_correction_m: float = 0.0
     last_correction_deg: float = 0.0
     last_correction_scale: float = 1.0
+    rejected_unconfirmed: int = 0  # verified, but fewer than consistent_loops keyframes in a row agree
     rejected_inconsistent: int = 0  # verified, refused by the chi-square gate (gate.py)
     rejected_odometry: int = 0  # verified, contradicts the robot's odometry between its keyframes
     rejected_correction: int = 0  # the optimised correction jumped more than max_correction_m: undone
@@ -112,6 +113,7 @@ class LoopCloser:
         self._restored_end: int | None = None  # a restored map's newest key until the first loop into it
         self._before_last_loop: _Checkpoint | None = None  # what `reject_last_loop` restores
         self._odometry_scale = OdometryScale()
+        self._streaks = LoopStreaks(cfg.consistency_translation, cfg.consistency_rotation_deg)
 
     def wants(self, stream_pose: np.ndarray) -> bool:
         """Whether a frame at `stream_pose` [4, 4] would become a loop keyframe (moved or turned enough)."""
@@ -155,6 +157,7 @@ class LoopCloser:
         self.index.add(keyframe.key, keyframe.descriptor)
         self._last = keyframe
         self.stats.keyframes = len(self.map)
+        self._streaks.next_keyframe()
         event = self._close(keyframe, candidates)
         keep = min(self.config.exclude_recent, self.config.max_keyframes // 2)
         while self.map.over_budget():  # never folds the newest keyframes (the stream's end)
@@ -245,6 +248,7 @@ class LoopCloser:
         if self._last is not None:
             self._restored_end = self._last.key
         self._last = None
+        self._streaks.clear()
 
     def corrected(self, stream_pose: np.ndarray) -> Sim3:
         """A stream pose [4, 4] in the map now (the correction applied)."""
@@ -284,6 +288,13 @@ class LoopCloser:
                 _LOG.debug("loop %d -> %d rejected: %s", old.key, keyframe.key, verdict.reason)
                 continue
             self.stats.verified += 1
+            implied = compose(
+                compose(self.graph.poses[old.key], verdict.relative), inverse(keyframe.stream_pose)
+            )
+            if self._streaks.observe(implied, keyframe) < self.config.consistent_loops:
+                self.stats.rejected_unconfirmed += 1
+                _LOG.debug("loop %d -> %d not yet confirmed by consecutive keyframes", old.key, keyframe.key)
+                continue
             event = self._accept(old, keyframe, verdict)
             if event is not None:
                 return event

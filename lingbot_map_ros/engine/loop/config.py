@@ -35,6 +35,10 @@ class LoopClosureConfig:
         odometry_tolerance_m / odometry_tolerance_fraction: with odometry given to `add`, a loop whose
             keyframes' distance (in metres through the map's stream/odometry length ratio) differs from the
             odometry's by more than tolerance_m + fraction x the odometry path between them is refused.
+        consistent_loops: a verified loop is accepted only when this many consecutive keyframes verified
+            loops that agree (put the stream within `consistency_translation` x the median depth and
+            `consistency_rotation_deg`; gate.LoopStreaks): one keyframe aliasing a look-alike is refused.
+            1: every verified loop goes to the gate (before issue 30).
         max_correction_m: a loop or forced optimisation whose correction would jump further than this (map
             units) is undone and counted, never applied.
     """
@@ -78,6 +82,9 @@ class LoopClosureConfig:
     max_loop_chi2: float = 24.3
     odometry_tolerance_m: float = 0.5
     odometry_tolerance_fraction: float = 0.1
+    consistent_loops: int = 2
+    consistency_translation: float = 0.2
+    consistency_rotation_deg: float = 5.0
     max_correction_m: float = setting(
         50.0,
         "A loop correction that would jump the map further than this (map units, metres with a metric "
@@ -101,11 +108,13 @@ class LoopClosureConfig:
             "odometry_tolerance_m",
             "odometry_tolerance_fraction",
             "max_correction_m",
+            "consistency_translation",
+            "consistency_rotation_deg",
         )
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"loop_closure.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("point_stride", "depth_stride", "top_k", "queue_depth"):
+        for name in ("point_stride", "depth_stride", "top_k", "queue_depth", "consistent_loops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"loop_closure.{name} must be >= 1, got {getattr(self, name)}")
         if self.exclude_recent < 1 or self.merge_size < 2 or self.max_keyframes < self.exclude_recent + 2:

@@ -23,11 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
-from ..geometry import Sim3
+from ..geometry import Sim3, rotation_angle
 from .gtsam_import import gtsam
 from .keyframes import Keyframe
 from .pose_graph import Edge, PoseGraph
-from .similarity import between, to_gtsam
+from .similarity import between, compose, to_gtsam
 
 
 def innovation_chi2(graph: PoseGraph, edge: Edge) -> float:
@@ -100,3 +100,39 @@ def odometry_disagreement(
         f"the loop puts its keyframes {loop_m:.2f} m apart, the odometry {odometry_m:.2f} m "
         f"(bound {bound:.2f} m)"
     )
+
+
+@dataclass
+class LoopStreaks:
+    """Temporal consistency of loops (ORB-SLAM's consistent groups, RTAB-Map's loop hypotheses over several
+    frames): a verified loop is a hypothesis ``C = pose_map(old) ∘ relative ∘ stream(new)⁻¹`` (T_map_stream,
+    where it puts the stream). Its streak is 1 + the longest streak of a hypothesis of the previous keyframe
+    that agrees with it (both put the new keyframe within `translation` x its median depth (in the map) and
+    `rotation_deg` of each other), else 1; a keyframe without a verified loop ends every streak. The closer
+    accepts a loop only from a streak of `consistent_loops` (`LoopClosureConfig`): one keyframe that aliases
+    a look-alike place is refused, a real revisit (seen from consecutive keyframes) closes."""
+
+    translation: float = 0.2
+    rotation_deg: float = 5.0
+    _previous: list[tuple[Sim3, int]] = field(default_factory=list)
+    _current: list[tuple[Sim3, int]] = field(default_factory=list)
+
+    def next_keyframe(self) -> None:
+        """A new keyframe: the last one's hypotheses become the previous ones (none: the streaks end)."""
+        self._previous, self._current = self._current, []
+
+    def clear(self) -> None:
+        self._previous, self._current = [], []
+
+    def observe(self, correction: Sim3, keyframe: Keyframe) -> int:
+        """The streak of this keyframe's verified loop implying `correction` (T_map_stream), recorded."""
+        here = compose(correction, keyframe.stream_pose)
+        longest = 0
+        for previous, streak in self._previous:
+            there = compose(previous, keyframe.stream_pose)
+            apart = float(np.linalg.norm(here.translation - there.translation))
+            turned = float(np.degrees(rotation_angle(here.rotation.T @ there.rotation)))
+            if apart <= self.translation * here.scale * keyframe.median_depth and turned <= self.rotation_deg:
+                longest = max(longest, streak)
+        self._current.append((correction, longest + 1))
+        return longest + 1

@@ -25,7 +25,8 @@ class LoopClosureWorker:
         self.on_event = on_event
         self.lock = OrderedLock("loop.worker_lock")
         self._lane: Lane[tuple[str, object, float]] = Lane(closer.config.queue_depth)  # drop-oldest
-        self._ready = threading.Condition()  # guards the lane
+        self._ready = threading.Condition()  # guards the lane and `_busy`
+        self._busy = False  # an item taken from the lane and not yet done
         self._thread = threading.Thread(target=self._run, name="loop_closure", daemon=True)
         self._thread.start()
 
@@ -34,6 +35,12 @@ class LoopClosureWorker:
         """Items dropped from the full queue (the oldest first)."""
         with self._ready:
             return self._lane.dropped
+
+    @property
+    def backlog(self) -> int:
+        """Items waiting in the queue plus the one in progress (0: the closer has caught up)."""
+        with self._ready:
+            return len(self._lane.queue) + self._busy
 
     def submit(self, result: FrameResult, stamp_s: float, odometry: np.ndarray | None = None) -> None:
         """Queue a keyframe result, with the robot's odometry pose [4, 4] when known (`LoopCloser.add`);
@@ -80,6 +87,7 @@ class LoopClosureWorker:
             with self._ready:
                 self._ready.wait_for(lambda: self._lane.queue)
                 kind, payload, stamp_s = self._lane.queue.popleft()
+                self._busy = kind != "stop"
             if kind == "stop":
                 return
             try:
@@ -105,3 +113,6 @@ class LoopClosureWorker:
                     after(called)
             except Exception:  # the closer must never take the node down; the map keeps its last poses
                 _LOG.exception("loop closure failed on a %s item", kind)
+            finally:
+                with self._ready:
+                    self._busy = False

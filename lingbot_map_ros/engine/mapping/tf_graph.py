@@ -95,6 +95,11 @@ class TfGraph:
         with self._lock:
             return self._static.get(child)
 
+    def parent(self, child: str) -> str | None:
+        """The stored parent of `child`, or None."""
+        with self._lock:
+            return self._static.get(child) or self._dynamic.get(child)
+
     def parents(self) -> dict[str, str]:
         """child -> parent of every edge now (a copy)."""
         with self._lock:
