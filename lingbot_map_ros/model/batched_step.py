@@ -230,4 +230,4 @@ def _check_batch(
             raise ValueError("every stream of a batch must keep its KV cache in the same shared pool")
         if state.config.scale_frames != states[0].config.scale_frames:
             raise ValueError("every stream of a batch must have the same scale_frames")
-    model._check_images(images[:1], states[0])  # dtype, device, patch multiples (S = 1 per stream)
+    model._check_images(images[:1], 1)  # dtype, device, patch multiples (S = 1 per stream)

@@ -13,6 +13,7 @@ from torch import nn
 
 from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.model.aggregator import Aggregator
+from lingbot_map_ros.model.anchor_pass import AnchorPass
 from lingbot_map_ros.model.batched_step import batched_step, graphed_batch
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
@@ -97,7 +98,7 @@ class LingBotMap(nn.Module):
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=dtype)
 
-    def _check_images(self, images: torch.Tensor, state: StreamState) -> None:
+    def _check_images(self, images: torch.Tensor, expected: int) -> None:
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != 3:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"images must be a tensor [S, 3, H, W] (RGB in [0, 1]), got {shape}")
@@ -111,9 +112,8 @@ class LingBotMap(nn.Module):
             )
         if images.device != self.device:
             raise ValueError(f"images must be on the model's device {self.device}, got {images.device}")
-        expected = state.config.scale_frames if state.in_anchor_phase else 1
         if images.shape[0] != expected:
-            phase = "the anchor step" if state.in_anchor_phase else "a streaming step"
+            phase = "a streaming step" if expected == 1 else "the anchor step"
             raise ValueError(f"{phase} takes S = {expected} frames, got {images.shape[0]}")
 
     @torch.inference_mode()
@@ -137,7 +137,7 @@ class LingBotMap(nn.Module):
             depth: run the depth head (False: `depth` and `depth_conf` are None; the caches and the pose are
                 the same, the depth head reads nothing the stream keeps).
         """
-        self._check_images(images, state)
+        self._check_images(images, state.config.scale_frames if state.in_anchor_phase else 1)
         if state.in_anchor_phase and not keyframe:
             raise ValueError("the anchor step must be a keyframe")
         image_hw = (int(images.shape[-2]), int(images.shape[-1]))
@@ -182,6 +182,13 @@ class LingBotMap(nn.Module):
             aggregated_tokens=layers if keep_tokens else None,
             place_descriptor=descriptor,
         )
+
+    def begin_anchor_pass(self, images: torch.Tensor, state: StreamState, groups: int) -> AnchorPass:
+        """The anchor step of `images` `[S0, 3, H, W]` (RGB in [0, 1] on the model's device) for the
+        streaming `state`, cut into `groups` runs to interleave with its streaming steps; `install` then
+        restarts the stream on it (model/anchor_pass.py: a re-anchor prepared beside the live stream)."""
+        self._check_images(images, state.config.scale_frames)
+        return AnchorPass(self, images, state, groups)
 
     def _graphed_step(
         self, state: StreamState, images: torch.Tensor, image_hw: tuple[int, int]

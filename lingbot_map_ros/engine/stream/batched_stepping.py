@@ -3,7 +3,7 @@
 steps of every camera as one batch, then `finish_frame` decodes a frame's output (or `fail_frame` drops it).
 
 A mixin of `StreamingSession` (engine/stream/session.py), apart because it is one caller's protocol; it uses
-the session's lock, `_admit`, `_run`, `_anchors`, `_reanchor_if_due`, `_steps`, `_timer`, `_finish` and
+the session's lock, `_admit`, `_run`, `_anchors`, `_reanchor_work`, `_steps`, `_timer`, `_finish` and
 `_recover`, exactly as `push` does.
 """
 
@@ -40,7 +40,7 @@ class BatchedStepping:
             try:
                 if self._anchors.anchoring:
                     return done + self._run(rgb, meta, image_net, True), None
-                self._reanchor_if_due()
+                self._reanchor_work()
                 keyframe = self._anchors.next_keyframe()
                 images = self._steps.to_model([image_net])
                 return done, StreamingFrame(rgb, meta, image_net, keyframe, images, self._steps.state)

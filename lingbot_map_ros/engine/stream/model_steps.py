@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from lingbot_map_ros.model import StreamState
+from lingbot_map_ros.model.anchor_pass import AnchorPass, count_parts
 
 from ..contracts import NonFiniteOutputError, StreamingModel
 from .preprocess import PreprocessGeometry, resize_uint8
@@ -76,6 +77,20 @@ class ModelSteps:
             if depth:  # the call as before issue 22 (test doubles of the model need not know `depth`)
                 return self.to_host(self.model.step(images, self.state, keyframe=keyframe))
             return self.to_host(self.model.step(images, self.state, keyframe=keyframe, depth=False))
+
+    def anchor_pass_groups(self, requested: int) -> int:
+        """Frames an anchor pass of the stream's S0 frames is spread over when ``requested`` are asked: at
+        most one per part of it (`model/anchor_pass.py`); 0 when the model has no anchor pass (a test
+        double) or ``requested`` is 0."""
+        if requested < 1 or not hasattr(self.model, "begin_anchor_pass"):
+            return 0
+        config = self.model.config
+        return min(requested, count_parts(config.depth, self.state.config.scale_frames))
+
+    def begin_anchor_pass(self, images_net: list[np.ndarray], groups: int) -> AnchorPass:
+        """The anchor step of these S0 network images for this stream in ``groups`` runs, beside its
+        streaming steps (nothing of the stream changes until its ``install``)."""
+        return self.model.begin_anchor_pass(self.to_model(images_net), self.state, groups)
 
     def to_host(self, out: object) -> LaunchedStep:
         """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf and place descriptor to the host
