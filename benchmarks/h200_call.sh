@@ -29,10 +29,13 @@
 #            there `cd .device/<you>/src && bash benchmarks/h200_call.sh loop-ab` (DEV defaults to ..).
 #            RV_PY / LOOP_AB_ARGS / LOOP_AB_SECONDS: the python with rclpy and extra node_e2e.py arguments
 #            (the CPU dry run: `RV_PY=.venv/bin/python DEV=<stub> LOOP_AB_ARGS="--set model.preset=tiny ..."`)
+#   reanchor issue 31: re-anchors prepared beside the stream, node_e2e.py at 30 Hz for 70 s with the defaults,
+#            then with kv_cache.reanchor_steps 0 (the one-step re-anchor), then reanchor_wait.py (session alone);
+#            carry and run as loop-ab (`bash benchmarks/h200_call.sh reanchor`)
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | gpu-node}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | reanchor | gpu-node}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -125,6 +128,29 @@ case "$MODE" in
         --record "$OUT/node_e2e_loop_ab_h200.json"
       grep -E "re-anchored|loop|Traceback|Error" "/tmp/ne_loop_$enabled/node_e2e.log" | tail -5 | tee -a "$LOG"
     done
+    ;;
+  reanchor)
+    # issue 31, re-anchors prepared beside the stream: node_e2e.py with the defaults (loop closure on,
+    # kv_cache.reanchor_steps 24) at 30 Hz for REANCHOR_SECONDS (70: 2,100 frames, 6-7 re-anchors), the
+    # per-frame re-anchor wait (`reanchor.wait_max_ms`) and the latency around it; then the one-step re-anchor
+    # (reanchor_steps 0) for 30 s, the before; then reanchor_wait.py on the session alone (1,000 frames at the
+    # camera's pace, 3 re-anchors per setting). Same carry and setup as loop-ab (rosw, gt, device_ros_env.sh,
+    # src); there `cd .device/<you>/src && bash benchmarks/h200_call.sh reanchor`.
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    PYTHONPATH=$(with_gtsam "$PYTHONPATH")
+    export PYTHONPATH
+    RV_PY=${RV_PY:-/tmp/rv/bin/python}
+    for steps in 24 0; do
+      seconds=${REANCHOR_SECONDS:-70}
+      [[ $steps == 0 ]] && seconds=30
+      # shellcheck disable=SC2086 # REANCHOR_ARGS: extra arguments, split on purpose
+      step 200 "$RV_PY" -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc \
+        --set kv_cache.reanchor_steps=$steps --out "/tmp/ne_reanchor_$steps" --rates 30 --seconds "$seconds" \
+        --settle-s 4 --segments 7 ${REANCHOR_ARGS:-} --record "$OUT/node_e2e_reanchor_h200.json"
+      grep -E "re-anchored|Traceback|Error" "/tmp/ne_reanchor_$steps/node_e2e.log" | tail -4 | tee -a "$LOG"
+    done
+    (cd benchmarks && step 170 python3 -u reanchor_wait.py --device cuda --preset lingbot-map --frames 1000 \
+      --max-stored-frames 320 --reanchor-steps 0,12,24 --record "$OUT/reanchor_wait_h200.json")
     ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }

@@ -11,7 +11,11 @@ unmeasured (the window fills: 72 keyframes at keyframe interval 1), then --secon
 * latency image stamp -> odometry arrival and -> /tf arrival (p50 / p90 / p99, ms);
 * GPU memory of the node (allocated / peak allocated / reserved, from /diagnostics `session.gpu_memory_gib`);
 * the loop closer's counters at the end of the window (/diagnostics `loop_closure.*`: keyframes, candidates =
-  verification passes, verified, rejected; empty with `loop_closure.enabled` false).
+  verification passes, verified, rejected; empty with `loop_closure.enabled` false);
+* re-anchors (issue 31): how many in the window (`session.reanchors_total`) and the longest any frame waited
+  for re-anchor work (`reanchor.wait_max_ms`: the largest `session.timings_ms.reanchor.max` /diagnostics
+  reported during the window; each covers the last 100 frames that had such work, so every such frame of
+  the window is in it, and possibly a few from just before it).
 
 Start-up: process start -> first odometry (the camera publishes from the start; frames before the node is
 active are lost), and the node's configure line (warm-up seconds). Usage (docs/benchmarks.md)::
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     odometry: list[tuple[int, float]] = []  # (stamp ns, arrival wall s)
     tf: list[tuple[int, float]] = []
     diagnostics: dict[str, str] = {}
+    reanchor_samples: list[tuple[int, float, int]] = []  # (arrival ns, reanchor stage max ms, reanchors)
 
     def stamp_ns(header: Header) -> int:
         return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
@@ -136,9 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
             if status.name.endswith(": mapping"):
+                values = {kv.key: kv.value for kv in status.values}
                 with lock:
                     diagnostics.clear()
-                    diagnostics.update({kv.key: kv.value for kv in status.values})
+                    diagnostics.update(values)
+                    if "session.timings_ms.reanchor.max" in values:
+                        reanchor_samples.append(
+                            (
+                                time.time_ns(),
+                                float(values["session.timings_ms.reanchor.max"]),
+                                int(values.get("session.reanchors_total", 0)),
+                            )
+                        )
 
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     client.create_subscription(Odometry, f"/{NODE}/odometry", on_odometry, reliable)
@@ -215,13 +229,22 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
             with lock:
                 posed = {o[0] for o in odometry[n_odo0:]} & pub_stamps
+                samples = [r for r in reanchor_samples if t0_ns <= r[0] <= t1_ns + 500_000_000]
+            latencies = [o[1] - o[0] / 1e9 for o in window_odo]
             duration = (t1_ns - t0_ns) / 1e9
             result = {
                 "published": len(pub_stamps),
                 "published_hz": len(pub_stamps) / duration,
                 "fps_posed": len(window_odo) / duration,
                 "dropped": len(pub_stamps) - len(posed),
-                "odometry_latency_ms": percentiles([o[1] - o[0] / 1e9 for o in window_odo]),
+                "odometry_latency_ms": percentiles(latencies),
+                "odometry_latency_max_ms": 1e3 * max(latencies, default=float("nan")),
+                "frames_over_45ms": sum(1 for latency in latencies if latency > 0.045),
+                "reanchor": {
+                    "reanchors": samples[-1][2] - samples[0][2] if samples else 0,
+                    "wait_max_ms": max((r[1] for r in samples), default=None),
+                    "samples": len(samples),
+                },
                 "tf_latency_ms": percentiles([t[1] - t[0] / 1e9 for t in window_tf]),
                 "gpu_memory_gib": {k.rsplit(".", 1)[1]: v for k, v in diag.items() if "gpu_memory_gib" in k},
                 "node_timings_mean_ms": {
@@ -249,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{hz:g} Hz: {result['fps_posed']:.2f} FPS posed of {result['published_hz']:.1f} published, "
                 f"dropped {result['dropped']}, odometry latency p50/p90/p99 {lat['p50']:.1f}/"
-                f"{lat['p90']:.1f}/{lat['p99']:.1f} ms, tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
-                f"gpu {result['gpu_memory_gib']}, node threads (cores): {threads[:4]}",
+                f"{lat['p90']:.1f}/{lat['p99']:.1f} ms (max {result['odometry_latency_max_ms']:.1f}, "
+                f"{result['frames_over_45ms']} over 45 ms), tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
+                f"re-anchors {result['reanchor']}, gpu {result['gpu_memory_gib']}, "
+                f"node threads (cores): {threads[:4]}",
                 flush=True,
             )
         report["diagnostics"] = dict(diagnostics)

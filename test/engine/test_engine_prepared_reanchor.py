@@ -34,8 +34,9 @@ def frames(n: int) -> list[np.ndarray]:
     return [np.roll(base, i, axis=1) for i in range(n)]
 
 
-def session(model: LingBotMap, reanchor_steps: int) -> StreamingSession:
+def session(model: LingBotMap, reanchor_steps: int, keyframe_interval: int = 1) -> StreamingSession:
     config = SessionConfig(
+        keyframe_interval=keyframe_interval,
         scale_frames=S0,
         sliding_window=8,
         max_window=8,
@@ -117,6 +118,22 @@ def test_prepared_reanchors_restart_where_one_step_reanchors_do_and_spread_the_w
     first = boundaries[0] - 7
     for a, b in zip(results[:first], runs[0][0][:first], strict=True):
         np.testing.assert_array_equal(a.pose_c2w, b.pose_c2w)
+
+
+def test_with_a_keyframe_interval_the_preparation_still_ends_near_the_bound(model: LingBotMap) -> None:
+    """Every 2nd frame stored: the preparation starts ceil(7 / 2) stored frames before the bound and takes
+    over after its 8 frames, never past the bound, a few frames before the one-step re-anchor."""
+    runs = {}
+    for steps in (0, 6):
+        s = session(model, steps, keyframe_interval=2)
+        stored, segments = [], []
+        for frame in frames(70):
+            segments += [r.segment for r in s.push(frame)]
+            stored.append(s.stats().frames_stored)
+        runs[steps] = (np.flatnonzero(np.diff(segments)) + 1, max(stored), s.stats().reanchors_total)
+    (one_step, one_max, one_count), (prepared, prepared_max, count) = runs[0], runs[6]
+    assert count == one_count == 1 and one_max == MAX_STORED and prepared_max <= MAX_STORED
+    assert one_step[0] - 8 <= prepared[0] <= one_step[0]
 
 
 def test_a_prepared_reanchor_equals_a_one_step_reanchor_on_its_keyframes(model: LingBotMap) -> None:

@@ -85,8 +85,9 @@ class StreamAnchors:
         """Before a streaming step: this frame's re-anchor work; True when the stream was restarted.
 
         A failed step's recovery, or a full cache with nothing prepared, re-anchors at once (`reanchor`);
-        from ``max_stored_frames - reanchor_steps - 1`` frames on, a `PreparedReanchor` advances by one part
-        per frame and takes over at the bound (finished at once if the bound comes first)."""
+        from about ``reanchor_steps + 1`` frames before the bound on (`_prepare_due`), a `PreparedReanchor`
+        advances by one group per frame and takes over when ready (finished at once if the bound comes
+        first)."""
         frames = steps.state.frames_stored
         full = frames >= self.config.max_stored_frames
         if self.needs_reanchor:
@@ -115,11 +116,13 @@ class StreamAnchors:
 
     def _prepare_due(self, frames_stored: int) -> bool:
         """Whether a prepared re-anchor starts now: its model work and alignment take ``groups + 1`` frames,
-        ending right at the bound (``groups = 0``: the model has none, or ``reanchor_steps`` is 0)."""
+        which store about ``(groups + 1) / keyframe_interval`` frames: they end at the bound (``groups`` 0:
+        the model has no anchor pass, or ``reanchor_steps`` is 0)."""
         if self.anchoring or self.needs_reanchor or len(self.records) < self.config.scale_frames:
             return False
         groups = self.prepare_groups
-        return groups > 0 and frames_stored >= self.config.max_stored_frames - groups - 1
+        lead = -(-(groups + 1) // self.config.keyframe_interval)
+        return groups > 0 and frames_stored >= self.config.max_stored_frames - lead
 
     def to_map(
         self, pose_enc: np.ndarray, depth_net: np.ndarray | None

@@ -96,11 +96,13 @@ class ModelSteps:
         """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf and place descriptor to the host
         (see `launch`)."""
         descriptor = getattr(out, "place_descriptor", None)  # a model double may have none
+        return self.tensors_to_host(out.pose_enc, out.depth, out.depth_conf, descriptor)
+
+    def tensors_to_host(self, *tensors: torch.Tensor | None) -> LaunchedStep:
+        """Queue float32 copies of ``tensors`` (None stays None) to pinned host memory behind the work queued
+        so far (on CUDA; elsewhere they are ready at once); `wait` or `collect` gets them."""
         with torch.inference_mode():
-            outputs = tuple(
-                None if t is None else t.detach().float()
-                for t in (out.pose_enc, out.depth, out.depth_conf, descriptor)
-            )
+            outputs = tuple(None if t is None else t.detach().float() for t in tensors)
             if self.device.type != "cuda":
                 return LaunchedStep(outputs)
             hosts = tuple(
@@ -113,6 +115,13 @@ class ModelSteps:
             done.record(torch.cuda.current_stream(self.device))
             return LaunchedStep(hosts, done)
 
+    @staticmethod
+    def wait(launched: LaunchedStep) -> tuple[np.ndarray | None, ...]:
+        """Wait for a launched step's copies; its outputs as numpy (unchecked)."""
+        if launched.done is not None:
+            launched.done.synchronize()
+        return tuple(None if t is None else t.numpy() for t in launched.outputs)
+
     def collect(self, launched: LaunchedStep) -> tuple[np.ndarray, ...]:
         """Wait for a launched step's outputs; (pose_enc, depth, conf, descriptor) float32 numpy, the first
         three checked finite (a non-finite descriptor is dropped: None).
@@ -120,9 +129,7 @@ class ModelSteps:
         Raises:
             NonFiniteOutputError: NaN or inf in any of them.
         """
-        if launched.done is not None:
-            launched.done.synchronize()
-        arrays = tuple(None if t is None else t.numpy() for t in launched.outputs)
+        arrays = self.wait(launched)
         if arrays[3] is not None and not np.isfinite(arrays[3]).all():
             arrays = (*arrays[:3], None)
         bad = [

@@ -5,8 +5,10 @@ anchor step of S0 frames, 285–316 ms on an H200 through the node, during which
 instead: ``reanchor_steps`` frames before the cache bound (``max_stored_frames``), the last S0 keyframes
 are taken (``records``) and the model's anchor pass over them (`model/anchor_pass.py`) runs one group of
 parts before each of the next frames' streaming steps, on the same thread and CUDA stream, into buffers of
-its own; the live stream goes on untouched. One frame later the pass's outputs come to the host and the
-Sim(3) into the map frame is estimated (`estimate_alignment`, as a one-step re-anchor does); at the bound
+its own; the live stream goes on untouched. Behind the last group the scale of the Sim(3) into the map
+frame is computed on the device (`alignment_scale`: the median depth ratio over ~1.5 M pixels, 0.4 s of
+numpy on a loaded CPU) and it and the poses are copied to the host; one frame later the Sim(3) is completed
+(`alignment_at_anchor`; together: `estimate_alignment`, as a one-step re-anchor does); at the bound
 the pass takes over the stream's caches (copies only) and the next frame runs on the new stream. The frames
 in between are posed by the old stream, as before the bound. So the new stream is the one a one-step
 re-anchor on those records gives, only its anchors end ``reanchor_steps`` + 1 frames before the take-over
@@ -15,10 +17,13 @@ instead of right before it.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..contracts import NonFiniteOutputError
 from ..geometry import Sim3
 from .decode import pose_encoding_to_c2w
 from .model_steps import LaunchedStep, ModelSteps
-from .reanchor import KeyframeRecord, estimate_alignment
+from .reanchor import KeyframeRecord, alignment_at_anchor, alignment_scale
 
 
 class PreparedReanchor:
@@ -41,20 +46,25 @@ class PreparedReanchor:
         return self.align is not None
 
     def advance(self, steps: ModelSteps) -> None:
-        """This frame's share: the next group of the model's parts (queued, no wait), or, once they have all
-        run, their outputs to the host (their copies were queued behind the last group) and the alignment."""
+        """This frame's share: the next group of the model's parts (queued, no wait; after the last one the
+        alignment's scale on the device and the copies of it and the poses to the host), or, once they have
+        all run, the alignment from those copies (done long before: no wait for the GPU, no pixel work)."""
         if self.ready:
             raise RuntimeError("the prepared re-anchor is ready; take it over")
         if not self._pass.done:
             self._pass.advance()
             if self._pass.done:
-                self._outputs = steps.to_host(self._pass.output)
+                out = self._pass.output
+                scale = alignment_scale(self.records, out.depth, out.depth_conf, self._conf_threshold)
+                self._outputs = steps.tensors_to_host(out.pose_enc, scale)
             return
-        pose_enc, depth, conf, _ = steps.collect(self._outputs)
+        pose_enc, scale = steps.wait(self._outputs)
         self._outputs = None
-        self.align = estimate_alignment(
-            self.records, pose_encoding_to_c2w(pose_enc), depth, conf, self._conf_threshold
-        )
+        if not np.isfinite(pose_enc).all() or not np.isfinite(scale):
+            raise NonFiniteOutputError(
+                "the prepared re-anchor's anchor pass returned non-finite poses or depth"
+            )
+        self.align = alignment_at_anchor(self.records, pose_encoding_to_c2w(pose_enc), float(scale))
 
     def finish(self, steps: ModelSteps) -> None:
         """Everything left, now (the bound came before the parts were done)."""
