@@ -110,8 +110,8 @@ def alignment_scale(
     count = use.sum()
     # the median of the used ratios (the unused sort to the end as inf); no host synchronisation
     ordered = torch.sort(ratios).values
-    low = ordered[((count - 1).clamp(min=0)) // 2]
-    high = ordered[(count // 2).clamp(max=ratios.numel() - 1)]
+    middle = torch.stack(((count - 1).clamp(min=0) // 2, (count // 2).clamp(max=ratios.numel() - 1)))
+    low, high = ordered.index_select(0, middle)  # tensor indices: no host synchronisation
     median = torch.where(count > 0, (low + high) / 2, torch.ones_like(low))
     return median.clamp(*SCALE_CLAMP)
 
