@@ -130,8 +130,8 @@ case "$MODE" in
     done
     ;;
   reanchor)
-    # issue 31, re-anchors prepared beside the stream: node_e2e.py with the defaults (loop closure on,
-    # kv_cache.reanchor_steps 24) at 30 Hz for REANCHOR_SECONDS (70: 2,100 frames, 6-7 re-anchors), the
+    # issue 31, re-anchors prepared beside the stream: node_e2e.py with the defaults (loop closure on) and
+    # kv_cache.reanchor_steps 24 at 30 Hz for REANCHOR_SECONDS (70: 2,100 frames, 6-7 re-anchors), the
     # per-frame re-anchor wait (`reanchor.wait_max_ms`) and the latency around it; then the one-step re-anchor
     # (reanchor_steps 0) for 30 s, the before; then reanchor_wait.py on the session alone (1,000 frames at the
     # camera's pace, 3 re-anchors per setting). Same carry and setup as loop-ab (rosw, gt, device_ros_env.sh,
