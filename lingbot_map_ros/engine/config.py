@@ -98,8 +98,8 @@ class SessionConfig:
         0,
         "Prepare each long-stream re-anchor over this many streaming frames before the cache bound (the "
         "new anchor pass runs in parts beside the live stream, then takes over), so no frame waits for the "
-        "whole pass; its anchors are then that many frames old (pose continuity across the bound unverified with "
-        "real weights: docs/engine.md). 0: one step at the bound.",
+        "whole pass; its anchors are then that many frames old (continuity across the bound unverified "
+        "with real weights: docs/engine.md). 0: one step at the bound.",
         bounds=(0, 1000),
     )
     camera_history: int | None = None
