@@ -32,16 +32,20 @@
 #   verify   issue 31: the graphed verification pass's GPU test, then benchmarks/verify_pass.py (a pass eager vs
 #            graphed, the live push with a pass in flight; node defaults, compiled) and again with the live
 #            pushes on a high-priority stream (no wheels; run it before loop-ab on the same machine: warm /tmp/cc)
+#   reanchor issue 31: re-anchors prepared beside the stream, node_e2e.py at 30 Hz for 70 s with the defaults,
+#            then with kv_cache.reanchor_steps 0 (the one-step re-anchor), then reanchor_wait.py (session alone);
+#            carry and run as loop-ab (`bash benchmarks/h200_call.sh reanchor`)
 #   gpu-node the GPU tests that need CUDA and rclpy (the node with several cameras on the GPU) + the CUDA
 #            multi-stream tests (torch backend; carry rosw, not the FlashInfer wheels)
 #   bench6   session 6, call 1 (carry .device/fi: whl + device_env.sh): multi_camera.py 1,2,4 cameras (graphed
 #            batched steps, rounds unpipelined and pipelined, single-stream rows), the batched / multi-stream /
 #            verification-pass GPU tests with FlashInfer, benchmarks/verify_pass.py (eager vs graphed pass)
 #   node6    session 6, call 2 (carry .device/final: rosw, gt, device_ros_env.sh): node_e2e.py loop closure on,
-#            off, on at 60 and 30 Hz; 60 s at 30 Hz (re-anchors inside); two cameras at 15 Hz each; then
+#            off, on at 60 and 30 Hz; 30 Hz with re-anchors prepared over 24 frames (60 s) and one-step (40 s);
+#            two cameras at 15 Hz each; then
 #            test_node_cameras_gpu.py
 set -o pipefail
-MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | verify | gpu-node | bench6 | node6}
+MODE=${1:?MODE: tests | long | node | node-ab BEFORE | cameras | loop-ab | verify | reanchor | gpu-node | bench6 | node6}
 export PYTHONUNBUFFERED=1
 LOG=$OUT/log
 DEV=${DEV:-..}   # .device, where the wheels and the env scripts are
@@ -168,6 +172,29 @@ case "$MODE" in
     step 150 python3 -u benchmarks/verify_pass.py --cache-dir /tmp/cc --live-priority high \
       --record "$OUT/verify_pass_h200.json"
     ;;
+  reanchor)
+    # issue 31, re-anchors prepared beside the stream: node_e2e.py with the defaults (loop closure on) and
+    # kv_cache.reanchor_steps 24 at 30 Hz for REANCHOR_SECONDS (70: 2,100 frames, 6-7 re-anchors), the
+    # per-frame re-anchor wait (`reanchor.wait_max_ms`) and the latency around it; then the one-step re-anchor
+    # (reanchor_steps 0) for 30 s, the before; then reanchor_wait.py on the session alone (1,000 frames at the
+    # camera's pace, 3 re-anchors per setting). Same carry and setup as loop-ab (rosw, gt, device_ros_env.sh,
+    # src); there `cd .device/<you>/src && bash benchmarks/h200_call.sh reanchor`.
+    . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
+    PYTHONPATH=$(with_gtsam "$PYTHONPATH")
+    export PYTHONPATH
+    RV_PY=${RV_PY:-/tmp/rv/bin/python}
+    for steps in 24 0; do
+      seconds=${REANCHOR_SECONDS:-70}
+      [[ $steps == 0 ]] && seconds=30
+      # shellcheck disable=SC2086 # REANCHOR_ARGS: extra arguments, split on purpose
+      step 200 "$RV_PY" -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc \
+        --set kv_cache.reanchor_steps=$steps --out "/tmp/ne_reanchor_$steps" --rates 30 --seconds "$seconds" \
+        --settle-s 4 --segments 7 ${REANCHOR_ARGS:-} --record "$OUT/node_e2e_reanchor_h200.json"
+      grep -E "re-anchored|Traceback|Error" "/tmp/ne_reanchor_$steps/node_e2e.log" | tail -4 | tee -a "$LOG"
+    done
+    (cd benchmarks && step 170 python3 -u reanchor_wait.py --device cuda --preset lingbot-map --frames 1000 \
+      --max-stored-frames 320 --reanchor-steps 0,12,24 --record "$OUT/reanchor_wait_h200.json")
+    ;;
   gpu-node)
     . "$DEV/device_ros_env.sh" "$DEV/rosw" >>"$LOG" 2>&1 || { echo "ROS env failed" | tee -a "$LOG"; exit 1; }
     PYTHONPATH=$(with_gtsam "$PYTHONPATH")
@@ -192,15 +219,19 @@ case "$MODE" in
     export PYTHONPATH
     NODE="/tmp/rv/bin/python -u benchmarks/node_e2e.py --set model.compile_cache_dir=/tmp/cc"
     for enabled in true false true; do
-      step 120 $NODE --set loop_closure.enabled=$enabled --out "/tmp/ne_loop_$enabled" --rates 60,30 \
-        --seconds 15 --settle-s 4 --segments 3 --record "$OUT/node_e2e_loop_ab_h200.json"
+      step 100 $NODE --set loop_closure.enabled=$enabled --out "/tmp/ne_loop_$enabled" --rates 60,30 \
+        --seconds 12 --settle-s 4 --segments 3 --record "$OUT/node_e2e_loop_ab_h200.json"
       grep -E "Traceback|Error" "/tmp/ne_loop_$enabled/node_e2e.log" | tail -3 | tee -a "$LOG"
     done
-    step 120 $NODE --out /tmp/ne_long --rates 30 --seconds 60 --settle-s 4 --segments 6 \
-      --record "$OUT/node_e2e_30hz_long_h200.json"
-    step 100 $NODE --cameras front,rear --rates 15 --seconds 20 --settle-s 8 --out /tmp/ne_cams \
+    for steps in 24 0; do  # re-anchors prepared over 24 frames (opt-in) vs the one-step re-anchor (default)
+      seconds=60
+      [[ $steps == 0 ]] && seconds=40
+      step 130 $NODE --set kv_cache.reanchor_steps=$steps --out "/tmp/ne_reanchor_$steps" --rates 30 \
+        --seconds $seconds --settle-s 4 --segments 6 --record "$OUT/node_e2e_reanchor_h200.json"
+    done
+    step 90 $NODE --cameras front,rear --rates 15 --seconds 15 --settle-s 6 --out /tmp/ne_cams \
       --record "$OUT/node_e2e_cameras_h200.json"
-    step 150 /tmp/rv/bin/python -u -m pytest -q -rs -s test/gpu/test_node_cameras_gpu.py
+    step 100 /tmp/rv/bin/python -u -m pytest -q -rs -s test/gpu/test_node_cameras_gpu.py
     ;;
   *)
     echo "unknown MODE $MODE" >&2

@@ -11,7 +11,11 @@ unmeasured (the window fills: 72 keyframes at keyframe interval 1), then --secon
 * latency image stamp -> odometry arrival and -> /tf arrival (p50 / p90 / p99, ms);
 * GPU memory of the node (allocated / peak allocated / reserved, from /diagnostics `session.gpu_memory_gib`);
 * the loop closer's counters at the end of the window (/diagnostics `loop_closure.*`: keyframes, candidates =
-  verification passes, verified, rejected; empty with `loop_closure.enabled` false).
+  verification passes, verified, rejected; empty with `loop_closure.enabled` false);
+* re-anchors (issue 31): how many in the window (`session.reanchors_total`) and the longest any frame waited
+  for re-anchor work (`reanchor.wait_max_ms`: the largest `session.timings_ms.reanchor.max` /diagnostics
+  reported during the window; each covers the last 100 frames that had such work, so every such frame of
+  the window is in it, and possibly a few from just before it).
 
 Several cameras (issue 33): ``--cameras front,rear`` sets the node's ``cameras`` parameter and runs one
 publisher per camera (``/<name>/image``, frame id ``<name>_optical``, each at the rate; ``--phase``: the
@@ -82,13 +86,16 @@ def camera_window(
     pub_stamps, odometry, tf = window
     window_odo = [o for o in odometry if o[0] in pub_stamps]
     window_tf = [t for t in tf if t[0] in pub_stamps]
+    latencies = [o[1] - o[0] / 1e9 for o in window_odo]
     result = {
         "published": len(pub_stamps),
         "published_hz": len(pub_stamps) / duration,
         "fps_posed": len(window_odo) / duration,
         "dropped": len(pub_stamps) - len(posed),
         "posed_pct": 100.0 * len(posed) / len(pub_stamps) if pub_stamps else float("nan"),
-        "odometry_latency_ms": percentiles([o[1] - o[0] / 1e9 for o in window_odo]),
+        "odometry_latency_ms": percentiles(latencies),
+        "odometry_latency_max_ms": 1e3 * max(latencies, default=float("nan")),
+        "frames_over_45ms": sum(1 for latency in latencies if latency > 0.045),
         "tf_latency_ms": percentiles([t[1] - t[0] / 1e9 for t in window_tf]),
         "gpu_memory_gib": {k.rsplit(".", 1)[1]: v for k, v in diag.items() if "gpu_memory_gib" in k},
         "node_timings_mean_ms": {
@@ -116,6 +123,21 @@ def camera_window(
     return result
 
 
+def status_suffix(name: str) -> str:
+    """How camera `name`'s /diagnostics status name ends (the node's status for one unnamed camera)."""
+    return f"/{name}: mapping" if name else ": mapping"
+
+
+def reanchor_summary(samples: list[tuple[int, float, int, str]]) -> dict:
+    """Re-anchors in a window from a camera's /diagnostics samples (arrival ns, the `reanchor` stage's max
+    ms over the node's timing window, re-anchors so far): how many, and the longest wait a frame had."""
+    return {
+        "reanchors": samples[-1][2] - samples[0][2] if samples else 0,
+        "wait_max_ms": max((r[1] for r in samples), default=None),
+        "samples": len(samples),
+    }
+
+
 def aggregate(
     per_camera: dict[str, dict], windows: dict[str, tuple[set[int], list, list]], duration: float
 ) -> dict:
@@ -134,6 +156,9 @@ def aggregate(
         "dropped": sum(r["dropped"] for r in rows),
         "posed_pct_min": min(r["posed_pct"] for r in rows),
         "odometry_latency_ms": percentiles(latencies(0)),
+        "odometry_latency_max_ms": max(r["odometry_latency_max_ms"] for r in rows),
+        "frames_over_45ms": sum(r["frames_over_45ms"] for r in rows),
+        "reanchor": {"wait_max_ms": max((r["reanchor"]["wait_max_ms"] or 0.0 for r in rows), default=None)},
         "tf_latency_ms": percentiles(latencies(1)),
         "gpu_memory_gib": rows[0]["gpu_memory_gib"],
         "cameras": per_camera,
@@ -210,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     odometry: dict[str, list[tuple[int, float]]] = {name: [] for name in names}  # (stamp ns, arrival s)
     tf: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
     statuses: dict[str, dict[str, str]] = {}  # /diagnostics status name -> its values
+    # (arrival ns, reanchor stage max ms, reanchors so far, /diagnostics status name)
+    reanchor_samples: list[tuple[int, float, int, str]] = []
 
     def stamp_ns(header: Header) -> int:
         return header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
@@ -232,15 +259,23 @@ def main(argv: list[str] | None = None) -> int:
     def on_diagnostics(msg: DiagnosticArray) -> None:
         for status in msg.status:
             if status.name.endswith(": mapping"):
+                values = {kv.key: kv.value for kv in status.values}
                 with lock:
-                    statuses[status.name] = {kv.key: kv.value for kv in status.values}
+                    statuses[status.name] = values
+                    if "session.timings_ms.reanchor.max" in values:
+                        reanchor_samples.append(
+                            (
+                                time.time_ns(),
+                                float(values["session.timings_ms.reanchor.max"]),
+                                int(values.get("session.reanchors_total", 0)),
+                                status.name,
+                            )
+                        )
 
     def diagnostics_of(name: str) -> dict[str, str]:
         """The last /diagnostics values of camera `name` (the node's status for one unnamed camera)."""
         with lock:
-            found = [
-                v for k, v in statuses.items() if k.endswith(f"/{name}: mapping" if name else ": mapping")
-            ]
+            found = [v for k, v in statuses.items() if k.endswith(status_suffix(name))]
         return dict(found[-1]) if found else {}
 
     reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -333,11 +368,13 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
             with lock:
                 posed = {n: {o[0] for o in odometry[n][start[n][1] :]} & window[n][0] for n in names}
+                samples = [r for r in reanchor_samples if t0_ns <= r[0] <= t1_ns + 500_000_000]
             duration = (t1_ns - t0_ns) / 1e9
             per_camera = {
                 n: camera_window(
                     window[n], posed[n], duration, diagnostics_of(n), t0_ns, t1_ns, args.segments, start[n][1]
                 )
+                | {"reanchor": reanchor_summary([r for r in samples if r[3].endswith(status_suffix(n))])}
                 for n in names
             }
             result = per_camera[names[0]] if names == [""] else aggregate(per_camera, window, duration)
@@ -348,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{hz:g} Hz: {result['fps_posed']:.2f} FPS posed of {result['published_hz']:.1f} published, "
                 f"dropped {result['dropped']}, odometry latency p50/p90/p99 {lat['p50']:.1f}/"
-                f"{lat['p90']:.1f}/{lat['p99']:.1f} ms, tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
-                f"gpu {result['gpu_memory_gib']}, node threads (cores): {threads[:4]}",
+                f"{lat['p90']:.1f}/{lat['p99']:.1f} ms (max {result['odometry_latency_max_ms']:.1f}, "
+                f"{result['frames_over_45ms']} over 45 ms), tf p99 {result['tf_latency_ms']['p99']:.1f} ms, "
+                f"re-anchors {result['reanchor']}, gpu {result['gpu_memory_gib']}, "
+                f"node threads (cores): {threads[:4]}",
                 flush=True,
             )
             for n, r in per_camera.items() if len(names) > 1 else ():

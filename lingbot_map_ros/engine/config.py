@@ -43,6 +43,9 @@ class SessionConfig:
             the last (re-)anchor), the stream is re-anchored on the most recent ``scale_frames`` keyframes and
             the trajectory is carried over with a Sim(3) (docs/engine.md). At most 1,024 (the RoPE table);
             default 320, the sequence length the model was trained on.
+        reanchor_steps: a re-anchor at ``max_stored_frames`` is prepared over this many streaming frames
+            before the bound (the model's anchor pass in parts beside the live stream, then a take-over that
+            only copies caches: engine/stream/prepared_reanchor.py); 0 runs it in one step at the bound.
         backend: attention backend of the global-attention cache (one of ``cache.backends.BACKENDS``).
         cuda_graphs: on CUDA, run streaming steps through the model's CUDA-graph fast path
             (docs/performance.md); False keeps the plain eager path. Ignored on CPU.
@@ -91,6 +94,14 @@ class SessionConfig:
         "cache); false: no compiler at all.",
         node_default=True,
     )
+    reanchor_steps: int = setting(
+        0,
+        "Prepare each long-stream re-anchor over this many streaming frames before the cache bound (the "
+        "new anchor pass runs in parts beside the live stream, then takes over), so no frame waits for the "
+        "whole pass; its anchors are then that many frames old (continuity across the bound unverified "
+        "with real weights: docs/engine.md). 0: one step at the bound.",
+        bounds=(0, 1000),
+    )
     camera_history: int | None = None
     realign_conf_threshold: float = 1.5
     timing_window: int = 100
@@ -114,6 +125,7 @@ class SessionConfig:
         _int_at_least("keyframe_interval", 1)
         _int_at_least("timing_window", 1)
         _int_at_least("depth_every_n", 1)
+        _int_at_least("reanchor_steps", 0)
         check_sliding_window(self.sliding_window, self.max_window)
         check_image_width(self.image_width, "SessionConfig.image_width")
         if not self.scale_frames < self.max_stored_frames <= ROPE_TABLE_FRAMES:

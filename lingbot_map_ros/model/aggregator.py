@@ -103,7 +103,7 @@ class Aggregator(nn.Module):
             the frames' place descriptors `[S, C]` float32 (`place_descriptor` of their patch tokens).
         """
         c = self.config
-        frames, tokens_per_frame = images.shape[0], self.tokens_per_frame(images.shape[-2:])
+        frames = images.shape[0]
         if isinstance(first_frame_index, torch.Tensor):
             indices = first_frame_index.to(images.device)
         else:
@@ -113,14 +113,26 @@ class Aggregator(nn.Module):
 
         outputs = []
         for layer in range(c.depth):
-            x = self.frame_blocks[layer](x, rotate=rotation_2d.rotate)
-            frame_out = x
-            x = x.reshape(1, frames * tokens_per_frame, -1)
-            x = self.global_blocks[layer](x, rotate=rotation_3d.rotate, attend=_cache_attend(step, layer))
-            x = x.reshape(frames, tokens_per_frame, -1)
-            if layer in c.intermediate_layers:
-                outputs.append(torch.cat((frame_out, x), dim=-1))
+            x, output = self.block_pair(layer, x, rotation_2d, rotation_3d, _cache_attend(step, layer))
+            if output is not None:
+                outputs.append(output)
         return outputs, descriptor
+
+    def block_pair(
+        self, layer: int, x: torch.Tensor, rotation_2d: Rotation2D, rotation_3d: Rotation3D, attend: AttendFn
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Block pair `layer` on the tokens `[S, P, C]` of S frames (global attention through `attend`) ->
+        (tokens `[S, P, C]`, the intermediate output `[S, P, 2C]` when `layer` is one of
+        `config.intermediate_layers`, else None)."""
+        frames, tokens_per_frame = x.shape[:2]
+        x = self.frame_blocks[layer](x, rotate=rotation_2d.rotate)
+        frame_out = x
+        x = x.reshape(1, frames * tokens_per_frame, -1)
+        x = self.global_blocks[layer](x, rotate=rotation_3d.rotate, attend=attend)
+        x = x.reshape(frames, tokens_per_frame, -1)
+        if layer not in self.config.intermediate_layers:
+            return x, None
+        return x, torch.cat((frame_out, x), dim=-1)
 
     def tokens_per_frame(self, image_hw: tuple[int, int]) -> int:
         """Tokens of one frame at `image_hw`: 6 specials + (H/p)(W/p) patches."""
@@ -140,10 +152,20 @@ class Aggregator(nn.Module):
         a CUDA graph can replay this with new indices). Returns tokens `[S, P, C]` (specials first) and the
         2D (frame blocks) and 3D (global blocks) rotations. `run_block` as in `DinoVisionTransformer.forward`.
         """
-        c = self.config
-        height, width = images.shape[-2:]
-        grid_h, grid_w = height // c.patch_size, width // c.patch_size
         patches = self.backbone_tokens(images, run_block)
+        return self.with_special_tokens(patches, images.shape[-2:], indices, num_scale_frames)
+
+    def with_special_tokens(
+        self,
+        patches: torch.Tensor,
+        image_hw: tuple[int, int] | torch.Size,
+        indices: torch.Tensor,
+        num_scale_frames: int,
+    ) -> tuple[torch.Tensor, Rotation2D, Rotation3D]:
+        """`prepare` after the backbone: DINOv2 patch tokens `[S, (H/p)(W/p), C]` of S frames of `image_hw`
+        -> (tokens `[S, P, C]`, 2D rotation, 3D rotation) as `prepare` returns them."""
+        c = self.config
+        grid_h, grid_w = image_hw[0] // c.patch_size, image_hw[1] // c.patch_size
         special = self.special_tokens(indices, num_scale_frames).to(patches.dtype)
         x = torch.cat((special, patches), dim=1)
         rotation_2d = self.rope2d(patch_positions_2d(grid_h, grid_w, c.num_special_tokens, x.device), x.dtype)

@@ -65,6 +65,21 @@ class CameraHistory:
         self.anchors = 0
         self._ring_next = 0
 
+    def install_anchors(self, source: CameraHistory) -> None:
+        """Forget every stored token and take `source`'s anchors (a history holding only its anchor step, of
+        the same passes, blocks, heads and head_dim) as this history's (a prepared re-anchor,
+        model/anchor_pass.py)."""
+        count = source.anchors
+        if count == 0 or source.stored != count or count > self.capacity:
+            raise ValueError(
+                f"need a source holding only its anchors (1..{self.capacity}), got {source.stored} stored, "
+                f"{source.anchors} anchors"
+            )
+        self.reset()
+        self.k[:, :, :, :count].copy_(source.k[:, :, :, :count])
+        self.v[:, :, :, :count].copy_(source.v[:, :, :, :count])
+        self.stored = self.anchors = count
+
     def begin(self, num_new: int, keyframe: bool) -> CameraStep:
         """Reserve slots for `num_new` tokens (the first step on an empty history sets the anchors)."""
         if self.stored + num_new <= self.capacity:

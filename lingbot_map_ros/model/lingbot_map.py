@@ -13,6 +13,7 @@ from torch import nn
 
 from lingbot_map_ros.cache.shared_pool import SharedKVPool
 from lingbot_map_ros.model.aggregator import Aggregator
+from lingbot_map_ros.model.anchor_pass import AnchorPass
 from lingbot_map_ros.model.batched_step import batched_step, graphed_batch
 from lingbot_map_ros.model.camera_head import CameraHead
 from lingbot_map_ros.model.config import ModelConfig, PrecisionPolicy
@@ -188,6 +189,13 @@ class LingBotMap(nn.Module):
             aggregated_tokens=layers if keep_tokens else None,
             place_descriptor=descriptor,
         )
+
+    def begin_anchor_pass(self, images: torch.Tensor, state: StreamState, groups: int) -> AnchorPass:
+        """The anchor step of `images` `[S0, 3, H, W]` (RGB in [0, 1] on the model's device) for the
+        streaming `state`, cut into `groups` runs to interleave with its streaming steps; `install` then
+        restarts the stream on it (model/anchor_pass.py: a re-anchor prepared beside the live stream)."""
+        self.check_images(images, state.config.scale_frames)
+        return AnchorPass(self, images, state, groups)
 
     def _graphed_step(
         self, state: StreamState, images: torch.Tensor, image_hw: tuple[int, int]

@@ -29,6 +29,7 @@ class NodeParams:
     kv_cache_sliding_window: int
     kv_cache_max_window: int
     kv_cache_scale_frames: int
+    kv_cache_reanchor_steps: int
     keyframe_interval: int
     map_frame: str
     odom_frame: str

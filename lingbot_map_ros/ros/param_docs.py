@@ -26,6 +26,7 @@ _DATA = r"""{
   "kv_cache.sliding_window": [64, "Non-anchor frames kept in the KV cache."],
   "kv_cache.max_window": [128, "Cache pool capacity: upper bound of kv_cache.sliding_window."],
   "kv_cache.scale_frames": [8, "Anchor frames (phase 1), never evicted."],
+  "kv_cache.reanchor_steps": [0, "Prepare each long-stream re-anchor over this many streaming frames before the cache bound (the new anchor pass runs in parts beside the live stream, then takes over), so no frame waits for the whole pass; its anchors are then that many frames old (continuity across the bound unverified with real weights: docs/engine.md). 0: one step at the bound."],
   "keyframe.interval": [1, "Every N-th streaming frame is stored in the cache."],
   "map_frame": ["map", "Fixed frame of TF, odometry, path, grid and map cloud (REP-105)."],
   "odom_frame": ["odom", "Odometry frame of the robot (REP-105); parent of base_frame in TF."],

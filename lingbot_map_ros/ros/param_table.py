@@ -65,6 +65,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec.of("kv_cache.sliding_window", SessionConfig, "sliding_window", live=True),
     ParamSpec.of("kv_cache.max_window", SessionConfig, "max_window"),
     ParamSpec.of("kv_cache.scale_frames", SessionConfig, "scale_frames"),
+    ParamSpec.of("kv_cache.reanchor_steps", SessionConfig, "reanchor_steps"),
     ParamSpec.of("keyframe.interval", SessionConfig, "keyframe_interval"),
     ParamSpec("map_frame", "map", "Fixed frame of TF, odometry, path, grid and map cloud (REP-105)."),
     ParamSpec("odom_frame", "odom", "Odometry frame of the robot (REP-105); parent of base_frame in TF."),

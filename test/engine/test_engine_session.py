@@ -206,8 +206,9 @@ def test_model_error_drops_the_frame_and_recovers(model: LingBotMap, monkeypatch
 
 def test_reanchors_at_max_stored_frames_in_the_same_map_frame(model: LingBotMap) -> None:
     """S0 = 3, every 2nd streaming frame a keyframe, at most 8 stored frames: the cache is full after the
-    streaming keyframe j = 8 (index 11); the next frame re-anchors on the last 3 keyframes first."""
-    s = session(model, keyframe_interval=2, max_stored_frames=8)
+    streaming keyframe j = 8 (index 11); the next frame re-anchors on the last 3 keyframes first (in one step:
+    re-anchors prepared beside the stream are test_engine_prepared_reanchor.py's)."""
+    s = session(model, keyframe_interval=2, max_stored_frames=8, reanchor_steps=0)
     results, stored = [], []
     for f in frames(S0 + 16, seed=5):
         results += s.push(f)

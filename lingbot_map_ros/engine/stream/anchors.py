@@ -4,8 +4,9 @@ An epoch starts in the anchor phase: the first ``scale_frames`` (S0) frames are 
 together. From then on the stream has S0 anchors (``anchors``), its streaming frames follow the keyframe
 policy (`next_keyframe`), and the last S0 keyframes are kept (``records``, publish-and-drop) so that the
 stream can be restarted on them (`reanchor`: after ``max_stored_frames`` cached frames, or after a failed
-step) and re-aligned onto the map frame (``align``, `reanchor.py`). The session makes a new `StreamAnchors`
-per epoch.
+step) and re-aligned onto the map frame (``align``, `reanchor.py`). At the cache bound the restart is
+prepared over the frames before it (``prepared``, `prepared_reanchor.py`) where the model can
+(``reanchor_work`` runs each frame's share). The session makes a new `StreamAnchors` per epoch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..contracts import AnchorState
 from ..geometry import Sim3
 from .decode import pose_encoding_to_c2w
 from .model_steps import ModelSteps
+from .prepared_reanchor import PreparedReanchor
 from .reanchor import KeyframeRecord, estimate_alignment
 
 _LOG = logging.getLogger(__name__)
@@ -28,8 +30,10 @@ _LOG = logging.getLogger(__name__)
 class StreamAnchors:
     """Anchor phase, anchors, kept keyframes and map-frame alignment of one epoch (module doc)."""
 
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(self, config: SessionConfig, prepare_groups: int = 0) -> None:
         self.config = config
+        self.prepare_groups = prepare_groups  # frames of a prepared re-anchor's model work (0: none)
+        self.prepared: PreparedReanchor | None = None
         self.anchoring = True  # the anchor phase collects ``pending``
         self.pending: list[tuple[np.ndarray, object, np.ndarray]] = []  # (rgb, meta, image_net)
         self.anchors: list[tuple[np.ndarray, object]] = []  # the model stream's anchors: (image_net, meta)
@@ -64,8 +68,61 @@ class StreamAnchors:
         return keyframe
 
     def reanchor_due(self, frames_stored: int) -> bool:
-        """The stream must restart before the next step: after a failed step, or with its cache full."""
-        return self.needs_reanchor or frames_stored >= self.config.max_stored_frames
+        """A re-anchor step that needs the frame in flight completed runs before the next step: a restart
+        after a failed step or with the cache full, or a prepared re-anchor that starts (it takes the kept
+        keyframes) or takes over (later frames decode in the new alignment)."""
+        if self.needs_reanchor or frames_stored >= self.config.max_stored_frames:
+            return True
+        if self.prepared is None:
+            return self._prepare_due(frames_stored)
+        return self.prepared.ready
+
+    def reanchor_busy(self, frames_stored: int) -> bool:
+        """`reanchor_work` has work before the next step (due, or a prepared re-anchor under way)."""
+        return self.prepared is not None or self.reanchor_due(frames_stored)
+
+    def reanchor_work(self, steps: ModelSteps) -> bool:
+        """Before a streaming step: this frame's re-anchor work; True when the stream was restarted.
+
+        A failed step's recovery, or a full cache with nothing prepared, re-anchors at once (`reanchor`);
+        from about ``reanchor_steps + 1`` frames before the bound on (`_prepare_due`), a `PreparedReanchor`
+        advances by one group per frame and takes over when ready (finished at once if the bound comes
+        first)."""
+        frames = steps.state.frames_stored
+        full = frames >= self.config.max_stored_frames
+        if self.needs_reanchor:
+            self.prepared = None
+            self.reanchor(steps)
+            return True
+        if self.prepared is None:
+            if not self._prepare_due(frames):
+                if full:
+                    self.reanchor(steps)
+                    return True
+                return False
+            self.prepared = PreparedReanchor(
+                steps, list(self.records), self.prepare_groups, self.config.realign_conf_threshold
+            )
+        prepared = self.prepared
+        if full and not prepared.ready:
+            prepared.finish(steps)
+        if not prepared.ready:
+            prepared.advance(steps)
+            return False
+        self.prepared = None
+        align = prepared.take_over()
+        self._restarted(prepared.records, align, f"prepared beside the stream, at {frames} stored frames")
+        return True
+
+    def _prepare_due(self, frames_stored: int) -> bool:
+        """Whether a prepared re-anchor starts now: its model work and alignment take ``groups + 1`` frames,
+        which store about ``(groups + 1) / keyframe_interval`` frames: they end at the bound (``groups`` 0:
+        the model has no anchor pass, or ``reanchor_steps`` is 0)."""
+        if self.anchoring or self.needs_reanchor or len(self.records) < self.config.scale_frames:
+            return False
+        groups = self.prepare_groups
+        lead = -(-(groups + 1) // self.config.keyframe_interval)
+        return groups > 0 and frames_stored >= self.config.max_stored_frames - lead
 
     def to_map(
         self, pose_enc: np.ndarray, depth_net: np.ndarray | None
@@ -83,6 +140,7 @@ class StreamAnchors:
         """After a failed step (``error``), whose caches the session resets: True when the next frame
         re-anchors on the kept keyframes (the epoch, its map frame and trajectory carry on); False in the
         anchor phase, when this recovery itself failed, or short of S0 kept keyframes (the session resets)."""
+        self.prepared = None  # its pass read the failed stream's keyframes only, but is dropped with it
         if self.anchoring or self.needs_reanchor or len(self.records) < self.config.scale_frames:
             return False
         self.needs_reanchor = True
@@ -106,7 +164,8 @@ class StreamAnchors:
         )
 
     def reanchor(self, steps: ModelSteps) -> None:
-        """Restart the model stream on the last S0 keyframes and re-align its world frame (docs/engine.md)."""
+        """Restart the model stream on the last S0 keyframes in one step and re-align its world frame
+        (docs/engine.md)."""
         records = list(self.records)
         cause = (
             "after a model error"
@@ -118,6 +177,10 @@ class StreamAnchors:
         align = estimate_alignment(
             records, pose_encoding_to_c2w(pose_enc), depth, conf, self.config.realign_conf_threshold
         )
+        self._restarted(records, align, cause)
+
+    def _restarted(self, records: list[KeyframeRecord], align: Sim3, cause: str) -> None:
+        """The model stream was restarted on ``records`` and its world frame maps by ``align``."""
         self.anchored([(r.image_net, r.meta) for r in records], align)
         self.segment += 1
         self.streaming_count = 0

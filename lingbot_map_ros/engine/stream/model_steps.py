@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from lingbot_map_ros.model import StreamState
+from lingbot_map_ros.model.anchor_pass import AnchorPass, count_parts
 
 from ..contracts import NonFiniteOutputError, StreamingModel
 from .preprocess import PreprocessGeometry, resize_uint8
@@ -77,15 +78,31 @@ class ModelSteps:
                 return self.to_host(self.model.step(images, self.state, keyframe=keyframe))
             return self.to_host(self.model.step(images, self.state, keyframe=keyframe, depth=False))
 
+    def anchor_pass_groups(self, requested: int) -> int:
+        """Frames an anchor pass of the stream's S0 frames is spread over when ``requested`` are asked: at
+        most one per part of it (`model/anchor_pass.py`); 0 when the model has no anchor pass (a test
+        double) or ``requested`` is 0."""
+        if requested < 1 or not hasattr(self.model, "begin_anchor_pass"):
+            return 0
+        config = self.model.config
+        return min(requested, count_parts(config.depth, self.state.config.scale_frames))
+
+    def begin_anchor_pass(self, images_net: list[np.ndarray], groups: int) -> AnchorPass:
+        """The anchor step of these S0 network images for this stream in ``groups`` runs, beside its
+        streaming steps (nothing of the stream changes until its ``install``)."""
+        return self.model.begin_anchor_pass(self.to_model(images_net), self.state, groups)
+
     def to_host(self, out: object) -> LaunchedStep:
         """Queue the copies of a ``StepOutput``'s pose_enc, depth, depth_conf and place descriptor to the host
         (see `launch`)."""
         descriptor = getattr(out, "place_descriptor", None)  # a model double may have none
+        return self.tensors_to_host(out.pose_enc, out.depth, out.depth_conf, descriptor)
+
+    def tensors_to_host(self, *tensors: torch.Tensor | None) -> LaunchedStep:
+        """Queue float32 copies of ``tensors`` (None stays None) to pinned host memory behind the work queued
+        so far (on CUDA; elsewhere they are ready at once); `wait` or `collect` gets them."""
         with torch.inference_mode():
-            outputs = tuple(
-                None if t is None else t.detach().float()
-                for t in (out.pose_enc, out.depth, out.depth_conf, descriptor)
-            )
+            outputs = tuple(None if t is None else t.detach().float() for t in tensors)
             if self.device.type != "cuda":
                 return LaunchedStep(outputs)
             hosts = tuple(
@@ -98,6 +115,13 @@ class ModelSteps:
             done.record(torch.cuda.current_stream(self.device))
             return LaunchedStep(hosts, done)
 
+    @staticmethod
+    def wait(launched: LaunchedStep) -> tuple[np.ndarray | None, ...]:
+        """Wait for a launched step's copies; its outputs as numpy (unchecked)."""
+        if launched.done is not None:
+            launched.done.synchronize()
+        return tuple(None if t is None else t.numpy() for t in launched.outputs)
+
     def collect(self, launched: LaunchedStep) -> tuple[np.ndarray, ...]:
         """Wait for a launched step's outputs; (pose_enc, depth, conf, descriptor) float32 numpy, the first
         three checked finite (a non-finite descriptor is dropped: None).
@@ -105,9 +129,7 @@ class ModelSteps:
         Raises:
             NonFiniteOutputError: NaN or inf in any of them.
         """
-        if launched.done is not None:
-            launched.done.synchronize()
-        arrays = tuple(None if t is None else t.numpy() for t in launched.outputs)
+        arrays = self.wait(launched)
         if arrays[3] is not None and not np.isfinite(arrays[3]).all():
             arrays = (*arrays[:3], None)
         bad = [

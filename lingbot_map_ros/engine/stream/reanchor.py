@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..geometry import Sim3
 
@@ -72,20 +73,52 @@ def estimate_alignment(
             f"expected one new pose and depth per record ({len(records)}), got {new_c2w.shape[0]} poses "
             f"and {new_depth.shape[0]} depths"
         )
-    with_depth = [i for i, r in enumerate(records) if r.depth_net is not None]  # the scale's pixels
-    if with_depth:
-        old_depth = np.stack([records[i].depth_net for i in with_depth]).astype(np.float64)
-        old_conf = np.stack([records[i].conf_net for i in with_depth])
-        new_depth = np.asarray(new_depth, dtype=np.float64)[with_depth]
-        new_conf = np.asarray(new_conf)[with_depth]
-    else:
-        old_depth = old_conf = new_depth = new_conf = np.zeros((0,))
-    valid = np.isfinite(old_depth) & np.isfinite(new_depth) & (old_depth > 0) & (new_depth > 0)
-    confident = valid & (old_conf > conf_threshold) & (np.asarray(new_conf) > conf_threshold)
-    use = confident if confident.sum() >= MIN_SCALE_PIXELS else valid
-    scale = float(np.median(old_depth[use] / new_depth[use])) if use.any() else 1.0
-    scale = float(np.clip(scale, *SCALE_CLAMP))
+    scale = alignment_scale(
+        records,
+        torch.from_numpy(np.asarray(new_depth)),
+        torch.from_numpy(np.asarray(new_conf)),
+        conf_threshold,
+    )
+    return alignment_at_anchor(records, new_c2w, float(scale))
 
+
+def alignment_scale(
+    records: list[KeyframeRecord], new_depth: torch.Tensor, new_conf: torch.Tensor, conf_threshold: float
+) -> torch.Tensor:
+    """The scale of `estimate_alignment` (module doc), computed where ``new_depth`` / ``new_conf``
+    ([S0, h, w] float) are (on the GPU for a prepared re-anchor: no host work, no synchronisation; the
+    records' depths travel there). Returns a float64 scalar tensor, clamped, 1 without pixels."""
+    device = new_depth.device
+    with_depth = [i for i, r in enumerate(records) if r.depth_net is not None]  # the scale's pixels
+    if not with_depth:
+        return torch.ones((), dtype=torch.float64, device=device)
+
+    def upload(arrays: list[np.ndarray]) -> torch.Tensor:
+        host = torch.from_numpy(np.stack(arrays))
+        if device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(device, non_blocking=True)
+
+    old_depth = upload([records[i].depth_net for i in with_depth]).double()
+    old_conf = upload([records[i].conf_net for i in with_depth])
+    new_depth = new_depth[with_depth].double()
+    new_conf = new_conf[with_depth]
+    valid = torch.isfinite(old_depth) & torch.isfinite(new_depth) & (old_depth > 0) & (new_depth > 0)
+    confident = valid & (old_conf > conf_threshold) & (new_conf > conf_threshold)
+    use = torch.where(confident.sum() >= MIN_SCALE_PIXELS, confident, valid)
+    ratios = torch.where(use, old_depth / torch.where(use, new_depth, 1.0), torch.inf).flatten()
+    count = use.sum()
+    # the median of the used ratios (the unused sort to the end as inf); no host synchronisation
+    ordered = torch.sort(ratios).values
+    middle = torch.stack(((count - 1).clamp(min=0) // 2, (count // 2).clamp(max=ratios.numel() - 1)))
+    low, high = ordered.index_select(0, middle)  # tensor indices: no host synchronisation
+    median = torch.where(count > 0, (low + high) / 2, torch.ones_like(low))
+    return median.clamp(*SCALE_CLAMP)
+
+
+def alignment_at_anchor(records: list[KeyframeRecord], new_c2w: np.ndarray, scale: float) -> Sim3:
+    """The Sim(3) of `estimate_alignment` with its ``scale``: the latest record's new pose ``new_c2w[-1]``
+    ([S0, 4, 4], the restarted stream's frame) lands on its published pose."""
     anchor_old = records[-1].pose_c2w
     anchor_new = np.asarray(new_c2w[-1], dtype=np.float64)
     rotation = anchor_old[:3, :3] @ anchor_new[:3, :3].T

@@ -136,6 +136,7 @@ class StreamingSession:
             try:
                 if self._anchors.anchoring or self._reanchor_due():
                     return done + self._run(rgb, meta, image_net, depth)
+                self._reanchor_work()  # a prepared re-anchor's share of this frame (queued before its step)
                 keyframe, depth = self._next_step(depth)
                 with self._timer.stage("model"):
                     launched = self._steps.launch([image_net], keyframe, depth)
@@ -285,7 +286,7 @@ class StreamingSession:
         if self._anchors.anchoring:
             pending = self._anchors.add_pending(rgb, meta, image_net)
             return self._run_anchor_phase(pending) if pending else []
-        self._reanchor_if_due()
+        self._reanchor_work()
         keyframe, depth = self._next_step(depth)
         with self._timer.stage("model"):
             outputs = self._steps.step([image_net], keyframe=keyframe, depth=depth)
@@ -312,17 +313,20 @@ class StreamingSession:
         return self._anchors.reanchor_due(self._steps.state.frames_stored)
 
     def _streaming_keyframe(self) -> bool | None:
-        """None in the anchor phase; else, after a due re-anchor, the next streaming frame's keyframe flag."""
+        """None in the anchor phase; else, after this frame's re-anchor work, the next streaming frame's
+        keyframe flag."""
         if self._anchors.anchoring:
             return None
-        self._reanchor_if_due()
+        self._reanchor_work()
         return self._anchors.next_keyframe()
 
-    def _reanchor_if_due(self) -> None:
-        if self._reanchor_due():
+    def _reanchor_work(self) -> None:
+        """This frame's re-anchor work before its streaming step (`StreamAnchors.reanchor_work`), timed as
+        the frame's "reanchor" stage."""
+        if self._anchors.reanchor_busy(self._steps.state.frames_stored):
             with self._timer.stage("reanchor"):
-                self._anchors.reanchor(self._steps)
-            self._counters.reanchors_total += 1
+                restarted = self._anchors.reanchor_work(self._steps)
+            self._counters.reanchors_total += restarted
 
     def _complete_in_flight(self) -> list[FrameResult]:
         """Collect and decode the frame in flight, if any (recovering as ``push`` does when it failed)."""
@@ -347,7 +351,7 @@ class StreamingSession:
         if reason is not None:
             self._counters.resets_total += 1
             self._counters.last_reset_reason = reason
-        self._anchors = StreamAnchors(self.config)
+        self._anchors = StreamAnchors(self.config, self._steps.anchor_pass_groups(self.config.reanchor_steps))
         self._depth = DepthSchedule(self.config.depth_every_n, self.config.scale_frames)
         self._decoder = FrameDecoder(self._epoch, reason, self._anchors)
         self._in_flight: InFlightFrame | None = None  # push_overlapped's frame whose step runs
