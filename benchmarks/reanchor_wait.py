@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from results import record  # benchmarks/results.py
 
+from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import SessionConfig
+from lingbot_map_ros.engine.contracts import StreamingModel
 from lingbot_map_ros.engine.stream.session import StreamingSession
-from lingbot_map_ros.model import LingBotMap, ModelConfig, PrecisionPolicy
 
 
 def panning(n: int, height: int, width: int) -> list[np.ndarray]:
@@ -40,7 +41,11 @@ def panning(n: int, height: int, width: int) -> list[np.ndarray]:
     return [np.ascontiguousarray(big[:, 2 * i : 2 * i + width]) for i in range(n)]
 
 
-def run(model: LingBotMap, args: argparse.Namespace, steps: int, images: list[np.ndarray]) -> dict:
+def session_for(
+    args: argparse.Namespace, steps: int, model: StreamingModel | None = None
+) -> StreamingSession:
+    """One camera's session with `--reanchor-steps` value ``steps`` (random weights seeded 0), over
+    ``model`` when given (one model for every setting)."""
     config = SessionConfig(
         scale_frames=args.scale_frames,
         image_width=args.image_width,
@@ -49,7 +54,12 @@ def run(model: LingBotMap, args: argparse.Namespace, steps: int, images: list[np
         device=args.device,
         compile_blocks=False,
     )
-    session = StreamingSession(model, config)
+    spec = EngineSpec(preset=args.preset, device=args.device, seed=0, session=config)
+    return build_engine(spec, model).only
+
+
+def run(model: StreamingModel, args: argparse.Namespace, steps: int, images: list[np.ndarray]) -> dict:
+    session = session_for(args, steps, model)
     if args.device.startswith("cuda"):
         session.warm_up(images[0].shape[:2])
     push = session.push_overlapped if args.push == "overlapped" else session.push
@@ -97,10 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = LingBotMap(ModelConfig.preset(args.preset)).eval().to(args.device)
-    if args.device.startswith("cuda"):
-        model.set_precision(PrecisionPolicy.for_device(args.device))
+    model = session_for(args, 0).model
     images = panning(args.frames, args.height, args.width)
     rows = [run(model, args, int(steps), images) for steps in args.reanchor_steps.split(",")]
     report = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "rows": rows}
