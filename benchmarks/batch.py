@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from lingbot_map_ros.tools.batch import run_batch
-from lingbot_map_ros.tools.batch_pool import BatchConfig
-from lingbot_map_ros.tools.run_options import RunConfig, run_session_config
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.batch.command import run_batch
+from lingbot_map_ros.tools.batch.pool import BatchConfig
+from lingbot_map_ros.tools.run.options import RunConfig, run_session_config
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

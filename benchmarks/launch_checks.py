@@ -60,7 +60,7 @@ def main() -> int:
     from std_msgs.msg import Header
     from tf2_msgs.msg import TFMessage
 
-    from lingbot_map_ros.ros.conversions import rgb_to_image
+    from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
     rclpy.init()
     node = rclpy.create_node("launch_checks")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from node_child import parameter_overrides, use_isolated_dds
 
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 NS = "/lifecycle_bench"
 NODE = f"{NS}/lingbot_map"
@@ -55,8 +55,8 @@ def main() -> int:
     from sensor_msgs.msg import Image
     from std_msgs.msg import Header
 
-    from lingbot_map_ros.ros.conversions import rgb_to_image
     from lingbot_map_ros.ros.dds_tools.client import ClientNode
+    from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
     params = {**PARAMS, **parameter_overrides(args.set)}
     qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)

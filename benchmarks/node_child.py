@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lingbot_map_ros.tools.dds import isolated_dds_env  # noqa: E402
+from lingbot_map_ros.tools.live.dds_env import isolated_dds_env  # noqa: E402
 
 
 def use_isolated_dds() -> dict[str, str]:

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from node_child import REPO, parameter_overrides, thread_cpu, thread_shares, use_isolated_dds
 
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 NODE = "lingbot_map"
 #: `--executor single`: the node's main with rclpy's SingleThreadedExecutor patched in (node.py unchanged).
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     from sensor_msgs.msg import Image
     from std_msgs.msg import Header
 
-    from lingbot_map_ros.ros.conversions import rgb_to_image
+    from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
     try:
         from tf2_msgs.msg import TFMessage

@@ -1,7 +1,8 @@
 """Per-frame cost of the ROS node beyond the model, on the CPU (no GPU, no model): real rclpy / Fast DDS.
 
-Since issue 13 the node has two paths per frame (ros/outputs.py, ros/map_worker.py), timed separately on
-synthetic 518x378 frames with the node's default parameters, fed at a camera rate (``--rate``, default 30 Hz):
+Since issue 13 the node has two paths per frame (ros/outputs/mapping.py, ros/outputs/map_worker.py), timed
+separately on synthetic 518x378 frames with the node's default parameters, fed at a camera rate (``--rate``,
+default 30 Hz):
 
 * the **pose path** (image -> pose outputs sent), on the threads that carry it in the node:
   ``image_to_rgb`` (the subscription callback), ``queue handoff x2`` (`LaneWorker.submit` -> the worker
@@ -17,8 +18,8 @@ synthetic 518x378 frames with the node's default parameters, fed at a camera rat
 
 ``--subscribers`` adds a subscriber node (same process, own thread) on every output so DDS delivers each
 message (as with RViz attached); it competes for the GIL, so those numbers are an upper bound.
-``--switch-interval`` is Python's GIL switch interval (default: the node's on CUDA, ros/pipeline.py; Python's
-own default is 5 ms). The session's own host stages (pre-processing, decoding) are part of
+``--switch-interval`` is Python's GIL switch interval (default: the node's on CUDA, ros/lifecycle/pipeline.py;
+Python's own default is 5 ms). The session's own host stages (pre-processing, decoding) are part of
 benchmarks/e2e.py, not of this script. Usage::
 
     .venv/bin/python benchmarks/node_overhead.py --frames 300 [--rate 30] [--subscribers] [--encoding bgr8]
@@ -45,20 +46,20 @@ from std_msgs.msg import Header  # noqa: E402
 from lingbot_map_ros.engine.lane_worker import LaneWorker  # noqa: E402
 from lingbot_map_ros.engine.loop import Keyframe, LoopCloser, Verification  # noqa: E402
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult  # noqa: E402
-from lingbot_map_ros.ros.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
-from lingbot_map_ros.ros.loop_outputs import LoopOutputs  # noqa: E402
-from lingbot_map_ros.ros.output_config import FRAME_QOS, OutputConfig  # noqa: E402
-from lingbot_map_ros.ros.outputs import MappingOutputs  # noqa: E402
-from lingbot_map_ros.ros.params import (  # noqa: E402
+from lingbot_map_ros.ros.messages.conversions import depth_to_image, image_to_rgb, rgb_to_image  # noqa: E402
+from lingbot_map_ros.ros.messages.poses import stamp_seconds  # noqa: E402
+from lingbot_map_ros.ros.outputs.config import FRAME_QOS, OutputConfig  # noqa: E402
+from lingbot_map_ros.ros.outputs.loop import LoopOutputs  # noqa: E402
+from lingbot_map_ros.ros.outputs.mapping import MappingOutputs  # noqa: E402
+from lingbot_map_ros.ros.params.declare import (  # noqa: E402
     SPECS,
     declare_parameters,
     field_name,
     loop_closure_config,
     read_parameters,
 )
-from lingbot_map_ros.ros.pose_messages import stamp_seconds  # noqa: E402
-from lingbot_map_ros.ros.tf_listener import TfLookup  # noqa: E402
-from lingbot_map_ros.tools.loop_oracle import image_descriptor  # noqa: E402
+from lingbot_map_ros.ros.tf.listener import TfLookup  # noqa: E402
+from lingbot_map_ros.tools.loop.loop_oracle import image_descriptor  # noqa: E402
 
 HW = (378, 518)
 PUBLISH = "publish: pose outputs (+ map work queued)"
@@ -89,8 +90,8 @@ def synthetic_result(index: int, rgb: np.ndarray, rng: np.random.Generator, keyf
 
 
 def bench_closer(params: object) -> LoopCloser:
-    """The node's loop closer without a model: thumbnail descriptors (tools/loop_oracle.py), a verifier that
-    rejects every candidate (there is no model to relate two frames); keyframes, map and search as in the
+    """The node's loop closer without a model: thumbnail descriptors (tools/loop/loop_oracle.py), a verifier
+    that rejects every candidate (there is no model to relate two frames); keyframes, map and search as in the
     node, on the closer's own thread."""
 
     def reject(a: Keyframe, b: Keyframe) -> Verification:

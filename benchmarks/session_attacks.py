@@ -37,9 +37,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import depth_to_image, rgb_to_image
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.ros.messages.conversions import depth_to_image, rgb_to_image
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 sys.path.insert(0, str(REPO / "test"))
 from process_memory import PeakRss  # noqa: E402 - the tests' sampler (test/process_memory.py)

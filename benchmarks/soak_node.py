@@ -34,7 +34,7 @@ from node_child import REPO, use_isolated_dds
 from soak import load_loop_frames
 
 from lingbot_map_ros.cache.config import DEFAULT_SLIDING_WINDOW
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 NODE = "soak_node"
 
@@ -112,7 +112,7 @@ def run_node_soak(config: NodeSoakConfig, out_dir: Path) -> NodeSoakReport:
     from sensor_msgs.msg import Image
     from std_msgs.msg import Header
 
-    from lingbot_map_ros.ros.conversions import rgb_to_image
+    from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
     report = NodeSoakReport(config=config, window_full_frame=config.scale_frames + config.sliding_window)
     loop = load_loop_frames(config.source_width)

@@ -1,11 +1,12 @@
 """Start-up, memory and streaming rate of the node's default pipeline, in one fresh process.
 
-What the node's configure does (`ros/pipeline.py`), without ROS: point torch.compile at the persistent cache,
-build the model and the `StreamingSession` (`build_engine`, random weights unless --checkpoint) with the
-node's defaults (window 64 in a pool sized for it, CUDA graphs, compiled blocks), warm it up at the camera
-size; then push the anchor frames (configure -> first pose) and stream --frames frames with `push` or the
-one-deep `push_overlapped` (a camera faster than the model: a next frame is always at hand). Run it twice with
-the same --cache-dir for the cold and the warm start. Prints one JSON line (also written to --out).
+What the node's configure does (`ros/lifecycle/pipeline.py`), without ROS: point torch.compile at the
+persistent cache, build the model and the `StreamingSession` (`build_engine`, random weights unless
+--checkpoint) with the node's defaults (window 64 in a pool sized for it, CUDA graphs, compiled blocks), warm
+it up at the camera size; then push the anchor frames (configure -> first pose) and stream --frames frames
+with `push` or the one-deep `push_overlapped` (a camera faster than the model: a next frame is always at
+hand). Run it twice with the same --cache-dir for the cold and the warm start. Prints one JSON line (also
+written to --out).
 
     python benchmarks/startup.py --cache-dir /tmp/cc --frames 300 --push overlapped --out /tmp/a.json
 """

@@ -1,5 +1,5 @@
 """Cost of /tf messages of 10,000 joint transforms (issue 30: at 5 Hz they cut the node's posing from ~10 to
-1.1 frames/s): one message taken, checked and stored by the node's TF listener (ros/tf_listener.py
+1.1 frames/s): one message taken, checked and stored by the node's TF listener (ros/tf/listener.py
 `TfLookup.take_message`, tf_ingest.py), every transform read (before: `FULL_STORE_EDGES` above the tree's
 size, no layouts) against the listener as it is (past `FULL_STORE_EDGES` child frames only the frames a
 lookup needed are read; a message repeating a known layout is compared in one numpy operation,
@@ -23,9 +23,9 @@ import rclpy
 from rclpy.serialization import serialize_message
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.ros import tf_ingest
-from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
-from lingbot_map_ros.ros.tf_listener import TfLookup
+from lingbot_map_ros.ros.messages.poses import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.tf import ingest as tf_ingest
+from lingbot_map_ros.ros.tf.listener import TfLookup
 
 
 def message(stamp_s: float, joints: int) -> bytes:

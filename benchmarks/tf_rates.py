@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from node_child import REPO, parameter_overrides, thread_cpu, thread_shares, use_isolated_dds
 
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 NODE = "lingbot_map"
 JOINT_FRAMES = 6
@@ -90,7 +90,7 @@ def robot_main(camera_info_topic: str, joint_frames: int) -> int:
     from std_msgs.msg import Header
     from tf2_msgs.msg import TFMessage
 
-    from lingbot_map_ros.ros.tf import TF_QOS
+    from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
 
     rclpy.init()
     node = rclpy.create_node("tf_rates_robot")
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from std_msgs.msg import Header
     from std_srvs.srv import Trigger
 
-    from lingbot_map_ros.ros.conversions import rgb_to_image
+    from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
     log_dir = Path(tempfile.mkdtemp(prefix="tf_rates_"))
     remaps = {"image": f"/{NODE}_camera/image_raw", "camera_info": f"/{NODE}_camera/camera_info"}

@@ -9,7 +9,7 @@ image_transport convention: `camera:=<ns>` subscribes `<ns>/image_raw` and `<ns>
 `camera_info_topic:=` is given). Knob arguments left empty keep the params file's value. What integrators
 change without a copied params file: `image_transport:=compressed`, `qos_reliability:=best_effort`,
 `output_dir:=...`; `params_file:=my.yaml` is an overlay on the shipped config/lingbot_map.yaml (only what it
-sets changes). The argument descriptions come from lingbot_map_ros/ros/param_docs.py (plain data): listing
+sets changes). The argument descriptions come from lingbot_map_ros/ros/params/docs.py (plain data): listing
 them (`--show-args`) imports no torch.
 
 Several cameras in one node: `cameras:=[front,rear]` (docs/node.md, "Several cameras"). Camera `<name>` then
@@ -78,12 +78,12 @@ KNOBS = {
 
 def knob_description(description: str, default: object) -> str:
     """A knob argument's description: its parameter's description and default, both read from the node's
-    parameter table (ros/param_table.py), never typed here."""
+    parameter table (ros/params/table.py), never typed here."""
     shown = str(default).lower() if isinstance(default, bool) else repr(default)
     return f"{description} Node default: {shown}; empty: the params file's value."
 
 
-#: What the node's exit codes mean (lingbot_map_ros.ros.shutdown.run_node).
+#: What the node's exit codes mean (lingbot_map_ros.ros.lifecycle.shutdown.run_node).
 EXIT_CODE_MEANINGS = {
     1: "configure or activate failed, or its executor stopped",
     2: "invalid parameters",
@@ -307,7 +307,7 @@ def _rviz(share: Path, names: list[str]) -> list:
 
 
 def generate_launch_description() -> LaunchDescription:
-    from lingbot_map_ros.ros.param_docs import PARAMETER_DOCS  # plain data: no torch, no rclpy (issue 29)
+    from lingbot_map_ros.ros.params.docs import PARAMETER_DOCS  # plain data: no torch, no rclpy (issue 29)
 
     args = [
         DeclareLaunchArgument(

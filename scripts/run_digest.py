@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "test"))

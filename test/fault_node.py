@@ -11,9 +11,9 @@ import sys
 
 from fault_injection import FAULTS_ENV, FaultInjectingModel, faults_from_env
 
+from lingbot_map_ros.ros.lifecycle.pipeline import ConfigureError, Pipeline
+from lingbot_map_ros.ros.lifecycle.shutdown import run_node
 from lingbot_map_ros.ros.node import SHUTDOWN_STEP_WAIT_S, LingBotMapNode
-from lingbot_map_ros.ros.pipeline import ConfigureError, Pipeline
-from lingbot_map_ros.ros.shutdown import run_node
 
 
 class FaultInjectingNode(LingBotMapNode):

@@ -1,4 +1,4 @@
-"""The mapping node over the drifting oracle (tools/loop_oracle.py): for the loop closure DDS test only.
+"""The mapping node over the drifting oracle (tools/loop/loop_oracle.py): for the loop closure DDS test only.
 
 `LoopOracleNode` is the production node whose configure step puts a `DriftingOracle` of `oracle_scene()` in
 the session's model seam (as test/fault_node.py does with faults) and hands loop closure the oracle's place
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
+from lingbot_map_ros.ros.lifecycle.pipeline import Pipeline
+from lingbot_map_ros.ros.lifecycle.shutdown import run_node
 from lingbot_map_ros.ros.node import SHUTDOWN_STEP_WAIT_S, LingBotMapNode
-from lingbot_map_ros.ros.pipeline import Pipeline
-from lingbot_map_ros.ros.shutdown import run_node
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
 
 #: The scene: 40 frames at 112 x 84 (the network size: the oracle knows frames by their bytes), 1¼ laps.
 WIDTH, HEIGHT, FRAMES, TURNS = 112, 84, 40, 1.25

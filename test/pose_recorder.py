@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lingbot_map_ros.engine.camera_pipeline import CameraPipeline
-from lingbot_map_ros.ros.camera import CameraStream
+from lingbot_map_ros.ros.cameras.stream import CameraStream
 
 
 class RecordingSink:

@@ -1,4 +1,4 @@
-"""A simulated robot in the synthetic room (tools/synthetic_scene.py) and a stand-in streaming session.
+"""A simulated robot in the synthetic room (tools/bags/synthetic_scene.py) and a stand-in streaming session.
 
 Robot world R: REP-103 (x forward along the room's long axis, y left, z up), floor at z = 0. The scene's own
 frame S (OpenCV axes, floor at y = +1.3) is `p_R = OPTICAL_TO_BODY · p_S + (0, 0, 1.3)`. The base drives an
@@ -18,7 +18,7 @@ import numpy as np
 
 from lingbot_map_ros.engine.geometry import OPTICAL_TO_BODY, Sim3, invert_rigid, quat_xyzw_to_matrix, rigid
 from lingbot_map_ros.engine.result import PHASE_ANCHOR, PHASE_STREAMING, FrameResult
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, intrinsics, render
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, intrinsics, render
 
 R_FROM_S = rigid(OPTICAL_TO_BODY, np.array([0.0, 0.0, 1.3]))
 ROOM_X = (-4.0, 4.0)  # robot world x range (scene z)
@@ -131,7 +131,7 @@ def floor_plan(
     """Rasterised floor plan in the map frame (= the first base frame) of a grid's cells:
     (walls [H, W] bool: cells on the room's walls, boxes [H, W] bool: cells within a cell of a box's
     footprint). From the scene's geometry (tools/synthetic_scene: ROOM_MIN/MAX, BOXES)."""
-    from lingbot_map_ros.tools.synthetic_scene import BOXES, ROOM_MAX, ROOM_MIN
+    from lingbot_map_ros.tools.bags.synthetic_scene import BOXES, ROOM_MAX, ROOM_MIN
 
     h, w = shape
     xs = origin[0] + (np.arange(w) + 0.5) * resolution

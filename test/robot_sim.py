@@ -39,9 +39,9 @@ from tf2_msgs.msg import TFMessage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, make_scene  # noqa: E402
 
-from lingbot_map_ros.ros.conversions import depth_to_image, rgb_to_image  # noqa: E402
-from lingbot_map_ros.ros.pose_messages import transform_msg  # noqa: E402
-from lingbot_map_ros.ros.tf import TF_QOS  # noqa: E402
+from lingbot_map_ros.ros.messages.conversions import depth_to_image, rgb_to_image  # noqa: E402
+from lingbot_map_ros.ros.messages.poses import transform_msg  # noqa: E402
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS  # noqa: E402
 
 IMAGE_TOPIC = "/robot/camera/image_raw"
 DEPTH_TOPIC = "/robot/camera/depth/image_raw"

@@ -26,9 +26,9 @@ import yaml
 from fault_injection import FAULTS_ENV
 
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
-from lingbot_map_ros.ros.tf_buffer import TfBuffer
-from lingbot_map_ros.tools import node_process
-from lingbot_map_ros.tools.dds import allocate_domain_id
+from lingbot_map_ros.ros.tf.buffer import TfBuffer
+from lingbot_map_ros.tools.live import node_process
+from lingbot_map_ros.tools.live.dds_env import allocate_domain_id
 
 REPO = Path(__file__).resolve().parents[1]
 FAULT_NODE = Path(__file__).with_name("fault_node.py")  # the node with LINGBOT_MAP_FAULTS injected

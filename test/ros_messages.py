@@ -1,6 +1,6 @@
-"""Test-side decoders and encoders of the node's messages: the inverses of `ros/conversions.py`'s encoders
-(`depth_to_image`, `points_to_cloud`) and a CompressedImage encoder for input tests. Nothing in the package
-needs them, so they live here."""
+"""Test-side decoders and encoders of the node's messages: the inverses of `ros/messages/conversions.py`'s
+encoders (`depth_to_image`, `points_to_cloud`) and a CompressedImage encoder for input tests. Nothing in the
+package needs them, so they live here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import CLOUD_POINT_STEP
+from lingbot_map_ros.ros.messages.conversions import CLOUD_POINT_STEP
 
 
 def _message_bytes(data: object) -> np.ndarray:

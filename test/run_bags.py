@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
+from lingbot_map_ros.tools.bags.bag_io import IMAGE, BagWriter, image_message
 
 
 def write_two_camera_bag(path: Path, images: list[np.ndarray], start_ns: int) -> Path:

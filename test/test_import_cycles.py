@@ -142,7 +142,7 @@ def test_the_graph_sees_relative_deferred_type_checking_and_submodule_imports() 
     # a relative import (`from .lock_order import OrderedLock` in engine/tracker.py)
     assert "lingbot_map_ros.engine.lock_order" in graph["lingbot_map_ros.engine.tracker"]
     # a deferred one (`BagWorker.__init__` imports the engine's face inside the method)
-    assert "lingbot_map_ros.engine.face" in graph["lingbot_map_ros.tools.batch_worker"]
+    assert "lingbot_map_ros.engine.face" in graph["lingbot_map_ros.tools.batch.worker"]
     # one under `if TYPE_CHECKING:` only (model/stream.py names `GraphedStreamStep` there)
     assert "lingbot_map_ros.model.graphed" in graph["lingbot_map_ros.model.stream"]
 

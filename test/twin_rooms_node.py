@@ -1,5 +1,5 @@
-"""The mapping node over the drifting oracle in twin rooms (tools/loop_oracle.py "Twin rooms"): for the twin
-rooms DDS test only (test/dds/test_node_twin_rooms.py).
+"""The mapping node over the drifting oracle in twin rooms (tools/loop/loop_oracle.py "Twin rooms"): for the
+twin rooms DDS test only (test/dds/test_node_twin_rooms.py).
 
 As test/loop_oracle_node.py, with `twin_scene(apart_m)`: the camera laps one room, then an identical room
 `apart_m` along x, and a verification pass across the rooms returns the look-alike's pose. The room distance
@@ -18,12 +18,12 @@ from dataclasses import replace
 
 from lingbot_map_ros.engine.gpu_gaps import GpuGaps
 from lingbot_map_ros.engine.loop.config import LoopClosureConfig
-from lingbot_map_ros.ros import loop_outputs
+from lingbot_map_ros.ros.lifecycle.pipeline import Pipeline
+from lingbot_map_ros.ros.lifecycle.shutdown import run_node
 from lingbot_map_ros.ros.node import SHUTDOWN_STEP_WAIT_S, LingBotMapNode
-from lingbot_map_ros.ros.pipeline import Pipeline
-from lingbot_map_ros.ros.shutdown import run_node
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.ros.outputs import loop as loop_outputs
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
 
 #: 80 frames at 112 x 84 (the network size), 1¼ laps a room: `loop-eval --seed 11 --frames 80 --twin-rooms-m`.
 WIDTH, HEIGHT, FRAMES, TURNS = 112, 84, 80, 2.5

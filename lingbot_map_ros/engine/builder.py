@@ -5,10 +5,10 @@ set of
 one (its lone `StreamingSession`, `.only`, runs exactly as a single stream); several cameras share one model
 and one KV pool.
 
-The node (`ros/pipeline.py`), `lingbot-map-ros run` (`tools/run_bag.py`) and the benchmarks describe what they
-want as an `EngineSpec` (weights, device, precision, streaming policy) and call `build_engine` once; the model
-is `cameras.model`. `test/tools/test_tools_layering.py` keeps it that way (one call site per tool, no direct
-`StreamingSession(...)` or `build_model(...)` outside this module and the tests).
+The node (`ros/lifecycle/pipeline.py`), `lingbot-map-ros run` (`tools/run/bag.py`) and the benchmarks describe
+what they want as an `EngineSpec` (weights, device, precision, streaming policy) and call `build_engine` once;
+the model is `cameras.model`. `test/tools/test_tools_layering.py` keeps it that way (one call site per tool,
+no direct `StreamingSession(...)` or `build_model(...)` outside this module and the tests).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`CameraState`: one camera's engine: its tracker (pose side), its map side, its loop closer and the one
-correction rule. The node (one per camera, ros/outputs.py), `run`, `batch` and `evaluate` (tools/) all map
-and close loops through it (docs/architecture.md "image -> odometry", "loop -> corrected map -> odom").
+correction rule. The node (one per camera, ros/outputs/mapping.py), `run`, `batch` and `evaluate` (tools/) all
+map and close loops through it (docs/architecture.md "image -> odometry", "loop -> corrected map -> odom").
 
 Per frame: `track` (the `CameraTracker`: TF mode, robot TF, `Mapper.locate`), the map work through
 `map_side` (inline in tools/, on the node's map thread), then `posed`: a new epoch clears the loop closer and

@@ -2,8 +2,8 @@
 
 Its users: the node's inference queue callbacks only call `submit` (O(1), never blocks the executor; a full
 queue drops its oldest item, counted), the camera pipeline's pose stage (engine/camera_pipeline.py: blocking
-`submit` = back-pressure, nothing dropped) and each camera's map thread (ros/map_worker.py). One thread takes
-the items in arrival order and calls `process(item)`; output order is therefore input order.
+`submit` = back-pressure, nothing dropped) and each camera's map thread (ros/outputs/map_worker.py). One
+thread takes the items in arrival order and calls `process(item)`; output order is therefore input order.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from ..engine.lanes import Lane, WorkerStats
+from .lanes import Lane, WorkerStats
 
 Item = TypeVar("Item")
 

@@ -1,8 +1,8 @@
 """`Lane`: the package's one drop-oldest bounded queue, and its counters (`WorkerStats`).
 
 No thread and no lock of its own: its owner guards it with its condition (engine/lane_worker.py `LaneWorker`,
-ros/scheduler.py `StreamScheduler`, engine/loop/closer.py `LoopClosureWorker`). A full lane drops its oldest
-item to admit a new one, counted.
+ros/cameras/scheduler.py `StreamScheduler`, engine/loop/closer.py `LoopClosureWorker`). A full lane drops its
+oldest item to admit a new one, counted.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class Lane(Generic[Item]):
     """A drop-oldest bounded queue and its counters (`WorkerStats`); the owner guards it with its condition.
 
     The package's one drop-oldest queue: a `LaneWorker` (engine/lane_worker.py: the camera pipeline's pose
-    stage and each camera's map thread) has one, the node's `StreamScheduler` (ros/scheduler.py) one per
-    camera, the loop closer's thread (engine/loop/closer.py) one.
+    stage and each camera's map thread) has one, the node's `StreamScheduler` (ros/cameras/scheduler.py) one
+    per camera, the loop closer's thread (engine/loop/closer.py) one.
     """
 
     def __init__(self, capacity: int) -> None:

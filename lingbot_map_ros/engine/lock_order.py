@@ -1,19 +1,19 @@
 """The one order in which the node's locks are taken (outermost first), and `OrderedLock`, which checks it.
 
 A thread holding a lock may only take locks of the same or a later rank in `LOCK_ORDER` (the same rank: the
-cameras' session locks, taken in camera order by ros/camera_step.py). Every thread keeps the stack of
+cameras' session locks, taken in camera order by ros/cameras/step.py). Every thread keeps the stack of
 `OrderedLock`s it holds (a thread-local list; about a microsecond an acquire); an acquisition out of order
 is appended to `violations` and, with `STRICT` (the tests), raises `LockOrderError` before it can deadlock.
 
 | lock | guards | where |
 |---|---|---|
 | `node.stream_change` | resets and session loads | ros/node.py |
-| `camera.session_lock` | a camera's step, reset, window change | ros/camera.py |
+| `camera.session_lock` | a camera's step, reset, window change | ros/cameras/stream.py |
 | `cameras.step_lock` | a round of the set of cameras | engine/stream/multi_stream.py |
-| `camera.publish_lock` | a camera's publishing of one step | ros/camera.py |
-| `loop.apply_lock` | one loop-closure correction at a time | ros/loop_outputs.py |
-| `path.send_lock` | `~/path` being sent | ros/path_output.py |
-| `map.lock` | the map side (voxels, grid) | ros/map_worker.py |
+| `camera.publish_lock` | a camera's publishing of one step | ros/cameras/stream.py |
+| `loop.apply_lock` | one loop-closure correction at a time | ros/outputs/loop.py |
+| `path.send_lock` | `~/path` being sent | ros/outputs/path.py |
+| `map.lock` | the map side (voxels, grid) | ros/outputs/map_worker.py |
 | `pose.lock` | the pose side (mapper chain, scale, trajectory; the path) | engine/tracker.py |
 | `loop.worker_lock` | the loop closer's keyframe map and graph | engine/loop/closer.py |
 | `tracker.estimate_lock` | the `map -> odom` estimate | engine/tracker.py |

@@ -63,9 +63,9 @@ class SessionError(ValueError):
 @dataclass(frozen=True)
 class SessionLimits:
     """Bounds checked before any array of a session is hashed or allocated. A node derives them from its own
-    configuration (`ros/session_files.py`: S0 anchors at most `model.image_width` a side, `map.max_points`,
-    `trajectory.max_poses`, `grid.max_cells`²), which is what keeps a small hostile file from costing
-    gigabytes.
+    configuration (`ros/services/session_files.py`: S0 anchors at most `model.image_width` a side,
+    `map.max_points`, `trajectory.max_poses`, `grid.max_cells`²), which is what keeps a small hostile file
+    from costing gigabytes.
     """
 
     max_anchor_frames: int = 64

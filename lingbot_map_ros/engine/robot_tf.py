@@ -2,7 +2,7 @@
 
 The robot's TF comes in as plain data through `RobotTfSource` (`lookup(target, source, stamp_s, timeout_s)
 -> T_target_source [4, 4]`, raising `TransformUnavailable`): the node implements it over its TF listener
-(ros/tf_listener.py `TfLookup`), tests over a plain buffer; engine/ never sees a ROS message.
+(ros/tf/listener.py `TfLookup`), tests over a plain buffer; engine/ never sees a ROS message.
 
 `resolve_mode` makes the `tf.mode: auto` choice when a stream starts (and after a reset): `map_to_odom` when
 `base_frame -> <camera>` is in TF at the image stamp and `odom_frame -> base_frame` is in TF at all (data

@@ -1,8 +1,8 @@
 """Settings: engine config fields that carry their own user documentation, accepted range and choices.
 
 A field declared with `setting(...)` is the one owner of its default, its range, its choices and its
-description. The node's parameter table (ros/param_table.py, `ParamSpec.of`), `run`'s flags
-(tools/run_options.py) and the launch arguments (launch/lingbot_map.launch.py, through the table) read them
+description. The node's parameter table (ros/params/table.py, `ParamSpec.of`), `run`'s flags
+(tools/run/options.py) and the launch arguments (launch/lingbot_map.launch.py, through the table) read them
 with `owned(Owner, "field")`; nothing copies them. Why: the window default sat in 6 places, `TF_MODES` and
 `SCALE_SOURCES` were copied into the table, and `run`'s flags repeated the node's defaults (issue 21).
 

@@ -374,7 +374,7 @@ def compile_cache_dir(configured: str) -> Path:
     """The directory for torch.compile's persistent caches (Inductor FX graphs, AOT autograd, Triton kernels)
     that survives restarts: `configured`, else `TORCHINDUCTOR_CACHE_DIR` when the environment sets it, else
     `default_compile_cache_dir()`; made here (OSError when it cannot be). The entry point (the node's
-    configure through `ros/process_settings.py`, benchmarks/startup.py) writes it to
+    configure through `ros/lifecycle/process_settings.py`, benchmarks/startup.py) writes it to
     `TORCHINDUCTOR_CACHE_DIR` before the first compile: the model layer sets no process-wide state."""
     if configured:
         path = Path(configured).expanduser()

@@ -1,14 +1,14 @@
 """The `lingbot_map` lifecycle node: cameras in; TF, odometry, path, depth and a point-cloud map out.
 
 Thin over the library (docs/node.md): configure builds the model and the set of cameras (pipeline.py: a
-`MultiStreamSession`, one camera or several over one KV pool); subscriptions, publishers, services and
-timers are created once and kept (entities.py); activate starts the inference thread and the engine's camera
-pipeline (rounds.py) and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup
-releases the model (and the GPU). No callback raises: failures are counted and logged. Each camera
-(`cameras`; default one unnamed camera) is a `CameraStream` (camera.py). Three stages: the image callback
-converts and enqueues (intake.py) and never blocks; the inference thread runs one round over the cameras that
-have a frame (ONE engine call, `CameraPipeline.step`); the engine's pose stage tracks each result and hands it
-back to its camera once, which publishes it, in input order with the input stamps. `~/reset` and live
+`MultiStreamSession`, one camera or several over one KV pool); subscriptions, publishers, services and timers
+are created once and kept (entities.py); activate starts the inference thread and the engine's camera pipeline
+(rounds.py) and opens the gate, deactivate closes it and stops them (map and path are kept), cleanup releases
+the model (and the GPU). No callback raises: failures are counted and logged. Each camera (`cameras`; default
+one unnamed camera) is a `CameraStream` (cameras/stream.py). Three stages: the image callback converts and
+enqueues (intake.py) and never blocks; the inference thread runs one round over the cameras that have a frame
+(ONE engine call, `CameraPipeline.step`); the engine's pose stage tracks each result and hands it back to its
+camera once, which publishes it, in input order with the input stamps. `~/reset` and live
 `kv_cache.sliding_window` take the cameras' session locks; results of steps from before a reset are dropped.
 Run: `ros2 run lingbot_map_ros lingbot_map_node --ros-args -p model.preset:=tiny` (or `python -m`).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 # ruff: noqa: E402 - the start-up signal handlers come before the imports below (about 2 s: torch, rclpy)
 if __name__ == "__main__":
-    from lingbot_map_ros.ros.startup_signals import exit_quietly_on_signals
+    from lingbot_map_ros.ros.lifecycle.startup_signals import exit_quietly_on_signals
 
     exit_quietly_on_signals()
 
@@ -30,25 +30,26 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 
 from ..engine.face import OrderedLock, SessionError, TfEdgeGuard
-from .camera import CameraHost, CameraStream, make_cameras
-from .depth_input import DepthInput
-from .diagnostics import CauseLog, RuntimeStats, SimClockWatch
-from .entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback, parameters_refused
-from .fused import FusedMap
-from .intake import InputFrame
-from .loop_outputs import attach_loop_closure, create_optimize_service
-from .node_status import node_status
-from .outputs import LoopPublisher, MappingOutputs
-from .params import NodeParams, apply_update, check_update, declare_parameters, read_parameters
-from .pipeline import ConfigureError, Pipeline, build_pipeline
-from .rounds import NodeRounds
-from .services import MappingServices, create_reject_loop_service
-from .session_files import SessionFiles
-from .shutdown import run_node
-from .streams import CameraFrames
-from .tf_listener import TfLookup
-from .timers import MapOutput, NodeTimers
-from .tracking_outputs import TrackingOutputs
+from .cameras.host import CameraHost
+from .cameras.rounds import NodeRounds
+from .cameras.stream import CameraStream, make_cameras
+from .diagnostics.stats import CauseLog, RuntimeStats, SimClockWatch
+from .diagnostics.status import node_status
+from .input.depth import DepthInput
+from .input.intake import InputFrame
+from .input.streams import CameraFrames
+from .lifecycle.entities import CallbackGuard, KeptEntities, NodeFacade, guard_callback, parameters_refused
+from .lifecycle.pipeline import ConfigureError, Pipeline, build_pipeline
+from .lifecycle.shutdown import run_node
+from .lifecycle.timers import MapOutput, NodeTimers
+from .outputs.fused import FusedMap
+from .outputs.loop import attach_loop_closure, create_optimize_service
+from .outputs.mapping import LoopPublisher, MappingOutputs
+from .outputs.tracking import TrackingOutputs
+from .params.declare import NodeParams, apply_update, check_update, declare_parameters, read_parameters
+from .services.session_files import SessionFiles
+from .services.triggers import MappingServices, create_reject_loop_service
+from .tf.listener import TfLookup
 
 NODE_NAME = "lingbot_map"
 #: On shutdown (SIGINT), how long to wait for an inference step in progress before exiting without it.
@@ -173,7 +174,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
 
     # ----------------------------------------------------------------------------------------- lifecycle
     def build_pipeline(self) -> Pipeline:
-        """The model and session of the configure step (ros/pipeline.py); test/fault_node.py extends it."""
+        """The model and session of the configure step (ros/lifecycle/pipeline.py); test/fault_node.py extends
+        it."""
         return build_pipeline(self.params, self.get_logger().warning)
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -215,7 +217,7 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             camera.activate(p, self._depth_input, primary=i == 0)
             for i, camera in enumerate(self.cameras.values())
         ]
-        for camera in self.cameras.values():  # loop closure on its own thread per camera (loop_outputs.py)
+        for camera in self.cameras.values():  # loop closure on its own thread per camera (outputs/loop.py)
             attach_loop_closure(camera.outputs, self._facade, p, self._pipeline, camera.output_prefix)
         self._active = True
         self.get_logger().info(
@@ -299,8 +301,8 @@ class LingBotMapNode(CallbackGuard, LifecycleNode):
             return self.cameras[name].reset(rounds.clear)
 
     def reset_stream(self) -> int | None:
-        """`~/reset`: a new stream for every camera (camera.py `reset`); the queued frames discarded, None
-        when the node is not active."""
+        """`~/reset`: a new stream for every camera (cameras/stream.py `reset`); the queued frames discarded,
+        None when the node is not active."""
         counts = [self.reset_camera(name) for name in self.cameras]
         return None if None in counts else sum(counts)
 

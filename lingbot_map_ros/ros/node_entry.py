@@ -1,4 +1,5 @@
-"""The `lingbot_map_node` entry point: the start-up signal handlers (ros/startup_signals.py), then the node.
+"""The `lingbot_map_node` entry point: the start-up signal handlers (ros/lifecycle/startup_signals.py), then
+the node.
 
 Its own module so that neither startup_signals.py (which imports nothing of the package) nor node.py (whose
 `python -m` start installs the same handlers) imports the other: no import cycle.
@@ -6,7 +7,7 @@ Its own module so that neither startup_signals.py (which imports nothing of the 
 
 from __future__ import annotations
 
-from .startup_signals import exit_quietly_on_signals
+from .lifecycle.startup_signals import exit_quietly_on_signals
 
 
 def main() -> int:

@@ -26,18 +26,18 @@ import sys
 from collections.abc import Sequence
 
 _SUBCOMMAND_MODULES = (
-    "demo",
-    "make_bag",
-    "replay",
-    "record",
-    "run_command",
-    "batch",
-    "synthetic_scene",
-    "evaluate",
-    "loop_eval",
-    "reloc_eval",
-    "evaluate_sequence",
-    "export",
+    "demo.command",
+    "bags.make_bag",
+    "live.replay",
+    "live.record",
+    "run.command",
+    "batch.command",
+    "bags.synthetic_scene",
+    "evaluation.ate",
+    "loop.loop_eval",
+    "loop.reloc_eval",
+    "evaluation.sequence",
+    "export.command",
 )
 _DISPATCHED = {
     "parity": "numerical parity run of the released architecture on a ../shared/parity fixture",

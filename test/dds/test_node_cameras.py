@@ -25,8 +25,8 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.tf import TF_QOS
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
 
 pytestmark = pytest.mark.dds
 

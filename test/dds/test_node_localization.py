@@ -37,8 +37,8 @@ from test_node_tracking_state import (
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.pose_messages import seconds_stamp
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import seconds_stamp
 
 pytestmark = pytest.mark.dds
 

@@ -1,5 +1,6 @@
-"""Loop closure on the DDS node (issue 23): the drifting oracle (tools/loop_oracle.py) injected through the
-engine's model seam (test/loop_oracle_node.py), the bare camera mode (`map -> camera`), one run of 1¼ laps.
+"""Loop closure on the DDS node (issue 23): the drifting oracle (tools/loop/loop_oracle.py) injected through
+the engine's model seam (test/loop_oracle_node.py), the bare camera mode (`map -> camera`), one run of 1¼
+laps.
 
 The stream keeps its own (drifting) frame; a verified loop jumps `map -> camera` towards the truth, `~/path`
 is republished corrected, the grid is rebuilt, `~/loop_closures` shows the loop edges between keyframe
@@ -28,10 +29,10 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from lingbot_map_ros.engine.geometry import invert_rigid
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
-from lingbot_map_ros.ros.tf_listener import transform_to_matrix
-from lingbot_map_ros.tools.loop_oracle import drifted_poses
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
+from lingbot_map_ros.tools.loop.loop_oracle import drifted_poses
 
 pytestmark = pytest.mark.dds
 

@@ -27,11 +27,11 @@ from tf2_msgs.msg import TFMessage
 from lingbot_map_ros.engine.geometry import invert_rigid
 from lingbot_map_ros.engine.mapping.grid import read_pgm
 from lingbot_map_ros.engine.mapping.voxel_map import read_ply, read_tum
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.params import PARAMETERS
-from lingbot_map_ros.ros.tf import TF_QOS
-from lingbot_map_ros.ros.tf_listener import transform_to_matrix
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.params.declare import PARAMETERS
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
 
 pytestmark = pytest.mark.dds
 

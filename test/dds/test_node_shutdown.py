@@ -27,8 +27,8 @@ from ros_helpers import RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.shutdown import SAME_REQUEST_S
+from lingbot_map_ros.ros.lifecycle.shutdown import SAME_REQUEST_S
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

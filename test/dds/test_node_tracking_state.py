@@ -28,9 +28,9 @@ from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.health import HealthConfig
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.pose_messages import seconds_stamp
-from lingbot_map_ros.ros.tracking_outputs import PLACE_AFTER
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import seconds_stamp
+from lingbot_map_ros.ros.outputs.tracking import PLACE_AFTER
 
 pytestmark = pytest.mark.dds
 

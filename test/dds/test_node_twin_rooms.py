@@ -23,8 +23,8 @@ from twin_rooms_node import APART_ENV, UNGATED_ENV, twin_scene
 
 from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix, rigid
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import seconds_stamp, transform_msg
 
 pytestmark = pytest.mark.dds
 

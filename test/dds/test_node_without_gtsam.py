@@ -17,7 +17,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from without_module import hide_modules
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

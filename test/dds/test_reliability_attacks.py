@@ -24,7 +24,7 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.mapping.writers import process_umask
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

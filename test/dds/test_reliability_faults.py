@@ -28,8 +28,8 @@ from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.mapping.voxel_map import read_tum
 from lingbot_map_ros.model import LingBotMap, ModelConfig
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.shutdown import SHUTDOWN_GRACE_S
+from lingbot_map_ros.ros.lifecycle.shutdown import SHUTDOWN_GRACE_S
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

@@ -24,8 +24,8 @@ from ros_helpers import NodeProcess, RosClient, load_frames
 from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.conversions import (
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.messages.conversions import (
     ImageConversionError,
     compressed_image_size,
     compressed_to_rgb,

@@ -19,7 +19,7 @@ from ros_helpers import Collector, RosClient, load_frames, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

@@ -21,7 +21,7 @@ from ros_messages import rgb_to_compressed
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 
 pytestmark = pytest.mark.dds
 

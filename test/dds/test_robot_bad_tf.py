@@ -29,10 +29,10 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.pose_messages import transform_msg
-from lingbot_map_ros.ros.tf import TF_QOS
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import transform_msg
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
 
 pytestmark = pytest.mark.dds
 

@@ -21,8 +21,8 @@ from ros_helpers import PYTHON, TINY_NODE_PARAMS, NodeProcess, RosClient
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.tf import TF_QOS
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
 
 pytestmark = pytest.mark.dds
 

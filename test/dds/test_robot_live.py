@@ -34,10 +34,10 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from ros_helpers import PYTHON, TINY_NODE_PARAMS, NodeProcess, RosClient
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.tf import TF_QOS
-from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
-from lingbot_map_ros.ros.tf_listener import TF_STATIC_QOS, transform_to_matrix
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
+from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
+from lingbot_map_ros.ros.tf.buffer import TfBuffer, TransformUnavailable
+from lingbot_map_ros.ros.tf.listener import TF_STATIC_QOS, transform_to_matrix
 
 try:
     import tf2_ros

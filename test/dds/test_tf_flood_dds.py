@@ -31,9 +31,9 @@ from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.mapping.tf_graph import MAX_DYNAMIC_EDGES, MAX_STATIC_EDGES
-from lingbot_map_ros.ros.conversions import rgb_to_image
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
-from lingbot_map_ros.ros.pose_messages import transform_msg
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
+from lingbot_map_ros.ros.messages.conversions import rgb_to_image
+from lingbot_map_ros.ros.messages.poses import transform_msg
 
 pytestmark = pytest.mark.dds
 

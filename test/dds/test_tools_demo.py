@@ -15,11 +15,11 @@ from rosbags.rosbag2 import Reader
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.model import ModelConfig, build_model
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import BagError, iter_frames, ros2_typestore
-from lingbot_map_ros.tools.demo import DemoConfig, prepare_input, run_demo
-from lingbot_map_ros.tools.evaluate import compare
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.bag_io import BagError, iter_frames, ros2_typestore
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.demo.command import DemoConfig, prepare_input, run_demo
+from lingbot_map_ros.tools.evaluation.ate import compare
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"

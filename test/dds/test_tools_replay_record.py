@@ -17,7 +17,7 @@ from ros_helpers import RosClient
 from rosbags.rosbag2 import Reader
 from sensor_msgs.msg import Image
 
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"

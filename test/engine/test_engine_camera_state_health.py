@@ -14,9 +14,9 @@ from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerif
 from lingbot_map_ros.engine.mapping.mapper import MapperConfig
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.robot_tf import RobotTfConfig, TransformUnavailable
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
-from lingbot_map_ros.tools.reloc_oracle import kidnap_session
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, LoopScene, image_descriptor
+from lingbot_map_ros.tools.loop.reloc_oracle import kidnap_session
 
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "closer-thread"])

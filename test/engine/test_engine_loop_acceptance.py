@@ -9,7 +9,7 @@ import pytest
 from loop_ring import Ring, ring_closer
 
 from lingbot_map_ros.engine.loop.similarity import compose
-from lingbot_map_ros.tools.loop_eval import LoopEvalConfig, evaluate
+from lingbot_map_ros.tools.loop.loop_eval import LoopEvalConfig, evaluate
 
 
 @pytest.mark.parametrize("apart_m", [4.0, 6.0, 10.0])

@@ -22,9 +22,9 @@ from lingbot_map_ros.engine.loop import (
     PoseGraph,
 )
 from lingbot_map_ros.engine.loop.similarity import between, compose
-from lingbot_map_ros.tools.loop_eval import LoopEvalConfig, evaluate
-from lingbot_map_ros.tools.loop_oracle import LoopScene
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_eval import LoopEvalConfig, evaluate
+from lingbot_map_ros.tools.loop.loop_oracle import LoopScene
 
 
 def _yaw(angle: float) -> np.ndarray:
@@ -154,7 +154,7 @@ def test_worker_thread_closes_the_loop_off_the_callers_thread() -> None:
     import threading
 
     from lingbot_map_ros.engine.loop import LoopClosureWorker
-    from lingbot_map_ros.tools.loop_oracle import DriftConfig, image_descriptor, oracle_session
+    from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, image_descriptor, oracle_session
 
     scene = LoopScene.render(SceneConfig(width=112, height=84, frames=40, supersample=1, seed=18), turns=1.25)
     session, oracle = oracle_session(scene, DriftConfig(scale_per_m=0.02, yaw_deg_per_m=1.0), seed=11)

@@ -9,8 +9,8 @@ from lingbot_map_ros.engine.builder import EngineSpec, build_engine
 from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, ModelDescriptor, PairVerifier
 from lingbot_map_ros.engine.stream.preprocess import preprocess_geometry, resize_uint8
-from lingbot_map_ros.tools.loop_oracle import LoopScene
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import LoopScene
 
 
 class CountingEncoder:

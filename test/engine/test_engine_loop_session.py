@@ -25,8 +25,8 @@ from lingbot_map_ros.engine.persistence.store import (
     load_session,
     save_session,
 )
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor, oracle_session
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, LoopScene, image_descriptor, oracle_session
 
 #: Frames fed before the save: the first lap up to just before the camera is back at its start.
 SAVED_FRAMES = 28

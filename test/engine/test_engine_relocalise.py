@@ -1,5 +1,5 @@
 """Relocalisation without a hint on the kidnapped drifting oracle (engine/loop/relocalise.py through
-`reloc-eval`'s scenario, tools/reloc_oracle.py): a kidnap, a cover, twin rooms, a pose hint."""
+`reloc-eval`'s scenario, tools/loop/reloc_oracle.py): a kidnap, a cover, twin rooms, a pose hint."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from lingbot_map_ros.engine.health import TrackingHealth, TrackingState
 from lingbot_map_ros.engine.loop import LoopCloser, LoopClosureConfig, PairVerifier
 from lingbot_map_ros.engine.loop.persist import check_loop, export_loop
 from lingbot_map_ros.engine.loop.relocalise import LostAndFound, RelocaliseConfig, Relocaliser
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
-from lingbot_map_ros.tools.reloc_eval import RelocEvalConfig, evaluate
-from lingbot_map_ros.tools.reloc_oracle import kidnap_session
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, LoopScene, image_descriptor
+from lingbot_map_ros.tools.loop.reloc_eval import RelocEvalConfig, evaluate
+from lingbot_map_ros.tools.loop.reloc_oracle import kidnap_session
 
 #: Small scenes (a few seconds each on a quiet 2-core machine); the full-size numbers: `reloc-eval`
 #: (docs/benchmarks.md).

@@ -10,8 +10,8 @@ from mapper_steps import locate_and_integrate
 
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, oracle_session
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, LoopScene, oracle_session
 
 UNIT = 0.37  # stream units per metre
 

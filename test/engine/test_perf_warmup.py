@@ -58,7 +58,7 @@ def test_warm_up_leaves_the_stream_untouched(model: LingBotMap) -> None:
 
 def test_parse_image_size_and_cross_check() -> None:
     pytest.importorskip("rclpy")
-    from lingbot_map_ros.ros.params import cross_check, parse_image_size
+    from lingbot_map_ros.ros.params.declare import cross_check, parse_image_size
 
     assert parse_image_size("640x480") == (480, 640) and parse_image_size("518X378") == (378, 518)
     for bad in ("", "640", "x480", "640x", "0x10", "a x b", "640x480x3"):
@@ -71,7 +71,7 @@ def test_parse_image_size_and_cross_check() -> None:
 
 def test_compile_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lingbot_map_ros.model.graphed import compile_cache_dir, default_compile_cache_dir
-    from lingbot_map_ros.ros.process_settings import ProcessSettings
+    from lingbot_map_ros.ros.lifecycle.process_settings import ProcessSettings
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

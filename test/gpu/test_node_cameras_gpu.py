@@ -25,8 +25,8 @@ from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.stream.session import StreamingSession
-from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
-from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.cameras.step import flush_cameras, step_cameras
+from lingbot_map_ros.ros.input.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

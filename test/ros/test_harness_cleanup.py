@@ -19,7 +19,7 @@ import psutil
 import pytest
 from ros_helpers import PYTHON, REPO
 
-from lingbot_map_ros.tools.node_process import NodeProcess
+from lingbot_map_ros.tools.live.node_process import NodeProcess
 
 
 def test_a_node_that_ignores_sigint_is_killed_with_its_process_group(tmp_path: Path) -> None:

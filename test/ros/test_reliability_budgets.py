@@ -31,16 +31,17 @@ from lingbot_map_ros.engine.persistence.store import (
     load_session,
     save_session,
 )
-from lingbot_map_ros.ros import depth_input
-from lingbot_map_ros.ros.depth_input import DepthInput, depth_problem
-from lingbot_map_ros.ros.output_config import OutputConfig
-from lingbot_map_ros.ros.param_table import PARAMETERS
-from lingbot_map_ros.ros.params import MAX_CAMERAS, NodeParams, check_update, cross_check, field_name
-from lingbot_map_ros.ros.services import MappingServices
+from lingbot_map_ros.ros.input import depth as depth_input
+from lingbot_map_ros.ros.input.depth import DepthInput, depth_problem
+from lingbot_map_ros.ros.outputs.config import OutputConfig
+from lingbot_map_ros.ros.params.declare import MAX_CAMERAS, NodeParams, check_update, cross_check, field_name
+from lingbot_map_ros.ros.params.table import PARAMETERS
+from lingbot_map_ros.ros.services.triggers import MappingServices
 
 S0 = 2
 COMPAT = {"preset": "tiny", "weights": "synthetic:tiny", "image_width": 56, "scale_frames": S0}
-#: What a node with S0 2 at width 56 allows (ros/session_files.py derives the same from its parameters).
+#: What a node with S0 2 at width 56 allows (ros/services/session_files.py derives the same from its
+# parameters).
 NODE_LIMITS = SessionLimits(max_anchor_frames=S0, max_image_side=56, max_points=1000, max_poses=1000)
 
 

@@ -24,16 +24,16 @@ from std_srvs.srv import Trigger
 from lingbot_map_ros.engine.lane_worker import LaneWorker, WorkerStopped
 from lingbot_map_ros.engine.mapping.writers import read_tum, write_ply, write_tum
 from lingbot_map_ros.engine.stream.preprocess import preprocess_geometry, resize_uint8
-from lingbot_map_ros.ros.conversions import (
+from lingbot_map_ros.ros.diagnostics.stats import SimClockWatch
+from lingbot_map_ros.ros.input.streams import StreamGuard, StreamKey, frame_id_problem
+from lingbot_map_ros.ros.messages.conversions import (
     ImageConversionError,
     check_pixel_budget,
     compressed_to_rgb,
     jpeg_structure_problem,
 )
-from lingbot_map_ros.ros.diagnostics import SimClockWatch
-from lingbot_map_ros.ros.params import resolve_directory
-from lingbot_map_ros.ros.services import MappingServices
-from lingbot_map_ros.ros.streams import StreamGuard, StreamKey, frame_id_problem
+from lingbot_map_ros.ros.params.declare import resolve_directory
+from lingbot_map_ros.ros.services.triggers import MappingServices
 
 A = StreamKey(294, 518, "cam")
 B = StreamKey(294, 518, "cam_b")
@@ -146,7 +146,7 @@ def test_pixel_budget_from_the_header() -> None:
 def test_compressed_png_over_the_budget_is_rejected_before_decoding() -> None:
     ok, png = cv2.imencode(".png", np.zeros((300, 200, 3), np.uint8))
     msg = CompressedImage(format="png", data=png.tobytes())
-    from lingbot_map_ros.ros.conversions import image_header_size
+    from lingbot_map_ros.ros.messages.conversions import image_header_size
 
     assert image_header_size(msg) == (300, 200)
 

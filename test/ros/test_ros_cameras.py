@@ -24,11 +24,12 @@ from lingbot_map_ros.engine.mapping.grid import GridConfig, OccupancyGridBuilder
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.stream.multi_stream import MultiStreamSession
 from lingbot_map_ros.engine.stream.session import StreamingSession
-from lingbot_map_ros.ros.camera import CameraStream
-from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
-from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.cameras.scheduler import StreamScheduler
+from lingbot_map_ros.ros.cameras.step import flush_cameras, step_cameras
+from lingbot_map_ros.ros.cameras.stream import CameraStream
+from lingbot_map_ros.ros.input.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
-from lingbot_map_ros.ros.params import (
+from lingbot_map_ros.ros.params.declare import (
     PARAMETERS,
     NodeParams,
     camera_names_problems,
@@ -36,7 +37,6 @@ from lingbot_map_ros.ros.params import (
     cross_check,
     field_name,
 )
-from lingbot_map_ros.ros.scheduler import StreamScheduler
 
 DEFAULTS = {spec.name: spec.default for spec in PARAMETERS}
 

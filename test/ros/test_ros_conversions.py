@@ -1,4 +1,4 @@
-"""Unit tests of lingbot_map_ros.ros.conversions and .geometry (no DDS)."""
+"""Unit tests of lingbot_map_ros.ros.messages.conversions and .geometry (no DDS)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lingbot_map_ros.engine.geometry import matrix_to_quat_xyzw as rotation_to_q
 from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix as quaternion_to_rotation
 from lingbot_map_ros.engine.mapping.frames import FrameChain, camera_rest_pose
 from lingbot_map_ros.engine.mapping.mapper import body_twist
-from lingbot_map_ros.ros.conversions import (
+from lingbot_map_ros.ros.messages.conversions import (
     IMAGE_ENCODINGS,
     ImageConversionError,
     compressed_to_rgb,
@@ -24,11 +24,7 @@ from lingbot_map_ros.ros.conversions import (
     points_to_cloud,
     rgb_to_image,
 )
-from lingbot_map_ros.ros.pose_messages import (
-    camera_info_msg,
-    transform_msg,
-    twist_msg,
-)
+from lingbot_map_ros.ros.messages.poses import camera_info_msg, transform_msg, twist_msg
 
 RNG = np.random.default_rng(7)
 RGB = RNG.integers(0, 256, size=(5, 7, 3), dtype=np.uint8)

@@ -8,7 +8,7 @@ import pytest
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.depth_input import depth_image_metres
+from lingbot_map_ros.ros.input.depth import depth_image_metres
 
 
 def _image(values: np.ndarray, encoding: str, pad: int = 0, big: bool = False) -> Image:

@@ -8,7 +8,7 @@ import threading
 import time
 
 from lingbot_map_ros.engine.gpu_gaps import GpuGaps
-from lingbot_map_ros.ros.scheduler import StreamScheduler
+from lingbot_map_ros.ros.cameras.scheduler import StreamScheduler
 
 
 def _wait(condition, timeout: float = 10.0) -> None:  # noqa: ANN001

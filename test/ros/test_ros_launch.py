@@ -20,8 +20,8 @@ import yaml
 from ros_helpers import REPO
 from without_module import hide_modules
 
-from lingbot_map_ros.ros.param_docs import PARAMETER_DOCS
-from lingbot_map_ros.ros.params import PARAMETERS, SPECS, param_docs_source, params_yaml
+from lingbot_map_ros.ros.params.declare import PARAMETERS, SPECS, param_docs_source, params_yaml
+from lingbot_map_ros.ros.params.docs import PARAMETER_DOCS
 
 LAUNCH_FILE = REPO / "launch" / "lingbot_map.launch.py"
 PARAMS_FILE = REPO / "config" / "lingbot_map.yaml"
@@ -244,11 +244,11 @@ def test_node_doc_lists_every_parameter_and_output() -> None:
 
 def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
     """Issue 29: `--show-args` took ~15 s because the launch file imported the parameter table (the engine,
-    torch). It imports only lingbot_map_ros.ros.param_docs, which a Python without torch and rclpy imports;
+    torch). It imports only lingbot_map_ros.ros.params.docs, which a Python without torch and rclpy imports;
     that module is the table's data, regenerated (a drift fails here)."""
-    written = (REPO / "lingbot_map_ros/ros/param_docs.py").read_text()
+    written = (REPO / "lingbot_map_ros/ros/params/docs.py").read_text()
     assert written == param_docs_source(), (
-        "stale: python -m lingbot_map_ros.ros.params --param-docs > lingbot_map_ros/ros/param_docs.py"
+        "stale: python -m lingbot_map_ros.ros.params --param-docs > lingbot_map_ros/ros/params/docs.py"
     )
     assert {spec.name: (spec.default, spec.description) for spec in PARAMETERS} == PARAMETER_DOCS
     imported = {
@@ -256,9 +256,9 @@ def test_launch_arguments_need_no_torch(tmp_path: Path) -> None:
         for node in ast.walk(ast.parse(LAUNCH_FILE.read_text()))
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lingbot_map_ros")
     }
-    assert imported == {"lingbot_map_ros.ros.param_docs"}
+    assert imported == {"lingbot_map_ros.ros.params.docs"}
     env = {**os.environ, "PYTHONPATH": hide_modules(tmp_path, "torch", "rclpy", "numpy")}
-    docs = "lingbot_map_ros.ros.param_docs"
+    docs = "lingbot_map_ros.ros.params.docs"
     code = f"import sys, {docs} as d; assert d.PARAMETER_DOCS; print(sorted(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

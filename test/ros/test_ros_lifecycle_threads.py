@@ -18,8 +18,8 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from ros_helpers import in_process_node, load_frames
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.camera_step import step_cameras
-from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.cameras.step import step_cameras
+from lingbot_map_ros.ros.input.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 
 CYCLES = 6

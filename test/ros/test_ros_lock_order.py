@@ -21,7 +21,7 @@ from std_msgs.msg import Header
 
 from lingbot_map_ros.engine import lock_order
 from lingbot_map_ros.engine.lock_order import LOCK_ORDER, LockOrderError, OrderedLock
-from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.input.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
 
 FRAMES = 10

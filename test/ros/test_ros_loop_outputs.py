@@ -17,11 +17,11 @@ from std_msgs.msg import Header
 
 from lingbot_map_ros.engine.geometry import Sim3, rigid
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
-from lingbot_map_ros.ros.output_config import OutputConfig
-from lingbot_map_ros.ros.outputs import MappingOutputs
-from lingbot_map_ros.ros.params import declare_parameters, read_parameters
-from lingbot_map_ros.ros.pose_messages import seconds_stamp
-from lingbot_map_ros.ros.tf_buffer import TfBuffer
+from lingbot_map_ros.ros.messages.poses import seconds_stamp
+from lingbot_map_ros.ros.outputs.config import OutputConfig
+from lingbot_map_ros.ros.outputs.mapping import MappingOutputs
+from lingbot_map_ros.ros.params.declare import declare_parameters, read_parameters
+from lingbot_map_ros.ros.tf.buffer import TfBuffer
 
 HW = (24, 32)
 BASE_CAM = rigid(np.array([[0.0, 0, 1], [-1, 0, 0], [0, -1, 0]]), [0.3, 0.0, 0.8])  # optical cam on a mast

@@ -25,13 +25,13 @@ from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSam
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.result import PHASE_STREAMING, FrameResult
-from lingbot_map_ros.ros.map_worker import MapItem, MapWorker
-from lingbot_map_ros.ros.output_config import OutputConfig
-from lingbot_map_ros.ros.outputs import MappingOutputs
-from lingbot_map_ros.ros.params import check_update, declare_parameters, read_parameters
-from lingbot_map_ros.ros.pose_messages import stamp_seconds
-from lingbot_map_ros.ros.tf_listener import TfLookup
-from lingbot_map_ros.ros.timers import NodeTimers
+from lingbot_map_ros.ros.lifecycle.timers import NodeTimers
+from lingbot_map_ros.ros.messages.poses import stamp_seconds
+from lingbot_map_ros.ros.outputs.config import OutputConfig
+from lingbot_map_ros.ros.outputs.map_worker import MapItem, MapWorker
+from lingbot_map_ros.ros.outputs.mapping import MappingOutputs
+from lingbot_map_ros.ros.params.declare import check_update, declare_parameters, read_parameters
+from lingbot_map_ros.ros.tf.listener import TfLookup
 
 HW = (24, 32)
 

@@ -22,10 +22,10 @@ from pose_recorder import recording_pipeline
 from ros_helpers import in_process_node
 from std_msgs.msg import Header
 
-from lingbot_map_ros.ros.camera_step import flush_cameras, step_cameras
-from lingbot_map_ros.ros.intake import InputFrame
+from lingbot_map_ros.ros.cameras.scheduler import StreamScheduler
+from lingbot_map_ros.ros.cameras.step import flush_cameras, step_cameras
+from lingbot_map_ros.ros.input.intake import InputFrame
 from lingbot_map_ros.ros.node import LingBotMapNode
-from lingbot_map_ros.ros.scheduler import StreamScheduler
 
 S0 = 2
 FRAMES = 7

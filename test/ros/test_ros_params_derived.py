@@ -1,7 +1,7 @@
 """The config spine (issue 21): parameter rows, `run`'s flags and `NodeParams` derived from engine settings.
 
 An engine setting (`engine.settings.setting`) owns its default, range, choices and description; the node's
-parameter table reads them through `ParamSpec.of`, `run`'s flags through `tools/run_options.py`, and
+parameter table reads them through `ParamSpec.of`, `run`'s flags through `tools/run/options.py`, and
 `NodeParams` is generated from the table. These tests fail when a copy drifts from its owner.
 """
 
@@ -23,10 +23,9 @@ from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.voxel_map import VoxelMapConfig
 from lingbot_map_ros.engine.settings import SETTING_KEY, owned, settings_of
 from lingbot_map_ros.engine.stream.multi_stream import BatchConfig
-from lingbot_map_ros.ros import node_params
-from lingbot_map_ros.ros.output_config import OutputConfig
-from lingbot_map_ros.ros.param_spec import ParamSpec
-from lingbot_map_ros.ros.params import (
+from lingbot_map_ros.ros.outputs.config import OutputConfig
+from lingbot_map_ros.ros.params import node_params
+from lingbot_map_ros.ros.params.declare import (
     PARAMETERS,
     SPECS,
     NodeParams,
@@ -37,7 +36,8 @@ from lingbot_map_ros.ros.params import (
     owner_values,
     param_reader,
 )
-from lingbot_map_ros.tools.run_options import SETTING_FLAGS, add_run_options, run_config
+from lingbot_map_ros.ros.params.spec import ParamSpec
+from lingbot_map_ros.tools.run.options import SETTING_FLAGS, add_run_options, run_config
 
 #: Every engine dataclass with settings that the node exposes as parameters.
 OWNERS = (

@@ -8,7 +8,7 @@ import pytest
 
 from lingbot_map_ros.engine.geometry import rigid
 from lingbot_map_ros.engine.robot_tf import RobotFrames, RobotTfConfig, TransformUnavailable
-from lingbot_map_ros.ros.tf_buffer import TfBuffer
+from lingbot_map_ros.ros.tf.buffer import TfBuffer
 
 
 class BufferLookup:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lingbot_map_ros.engine.geometry import invert_rigid, rigid
-from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
+from lingbot_map_ros.ros.tf.buffer import TfBuffer, TransformUnavailable
 
 
 def rz(a: float) -> np.ndarray:
@@ -65,8 +65,8 @@ def test_old_samples_leave_the_cache() -> None:
 def test_300000_distinct_edges_through_check_and_store_keep_the_buffer_bounded_and_the_live_tree() -> None:
     """Issue 30: `robot_part_N -> sensor_N`, each edge new; the robot's tree (static camera mount, odometry
     sampled meanwhile) stays and looks up; the store holds at most the graph's caps."""
-    from lingbot_map_ros.ros.tf_ingest import SampleCheck
-    from lingbot_map_ros.ros.tf_wire import TfSample
+    from lingbot_map_ros.ros.tf.ingest import SampleCheck
+    from lingbot_map_ros.ros.tf.wire import TfSample
 
     buf = TfBuffer(cache_s=10.0)
     check = SampleCheck(lambda line: None)

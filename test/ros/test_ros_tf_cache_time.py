@@ -12,9 +12,9 @@ import pytest
 import rclpy
 
 from lingbot_map_ros.engine.robot_tf import FrameTooOld, TransformUnavailable
-from lingbot_map_ros.ros import tf_listener
-from lingbot_map_ros.ros.tf_listener import TfLookup
-from lingbot_map_ros.ros.tf_wire import TfSample
+from lingbot_map_ros.ros.tf import listener as tf_listener
+from lingbot_map_ros.ros.tf.listener import TfLookup
+from lingbot_map_ros.ros.tf.wire import TfSample
 
 BACKENDS = [
     False,

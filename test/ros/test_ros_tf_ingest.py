@@ -14,10 +14,10 @@ from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
 from lingbot_map_ros.engine.geometry import pose_from_quat
-from lingbot_map_ros.ros.entities import guard_callback, service_failure
-from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
-from lingbot_map_ros.ros.tf_ingest import TOP_REJECTED_EDGES, SampleCheck, check_sample
-from lingbot_map_ros.ros.tf_wire import TfSample, WireError, parse_tf_message
+from lingbot_map_ros.ros.lifecycle.entities import guard_callback, service_failure
+from lingbot_map_ros.ros.tf.buffer import TfBuffer, TransformUnavailable
+from lingbot_map_ros.ros.tf.ingest import TOP_REJECTED_EDGES, SampleCheck, check_sample
+from lingbot_map_ros.ros.tf.wire import TfSample, WireError, parse_tf_message
 
 
 def transform(
@@ -191,7 +191,7 @@ def test_checked_samples_in_tf2s_cpp_core_interpolate_like_the_package_buffer() 
     from rclpy.time import Time as RclTime
 
     from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
-    from lingbot_map_ros.ros.tf_listener import _Tf2Store, transform_to_matrix
+    from lingbot_map_ros.ros.tf.listener import _Tf2Store, transform_to_matrix
 
     core, ours = tf2_ros.Buffer(cache_time=Duration(seconds=10.0)), TfBuffer()
     store = _Tf2Store(core, TfGraph())

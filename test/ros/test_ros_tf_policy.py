@@ -18,15 +18,15 @@ from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
 from lingbot_map_ros.engine.mapping.tf_tree import TfEdgeGuard, subtree_root
 from lingbot_map_ros.engine.robot_tf import RobotFrames, RobotTfConfig
 from lingbot_map_ros.engine.tracker import CameraTracker
-from lingbot_map_ros.ros import tf as tf_module
-from lingbot_map_ros.ros.camera_tf import CameraTf
-from lingbot_map_ros.ros.diagnostics import log_notice
-from lingbot_map_ros.ros.output_config import OutputConfig
-from lingbot_map_ros.ros.outputs import stamp_seconds
-from lingbot_map_ros.ros.params import cross_check, default_params
-from lingbot_map_ros.ros.pose_messages import pose_msg, seconds_stamp
-from lingbot_map_ros.ros.streams import CameraFrames, frame_id_problem, reserved_frames
-from lingbot_map_ros.ros.tf_buffer import TfBuffer, TransformUnavailable
+from lingbot_map_ros.ros.diagnostics.stats import log_notice
+from lingbot_map_ros.ros.input.streams import CameraFrames, frame_id_problem, reserved_frames
+from lingbot_map_ros.ros.messages.poses import pose_msg, seconds_stamp
+from lingbot_map_ros.ros.outputs.config import OutputConfig
+from lingbot_map_ros.ros.outputs.mapping import stamp_seconds
+from lingbot_map_ros.ros.params.declare import cross_check, default_params
+from lingbot_map_ros.ros.tf import broadcaster as tf_module
+from lingbot_map_ros.ros.tf.buffer import TfBuffer, TransformUnavailable
+from lingbot_map_ros.ros.tf.camera_edge import CameraTf
 
 ROBOT = {"camera_link": "base_link", "camera_optical": "camera_link", "base_link": "odom"}
 

@@ -13,9 +13,9 @@ import rclpy
 from rclpy.serialization import serialize_message
 from tf2_msgs.msg import TFMessage
 
-from lingbot_map_ros.ros.pose_messages import seconds_stamp, transform_msg
-from lingbot_map_ros.ros.tf_ingest import FULL_STORE_EDGES
-from lingbot_map_ros.ros.tf_listener import TfLookup
+from lingbot_map_ros.ros.messages.poses import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.tf.ingest import FULL_STORE_EDGES
+from lingbot_map_ros.ros.tf.listener import TfLookup
 
 JOINTS = 10_000
 

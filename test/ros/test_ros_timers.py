@@ -1,7 +1,7 @@
-"""The node's timers (ros/timers.py): a SetParameters call of every parameter publishes /diagnostics once,
-after the call, on a configured in-process node without DDS traffic (issue 30: rclpy runs the post-set
-callback once per parameter, and the node published /diagnostics in each: a call of 58 took 3.2 s); the
-`map -> odom` republish thread (`MapOdomThread`, issue 29) runs the republish on its own schedule, off the
+"""The node's timers (ros/lifecycle/timers.py): a SetParameters call of every parameter publishes /diagnostics
+once, after the call, on a configured in-process node without DDS traffic (issue 30: rclpy runs the post-set
+callback once per parameter, and the node published /diagnostics in each: a call of 58 took 3.2 s); the `map
+-> odom` republish thread (`MapOdomThread`, issue 29) runs the republish on its own schedule, off the
 executor, and ends on `stop` or once the context is shutting down."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from rclpy.executors import SingleThreadedExecutor
 from ros_helpers import in_process_node
 
+from lingbot_map_ros.ros.lifecycle.timers import MapOdomThread
 from lingbot_map_ros.ros.node import LingBotMapNode
-from lingbot_map_ros.ros.param_table import PARAMETERS
-from lingbot_map_ros.ros.timers import MapOdomThread
+from lingbot_map_ros.ros.params.table import PARAMETERS
 
 
 def wait_until(predicate: object, timeout: float = 10.0) -> None:

@@ -10,14 +10,21 @@ from builtin_interfaces.msg import Time
 from rclpy.parameter import Parameter
 
 from lingbot_map_ros.engine.lane_worker import LaneWorker
-from lingbot_map_ros.ros.diagnostics import (
+from lingbot_map_ros.ros.diagnostics.stats import (
     CauseLog,
     CauseThrottle,
     RuntimeStats,
     diagnostic_array,
     diagnostic_values,
 )
-from lingbot_map_ros.ros.params import PARAMETERS, SPECS, NodeParams, apply_update, check_update, field_name
+from lingbot_map_ros.ros.params.declare import (
+    PARAMETERS,
+    SPECS,
+    NodeParams,
+    apply_update,
+    check_update,
+    field_name,
+)
 
 
 def test_worker_processes_in_order_and_drops_oldest_when_slow() -> None:
@@ -250,7 +257,7 @@ def test_cause_log_counts_every_event_and_logs_each_cause_once() -> None:
 def test_pipeline_passes_the_gpu_fast_path_switches_to_the_session() -> None:
     from dataclasses import replace
 
-    from lingbot_map_ros.ros.pipeline import build_pipeline
+    from lingbot_map_ros.ros.lifecycle.pipeline import build_pipeline
 
     params = replace(
         _defaults(),

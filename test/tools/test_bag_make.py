@@ -14,14 +14,8 @@ import yaml
 from rosbags.rosbag2 import Reader
 
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import (
-    BagError,
-    decode_image,
-    iter_frames,
-    open_bag,
-    ros2_typestore,
-)
-from lingbot_map_ros.tools.make_bag import image_files, read_images
+from lingbot_map_ros.tools.bags.bag_io import BagError, decode_image, iter_frames, open_bag, ros2_typestore
+from lingbot_map_ros.tools.bags.make_bag import image_files, read_images
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"

@@ -25,14 +25,15 @@ import numpy as np
 import psutil
 import pytest
 
-from lingbot_map_ros.tools import batch as batch_tool
-from lingbot_map_ros.tools import batch_summary, cli
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter
-from lingbot_map_ros.tools.batch import find_bags, plan
-from lingbot_map_ros.tools.batch_pool import BatchConfig
-from lingbot_map_ros.tools.batch_summary import DONE_MARKER
-from lingbot_map_ros.tools.run_options import RunConfig
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools import cli
+from lingbot_map_ros.tools.bags.bag_io import IMAGE, BagWriter
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.batch import command as batch_tool
+from lingbot_map_ros.tools.batch import summary as batch_summary
+from lingbot_map_ros.tools.batch.command import find_bags, plan
+from lingbot_map_ros.tools.batch.pool import BatchConfig
+from lingbot_map_ros.tools.batch.summary import DONE_MARKER
+from lingbot_map_ros.tools.run.options import RunConfig
 
 FRAMES = {"s0": 8, "s1": 10, "s2": 12}
 OPTIONS = ["--width", "56", "--scale-frames", "4"]

@@ -10,7 +10,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from lingbot_map_ros.ros.dds_tools.message_types import message_class
 from lingbot_map_ros.ros.dds_tools.qos import matching_subscription_qos, publisher_qos
-from lingbot_map_ros.tools.dds import DOMAIN_LOCK_DIR, fastdds_profile, isolated_dds_env
+from lingbot_map_ros.tools.live.dds_env import DOMAIN_LOCK_DIR, fastdds_profile, isolated_dds_env
 
 
 def test_isolated_env_keeps_dds_local_and_private_and_inherits_the_rest() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from lingbot_map_ros.engine.mapping.writers import read_tum
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, write_scene_bag
 
 
 def test_evaluate_reports_ate_with_and_without_loop_closure(tmp_path: Path, capsys) -> None:  # noqa: ANN001
@@ -40,7 +40,7 @@ def test_evaluate_refuses_a_bad_reference_before_running_the_sequence(
     monkeypatch,  # noqa: ANN001
 ) -> None:
     """Issue 30: the reference was read only after the whole sequence had run."""
-    from lingbot_map_ros.tools import evaluate_sequence
+    from lingbot_map_ros.tools.evaluation import sequence as evaluate_sequence
 
     def no_model(config: object) -> None:
         raise AssertionError("evaluate built the model before checking its reference")

@@ -13,8 +13,8 @@ from run_bags import write_two_camera_bag
 from lingbot_map_ros.engine.geometry import pose_from_quat
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.export_formats import opencv_to_opengl, world_to_camera
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, write_scene_bag
+from lingbot_map_ros.tools.export.formats import opencv_to_opengl, world_to_camera
 
 FRAMES = 12
 START_NS = 1_700_000_000_000_000_000

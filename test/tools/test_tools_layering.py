@@ -105,7 +105,7 @@ def test_run_imports_no_ros_message_package() -> None:
     import sys
 
     code = (
-        "import sys, lingbot_map_ros.tools.run_bag; "
+        "import sys, lingbot_map_ros.tools.run.bag; "
         "print('\\n'.join(m for m in sys.modules if m.startswith(('rclpy', 'lingbot_map_ros.ros')) "
         "or m.split('.')[0].endswith(('_msgs', '_srvs', '_interfaces'))))"
     )

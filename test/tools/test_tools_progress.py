@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lingbot_map_ros.tools.progress import wait_until_done
+from lingbot_map_ros.tools.live.progress import wait_until_done
 
 
 class _Monitor:

@@ -11,7 +11,7 @@ from run_bags import write_two_camera_bag
 
 from lingbot_map_ros.engine.mapping.writers import read_ply, read_tum
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, image_files, read_images, write_camera_bag
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 LOOP = SHARED / "data" / "loop"

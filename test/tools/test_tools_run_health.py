@@ -10,11 +10,11 @@ import numpy as np
 
 from lingbot_map_ros.engine.health import TrackingState
 from lingbot_map_ros.engine.loop import LoopClosureConfig
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, LoopScene, image_descriptor
-from lingbot_map_ros.tools.reloc_oracle import kidnap_session
-from lingbot_map_ros.tools.run_bag import PosedFrames, camera_state, track_frame
-from lingbot_map_ros.tools.run_options import RunConfig, add_run_options, run_config
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, LoopScene, image_descriptor
+from lingbot_map_ros.tools.loop.reloc_oracle import kidnap_session
+from lingbot_map_ros.tools.run.bag import PosedFrames, camera_state, track_frame
+from lingbot_map_ros.tools.run.options import RunConfig, add_run_options, run_config
 
 
 def test_the_flag_turns_health_on_and_a_covered_camera_maps_nothing() -> None:

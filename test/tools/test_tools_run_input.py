@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from lingbot_map_ros.tools import cli
-from lingbot_map_ros.tools.bag_io import IMAGE, BagWriter, image_message
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig, render
+from lingbot_map_ros.tools.bags.bag_io import IMAGE, BagWriter, image_message
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig, render
 
 START_NS = 1_700_000_000_000_000_000
 

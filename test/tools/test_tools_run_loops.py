@@ -1,8 +1,8 @@
 """`run` closes loops with the node's engine (issue 28): a bag mapped by `run_bag` and the same frames fed
 through the node's engine path (`CameraPipeline`: one round a frame, the pose stage, the map work as the map
 thread does it, the loop closer on its own thread, each frame let through before the next) give the same
-loop-corrected trajectory, on the drifting oracle (tools/loop_oracle.py: loops are found and corrected) and on
-the tiny model (synthetic weights). `--no-loop-closure` leaves the stream's trajectory."""
+loop-corrected trajectory, on the drifting oracle (tools/loop/loop_oracle.py: loops are found and corrected)
+and on the tiny model (synthetic weights). `--no-loop-closure` leaves the stream's trajectory."""
 
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ from lingbot_map_ros.engine.config import SessionConfig
 from lingbot_map_ros.engine.loop import LoopClosureConfig
 from lingbot_map_ros.engine.loop.descriptor import Describe
 from lingbot_map_ros.engine.mapping.writers import read_tum
-from lingbot_map_ros.tools.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, write_camera_bag
-from lingbot_map_ros.tools.run_bag import run_bag
-from lingbot_map_ros.tools.run_options import RunConfig
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, write_camera_bag
+from lingbot_map_ros.tools.bags.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.loop.loop_oracle import DriftConfig, DriftingOracle, LoopScene, image_descriptor
+from lingbot_map_ros.tools.run.bag import run_bag
+from lingbot_map_ros.tools.run.options import RunConfig
 
 WIDTH, HEIGHT, FRAMES, TURNS = 112, 84, 40, 1.25  # the node's loop test scene (test/loop_oracle_node.py)
 DRIFT = DriftConfig(scale_per_m=0.03, yaw_deg_per_m=3.0)
 START_NS, PERIOD_NS = 1_700_000_000_000_000_000, 100_000_000
-#: The oracle's streaming policy (tools/loop_oracle.py `oracle_session`).
+#: The oracle's streaming policy (tools/loop/loop_oracle.py `oracle_session`).
 SESSION = SessionConfig(
     scale_frames=2, sliding_window=4, max_window=4, image_width=WIDTH, max_stored_frames=48, camera_history=12
 )

@@ -9,15 +9,20 @@ import pytest
 
 from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix
 from lingbot_map_ros.engine.mapping.writers import read_tum, write_tum
-from lingbot_map_ros.tools.bag_io import iter_frames
-from lingbot_map_ros.tools.synthetic_scene import (
+from lingbot_map_ros.tools.bags.bag_io import iter_frames
+from lingbot_map_ros.tools.bags.synthetic_scene import (
     SceneConfig,
     camera_path,
     intrinsics,
     render,
     write_scene_bag,
 )
-from lingbot_map_ros.tools.trajectory_eval import absolute_trajectory_error, associate, ate, umeyama_sim3
+from lingbot_map_ros.tools.evaluation.trajectory import (
+    absolute_trajectory_error,
+    associate,
+    ate,
+    umeyama_sim3,
+)
 
 SMALL = SceneConfig(width=96, height=72, frames=24, supersample=1)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from without_module import hide_modules
 
-from lingbot_map_ros.tools.make_bag import MakeBagConfig, write_camera_bag
+from lingbot_map_ros.tools.bags.make_bag import MakeBagConfig, write_camera_bag
 
 FRAMES = 8
 

@@ -14,10 +14,10 @@ converged scale, so the map never mixes two scales of the start-up.
 
 A frame is `locate` (pose side: chain, scale, poses, twist, trajectory -> `PosedFrame`) then `integrate` (map
 side: the frame's points, voxel map, grid, held keyframes -> `FrameCloud`) of the `MapWork` that `locate`
-captured. The node runs them on two threads (pose outputs never wait for map work: ros/map_worker.py); `run`
-calls one after the other. The sides share no state: a work carries its epoch and `integrate` clears the map
-when it differs from the map's, so a dropped work never leaves an old epoch's map behind (a work of a camera
-stream left since, `MapWork.stream`, never gets here: `MapSide.integrate` drops it).
+captured. The node runs them on two threads (pose outputs never wait for map work: ros/outputs/map_worker.py);
+`run` calls one after the other. The sides share no state: a work carries its epoch and `integrate` clears the
+map when it differs from the map's, so a dropped work never leaves an old epoch's map behind (a work of a
+camera stream left since, `MapWork.stream`, never gets here: `MapSide.integrate` drops it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The rules of the TF tree the node publishes into (plain data, no ROS): one parent per frame.
 
 A TF tree gives every frame ONE parent (REP-105; tf2 keeps one parent per frame and time, so a second
-publisher of another parent makes the tree flip between two shapes). `TfEdgeGuard.check` is asked before
-EVERY edge the node publishes (ros/tf.py `TfBroadcaster.send`) and refuses an edge `parent -> child` when:
+publisher of another parent makes the tree flip between two shapes). `TfEdgeGuard.check` is asked before EVERY
+edge the node publishes (ros/tf/broadcaster.py `TfBroadcaster.send`) and refuses an edge `parent -> child`
+when:
 
 * `child == parent` (a self-parent: a camera frame named like the map frame);
 * `child` already has another parent in TF, published by anyone but this node (a robot's `odom -> base_link`,

@@ -1,5 +1,5 @@
 """`Trajectory`: the pose history of a stream, its one store (issue 21): the recent window is `~/path`
-(ros/path_output.py builds the message from it), the full log is `~/save_map`'s TUM file and a saved
+(ros/outputs/path.py builds the message from it), the full log is `~/save_map`'s TUM file and a saved
 session's trajectory. A loop closure moves both (`correct`). `voxel_map` re-exports it."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ unpipelined round's, one round later; `flush` returns a camera's frame still in 
 unread (its result belongs to the stream before).
 
 Scheduling (which frames make a round, how long to wait for the other cameras) is the caller's: the node's
-`ros/scheduler.py` reads ``BatchConfig.max_wait_ms``; `run_round` is called from one thread at a time, and
-``reset`` / ``set_sliding_window`` wait for a round in progress.
+`ros/cameras/scheduler.py` reads ``BatchConfig.max_wait_ms``; `run_round` is called from one thread at a time,
+and ``reset`` / ``set_sliding_window`` wait for a round in progress.
 """
 
 from __future__ import annotations

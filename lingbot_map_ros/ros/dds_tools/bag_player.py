@@ -1,4 +1,4 @@
-"""`BagPlayer`: the DDS side of `lingbot-map-ros replay` (tools/replay.py reads the bag).
+"""`BagPlayer`: the DDS side of `lingbot-map-ros replay` (tools/live/replay.py reads the bag).
 
 Publishers of serialised messages (CDR bytes as a bag stores them, published unchanged, so header stamps are
 untouched) on a node someone else may spin, paced by the messages' recorded log times, and the final wait

@@ -1,4 +1,4 @@
-"""`RawTopicSubscriber`: the DDS side of `lingbot-map-ros record` (tools/record.py writes the bag).
+"""`RawTopicSubscriber`: the DDS side of `lingbot-map-ros record` (tools/live/record.py writes the bag).
 
 Generic raw subscriptions to a set of topics, opened as the topics appear on the graph (type taken from the
 graph) with the QoS that matches every offered publisher (as `ros2 bag record` does). Each message is handed

@@ -11,7 +11,7 @@ from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from lingbot_map_ros.ros.diagnostics import diagnostic_values
+from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
 
 
 class MappingMonitor:

@@ -1,0 +1,1 @@
+"""ros/diagnostics/: counters, cause log and the /diagnostics message (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""ros/messages/: numpy <-> message builders, both directions (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""ros/services/: Trigger services and the saved sessions behind two of them (docs/architecture.md)."""

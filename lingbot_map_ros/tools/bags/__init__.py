@@ -1,0 +1,2 @@
+"""tools/bags/: camera bags in and out (rosbags), made from images, video or the synthetic scene
+(docs/architecture.md)."""

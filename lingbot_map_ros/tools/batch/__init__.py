@@ -1,0 +1,1 @@
+"""tools/batch/: many bags on a Ray pool (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tools/demo/: the whole job on one machine (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tools/evaluation/: trajectory error of a run or a sequence (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""tools/export/: a run or session to COLMAP / nerfstudio (docs/architecture.md)."""
