@@ -3,7 +3,7 @@
 `TfLookup.take_message`, tf_ingest.py), every transform read (before: `FULL_STORE_EDGES` above the tree's
 size, no layouts) against the listener as it is (past `FULL_STORE_EDGES` child frames only the frames a
 lookup needed are read; a message repeating a known layout is compared in one numpy operation,
-tf_layout.py). The node's lookups (`odom -> camera` through `base_link`) are made once before timing.
+ros/tf/layout.py). The node's lookups (`odom -> camera` through `base_link`) are made once before timing.
 
     python benchmarks/tf_joints.py [--joints 10000] [--messages 20]
 

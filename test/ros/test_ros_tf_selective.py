@@ -72,7 +72,7 @@ def test_a_small_tree_is_stored_whole(lookup: TfLookup) -> None:
 
 
 def test_a_repeated_tree_is_compared_not_parsed_and_a_renamed_frame_is_seen(lookup: TfLookup) -> None:
-    """The same tree again (tf_layout.py): one comparison of its frame-id bytes, only the needed transforms
+    """The same tree again (layout.py): one comparison of its frame-id bytes, only the needed transforms
     read; a message of the same size with one frame id changed is another tree: the new frame can be looked
     up at once."""
     for stamp in (1.0, 2.0, 3.0):

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from rclpy.callback_groups import CallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from ..tf_layout import TfLayouts
+from .layout import TfLayouts
 from .wire import ColdSample, TfSample, byte_order, cold_sample, parse_tf_message
 
 #: A unit quaternion's norm may differ from 1 by this much (then it is normalised); beyond it the sample is
@@ -219,7 +219,7 @@ class TfIngest:
         self.hot: set[bytes] = set()  # child frames read in full (stored ones and needed ones)
         self.wanted: set[str] = set()  # frames a lookup needed, and their ancestors
         self.cold: dict[bytes, ColdSample] = {}  # child -> its newest transform, unread
-        self.layouts = TfLayouts()  # big messages that repeat (tf_layout.py)
+        self.layouts = TfLayouts()  # big messages that repeat (layout.py)
         self.unread = 0  # /tf transforms kept unread (no lookup needed their frame)
         group = ManualTakeGroup()
         self._subs = [

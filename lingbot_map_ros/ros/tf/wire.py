@@ -67,7 +67,7 @@ def parse_tf_message(
     child id is in `hot` is read into a `TfSample`; a new child id joins `hot` while it holds fewer than
     `hot_until`; any other transform is not read: its raw fields replace the child's entry in `cold` (a dict
     write; no decoding, no floats). Without `hot` every transform is read. `records` (with `hot`): gets
-    (child id, start, end) of every transform in the body (tf_layout.py).
+    (child id, start, end) of every transform in the body (layout.py).
 
     Raises:
         WireError: malformed or truncated bytes.

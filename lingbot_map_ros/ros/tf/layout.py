@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .tf.wire import ColdSample
+from .wire import ColdSample
 
 #: Messages with fewer transforms are parsed as they come.
 MIN_TRANSFORMS = 64
