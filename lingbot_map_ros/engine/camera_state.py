@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Protocol
 
 import numpy as np
 
-from .correction import Corrections, LoopCorrection, plan_correction
+from .correction import CorrectionOutputs, Corrections, LoopCorrection, NoOutputs, plan_correction
 from .geometry import Sim3
 from .health import HealthConfig, HealthReport, TrackingHealth, Verdict
 from .lock_order import OrderedLock
@@ -44,38 +43,6 @@ from .mapping.mapper import MapperConfig
 from .result import FrameResult
 from .robot_tf import NoRobotTf, RobotTfConfig, RobotTfSource
 from .tracker import CameraTracker, DepthSource, Notice, TrackedFrame
-
-
-class CorrectionOutputs(Protocol):
-    """Where a camera's corrections go besides its engine state (the node's publishers)."""
-
-    def moving_trajectory(self) -> AbstractContextManager[object]:
-        """Held while the trajectory moves (taken before the pose lock: the node's `~/path` send lock)."""
-
-    def trajectory_moved(self) -> None:
-        """The trajectory moved (pose lock held): `~/path` goes out again."""
-
-    def settle_map(self) -> None:
-        """Before the map is rebuilt: the map works queued so far are integrated."""
-
-    def corrected(self, correction: LoopCorrection) -> None:
-        """After a correction (the loop edges, `~/loop_closures`)."""
-
-
-class NoOutputs:
-    """`CorrectionOutputs` of a camera without publishers (tools/)."""
-
-    def moving_trajectory(self) -> AbstractContextManager[object]:
-        return nullcontext()
-
-    def trajectory_moved(self) -> None:
-        pass
-
-    def settle_map(self) -> None:
-        pass
-
-    def corrected(self, correction: LoopCorrection) -> None:
-        pass
 
 
 class CameraState:

@@ -14,7 +14,9 @@ all correct through it.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -117,3 +119,35 @@ def plan_correction(closer: LoopCloser, chain: FrameChain, applied: Corrections)
 def _at(g: Sim3, pose: Sim3) -> np.ndarray:
     """[3] float64: the position of a keyframe pose (model world) in the map."""
     return g.apply_points(np.asarray(pose.translation, np.float64)[None])[0]
+
+
+class CorrectionOutputs(Protocol):
+    """Where a camera's corrections go besides its engine state (the node's publishers)."""
+
+    def moving_trajectory(self) -> AbstractContextManager[object]:
+        """Held while the trajectory moves (taken before the pose lock: the node's `~/path` send lock)."""
+
+    def trajectory_moved(self) -> None:
+        """The trajectory moved (pose lock held): `~/path` goes out again."""
+
+    def settle_map(self) -> None:
+        """Before the map is rebuilt: the map works queued so far are integrated."""
+
+    def corrected(self, correction: LoopCorrection) -> None:
+        """After a correction (the loop edges, `~/loop_closures`)."""
+
+
+class NoOutputs:
+    """`CorrectionOutputs` of a camera without publishers (tools/)."""
+
+    def moving_trajectory(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def trajectory_moved(self) -> None:
+        pass
+
+    def settle_map(self) -> None:
+        pass
+
+    def corrected(self, correction: LoopCorrection) -> None:
+        pass
