@@ -19,7 +19,7 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from loop_oracle_node import ORACLE_PARAMS, oracle_scene
 from nav_msgs.msg import Odometry
-from ros_helpers import RosClient, start_tiny_node
+from ros_helpers import RosClient, camera_position_in_map, start_tiny_node
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from std_srvs.srv import Trigger
@@ -129,9 +129,9 @@ def test_localization_mode_on_a_loaded_session_starts_lost_and_never_extends_the
     edges = {}
     for msg in tf.messages:
         for t in msg.transforms:
-            if t.header.frame_id == "map" and t.child_frame_id == "camera":
-                v = t.transform.translation
-                edges[round(stamp_s(t.header.stamp), 3)] = np.array([v.x, v.y, v.z])
+            position = camera_position_in_map(t)
+            if position is not None:
+                edges[round(stamp_s(t.header.stamp), 3)] = position
     # Placed in the loaded map by the match: where node A put the same scene frames (stamps 100 + 0.1 k).
     errors = [np.linalg.norm(edges[round(s, 3)] - edges[round(100.0 + 0.1 * f, 3)]) for s, f in sent[-AFTER:]]
     assert max(errors) < 0.5, errors

@@ -35,7 +35,7 @@ def step_both(node: LingBotMapNode, rgb: object, stamp_s: int) -> None:
     """One round of the inference thread over a frame of each camera, its results published."""
     frames = [
         (name, InputFrame(Header(stamp=Time(sec=stamp_s), frame_id=f"{name}_optical"), rgb, time.monotonic(),
-                          node.cameras[name].generation))
+                          node.cameras[name].outputs.state.stream))
         for name in ("front", "rear")
     ]  # fmt: skip
     pipeline, _ = recording_pipeline(node, True)
