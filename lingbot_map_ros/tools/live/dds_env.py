@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+import lingbot_map_ros
+
 PROFILE_NAME = "fastdds_localhost_big_shm.xml"
 #: One lock file per ROS_DOMAIN_ID (`<id>.lock`); a process holds an flock on the id it uses until it exits.
 DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "lingbot_ros_domains"
@@ -26,7 +28,8 @@ _held_domain_locks: list[IO[str]] = []  # open for the life of the process: the 
 def fastdds_profile() -> Path | None:
     """The package's big-SHM Fast DDS profile: the source tree's config/ (editable install, checkout) or
     share/lingbot_map_ros/config/ of an installed package (pip or colcon prefix); None if neither exists."""
-    candidates = [Path(__file__).resolve().parents[2] / "config" / PROFILE_NAME]
+    checkout = Path(lingbot_map_ros.__file__).resolve().parent.parent  # the package's folder's parent
+    candidates = [checkout / "config" / PROFILE_NAME]
     prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p] + [sys.prefix]
     candidates += [Path(p) / "share" / "lingbot_map_ros" / "config" / PROFILE_NAME for p in prefixes]
     return next((path for path in candidates if path.is_file()), None)
