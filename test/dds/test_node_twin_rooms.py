@@ -179,7 +179,7 @@ def robot_jumps(run: dict[str, object]) -> tuple[np.ndarray, float]:
     return np.array(steps), float(final)
 
 
-@pytest.mark.parametrize("apart_m", [4.0, 10.0])
+@pytest.mark.parametrize("apart_m", [4.0, 6.0, 10.0])
 def test_twin_rooms_through_the_node_stay_apart_with_no_jump_over_2_m(
     ros_client: RosClient, tmp_path: Path, apart_m: float
 ) -> None:
