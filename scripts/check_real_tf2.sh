@@ -2,6 +2,7 @@
 # The checks of issue 29 with the real `ros2 launch` and the C++-backed tf2_ros (no apt ROS install):
 #   scripts/check_real_tf2.sh build SCRATCH MIRRORS   # once: venv copy + colcon workspace (~2-9 min, 2 cores)
 #   scripts/check_real_tf2.sh check SCRATCH           # the tests that skip without tf2_ros / launch_ros
+#                                                     # (check and launch first rebuild HEAD into the workspace)
 #   scripts/check_real_tf2.sh launch SCRATCH          # 10 SIGINT stops and the map -> odom republish under
 #                                                     # the real `ros2 launch` (benchmarks/launch_checks.py)
 # SCRATCH: an empty folder; MIRRORS: a folder holding git mirrors of ros2/{geometry2,launch,launch_ros,ros2cli,
@@ -43,9 +44,17 @@ set +u; source $SCRATCH/ws/install/setup.bash
 ENV
 }
 
+refresh() {  # this checkout's committed tree (HEAD) into the workspace, rebuilt: the launch file ros2 finds
+  rm -rf "$SCRATCH/ws/src/lingbot_map_ros" && mkdir -p "$SCRATCH/ws/src/lingbot_map_ros"
+  git -C "$REPO" archive HEAD | tar -x -C "$SCRATCH/ws/src/lingbot_map_ros"
+  (cd "$SCRATCH/ws" && PATH=$SCRATCH/venv/bin:$PATH AMENT_PREFIX_PATH=$SCRATCH/venv \
+    CMAKE_PREFIX_PATH=$SCRATCH/venv colcon build --packages-select lingbot_map_ros > /dev/null)
+}
+
 check() {
   # shellcheck disable=SC1091
   source "$SCRATCH/env.sh"
+  refresh
   cd "$REPO"
   export LINGBOT_NODE_PYTHON=$SCRATCH/venv/bin/python PYTHONPATH=$REPO:${PYTHONPATH:-}
   echo "== ros2 launch --show-args (issue 29: under 3 s, no torch imported)"
@@ -58,6 +67,7 @@ check() {
 launch() {
   # shellcheck disable=SC1091
   source "$SCRATCH/env.sh"
+  refresh
   cd "$REPO"
   export PYTHONPATH=$REPO:${PYTHONPATH:-}
   "$SCRATCH/venv/bin/python" benchmarks/launch_checks.py stops --runs 10
