@@ -25,9 +25,10 @@ import numpy as np
 import yaml
 from fault_injection import FAULTS_ENV
 
-from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix
+from lingbot_map_ros.engine.geometry import invert_rigid
 from lingbot_map_ros.ros.dds_tools.client import ClientNode
 from lingbot_map_ros.ros.tf.buffer import TfBuffer
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
 from lingbot_map_ros.tools.live import node_process
 from lingbot_map_ros.tools.live.dds_env import allocate_domain_id
 
@@ -355,10 +356,8 @@ def camera_position_in_map(
     node publishes `<camera> -> map` for a bare camera (docs/robot.md: the inverted edge), `map -> <camera>`
     is read the same way; None for any other edge."""
     edge = (transform.header.frame_id, transform.child_frame_id)
-    v, q = transform.transform.translation, transform.transform.rotation
-    t = np.array([v.x, v.y, v.z])
     if edge == (map_frame, camera):
-        return t
-    if edge == (camera, map_frame):  # T_camera_map: the camera sits at -R^T t in map
-        return -quat_xyzw_to_matrix(np.array([q.x, q.y, q.z, q.w])).T @ t
+        return transform_to_matrix(transform.transform)[:3, 3]
+    if edge == (camera, map_frame):  # T_camera_map
+        return invert_rigid(transform_to_matrix(transform.transform))[:3, 3]
     return None

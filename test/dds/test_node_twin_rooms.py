@@ -21,10 +21,10 @@ from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 from twin_rooms_node import APART_ENV, UNGATED_ENV, twin_scene
 
-from lingbot_map_ros.engine.geometry import quat_xyzw_to_matrix, rigid
 from lingbot_map_ros.engine.mapping.frames import camera_rest_pose
 from lingbot_map_ros.ros.messages.conversions import rgb_to_image
 from lingbot_map_ros.ros.messages.poses import seconds_stamp, transform_msg
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
 
 pytestmark = pytest.mark.dds
 
@@ -70,12 +70,6 @@ def caught_up(diagnostics: list[DiagnosticArray]) -> bool:
     return bool(values) and values["loop_closure.backlog"] == 0 and values["loop_closure.gap_pending"] == 0
 
 
-def matrix(transform: object) -> np.ndarray:
-    """A geometry_msgs/Transform as [4, 4]."""
-    q, v = transform.rotation, transform.translation
-    return rigid(quat_xyzw_to_matrix(np.array([q.x, q.y, q.z, q.w])), np.array([v.x, v.y, v.z]))
-
-
 def run_twin_rooms(client: RosClient, tmp_path: Path, apart_m: float, ungated: bool) -> dict[str, object]:
     """Stream the twin rooms `apart_m` apart through a node (odometry = truth, one frame at a time: the next
     once `map -> odom` of the one before is out); returns `map -> odom` per frame [N, 3], the final one
@@ -92,7 +86,7 @@ def run_twin_rooms(client: RosClient, tmp_path: Path, apart_m: float, ungated: b
 
     def map_odom(msgs: list[TFMessage]) -> dict[int, np.ndarray]:
         return {
-            frame_index(t.header.stamp): matrix(t.transform)
+            frame_index(t.header.stamp): transform_to_matrix(t.transform)
             for msg in msgs
             for t in msg.transforms
             if t.header.frame_id == "map" and t.child_frame_id == "odom" and frame_index(t.header.stamp) < n
@@ -138,7 +132,12 @@ def run_twin_rooms(client: RosClient, tmp_path: Path, apart_m: float, ungated: b
         client.node.destroy_subscription(tf.subscription)
         client.node.destroy_subscription(path.subscription)
         client.node.destroy_subscription(diag.subscription)
-    (after,) = [matrix(t.transform) for m in final[-1:] for t in m.transforms if t.child_frame_id == "odom"]
+    (after,) = [
+        transform_to_matrix(t.transform)
+        for m in final[-1:]
+        for t in m.transforms
+        if t.child_frame_id == "odom"
+    ]
     corrected = {
         frame_index(p.header.stamp): np.array([p.pose.position.x, p.pose.position.y, p.pose.position.z])
         for p in last_path.poses

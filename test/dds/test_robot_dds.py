@@ -23,6 +23,7 @@ from tf2_msgs.msg import TFMessage
 from lingbot_map_ros.engine.geometry import pose_from_quat
 from lingbot_map_ros.ros.diagnostics.stats import diagnostic_values
 from lingbot_map_ros.ros.tf.broadcaster import TF_QOS
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
 
 pytestmark = pytest.mark.dds
 
@@ -53,8 +54,7 @@ def pose_of(p: object) -> np.ndarray:
 
 
 def tf_pose(tf: object) -> np.ndarray:
-    t, q = tf.transform.translation, tf.transform.rotation
-    return pose_from_quat([t.x, t.y, t.z], [q.x, q.y, q.z, q.w])
+    return transform_to_matrix(tf.transform)
 
 
 class Run:

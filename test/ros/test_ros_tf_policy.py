@@ -11,7 +11,7 @@ import pytest
 from robot_scene import BASE_CAMLINK, CAMLINK_OPTICAL, StandInSession, make_scene, random_sim3
 from ros_helpers import BufferLookup
 
-from lingbot_map_ros.engine.geometry import invert_rigid, pose_from_quat, rigid
+from lingbot_map_ros.engine.geometry import invert_rigid, rigid
 from lingbot_map_ros.engine.mapping.mapper import Mapper, MapperConfig, RobotSample
 from lingbot_map_ros.engine.mapping.scale import ScaleConfig
 from lingbot_map_ros.engine.mapping.tf_graph import TfGraph
@@ -27,6 +27,7 @@ from lingbot_map_ros.ros.params.declare import cross_check, default_params
 from lingbot_map_ros.ros.tf import broadcaster as tf_module
 from lingbot_map_ros.ros.tf.buffer import TfBuffer, TransformUnavailable
 from lingbot_map_ros.ros.tf.camera_edge import CameraTf
+from lingbot_map_ros.ros.tf.listener import transform_to_matrix
 
 ROBOT = {"camera_link": "base_link", "camera_optical": "camera_link", "base_link": "odom"}
 
@@ -318,8 +319,7 @@ def test_the_trackers_notices_of_every_kind_reach_the_log() -> None:
 # ----------------------------------------------------------------------------- a late mount (issue 29)
 def _heard(buf: TfBuffer, tf: object) -> None:
     """The node's own edge, back through /tf into the listener's buffer."""
-    t, q = tf.transform.translation, tf.transform.rotation
-    pose = pose_from_quat(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
+    pose = transform_to_matrix(tf.transform)
     buf.set_transform(tf.header.frame_id, tf.child_frame_id, stamp_seconds(tf.header.stamp), pose, False)
 
 
