@@ -145,6 +145,7 @@ def aggregate(
     (issue 33: every camera >= 99 %), each camera's own row under `cameras`."""
     rows = list(per_camera.values())
     published = sum(r["published"] for r in rows)
+    waits = [r["reanchor"]["wait_max_ms"] for r in rows if r["reanchor"]["wait_max_ms"] is not None]
 
     def latencies(index: int) -> list[float]:
         return [a - s / 1e9 for stamps, *got in windows.values() for s, a in got[index] if s in stamps]
@@ -158,7 +159,10 @@ def aggregate(
         "odometry_latency_ms": percentiles(latencies(0)),
         "odometry_latency_max_ms": max(r["odometry_latency_max_ms"] for r in rows),
         "frames_over_45ms": sum(r["frames_over_45ms"] for r in rows),
-        "reanchor": {"wait_max_ms": max((r["reanchor"]["wait_max_ms"] or 0.0 for r in rows), default=None)},
+        "reanchor": {
+            "reanchors": sum(r["reanchor"]["reanchors"] for r in rows),
+            "wait_max_ms": max(waits, default=None),
+        },
         "tf_latency_ms": percentiles(latencies(1)),
         "gpu_memory_gib": rows[0]["gpu_memory_gib"],
         "cameras": per_camera,
